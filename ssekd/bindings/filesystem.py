@@ -1,0 +1,219 @@
+"""filesystem server (SPEC §5): files under `location`, never outside it.
+
+Paths arrive percent-encoded from the URL. They are decoded once, split into segments, and any
+`..`, empty-root (`//etc`), NUL or backslash segment is refused before the disk is touched; with
+`symlinks: ignore` every component is checked with `lstat`. Files are sent by a pull producer
+(64 KiB at a time, only when the socket asks), so a 1 GiB file never sits in memory.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import mimetypes
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+from urllib.parse import unquote_to_bytes
+
+from twisted.web import http
+from twisted.web.server import NOT_DONE_YET, Request
+from twisted.web.static import NoRangeStaticProducer, SingleRangeStaticProducer
+
+from ssekd.bindings import BindingType, KindSpec
+from ssekd.config.model import Binding
+from ssekd.engine import BuildContext
+
+INDEX = "index.html"
+FOLDER = "folder"
+
+_TYPES = {
+    ".html": "text/html; charset=utf-8", ".htm": "text/html; charset=utf-8",
+    ".css": "text/css; charset=utf-8", ".js": "text/javascript; charset=utf-8",
+    ".mjs": "text/javascript; charset=utf-8", ".json": "application/json",
+    ".txt": "text/plain; charset=utf-8", ".svg": "image/svg+xml", ".wasm": "application/wasm",
+    ".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".gif": "image/gif",
+    ".webp": "image/webp", ".ico": "image/x-icon", ".woff2": "font/woff2", ".map":
+    "application/json", ".xml": "application/xml", ".pdf": "application/pdf",
+}
+
+
+def content_type(name: str) -> str:
+    suffix = os.path.splitext(name)[1].lower()
+    if suffix in _TYPES:
+        return _TYPES[suffix]
+    guessed, _ = mimetypes.guess_type(name)
+    return guessed or "application/octet-stream"
+
+
+def safe_segments(path: str) -> list[str] | None:
+    """The path's segments, or None when it could lead outside the root.
+
+    `path` is the URL path below the root, still percent-encoded. Decoding happens exactly once,
+    so `%2e%2e` is `..` (refused) and `%252e` stays a literal `%2e` file name.
+    """
+    try:
+        decoded = unquote_to_bytes(path).decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    if "\x00" in decoded or "\\" in decoded or decoded.startswith("/"):
+        return None
+    segments = decoded.split("/")
+    if any(s in ("..", ".") for s in segments):
+        return None
+    return segments
+
+
+@dataclass(frozen=True)
+class Found:
+    path: Path
+    info: os.stat_result
+
+
+class FileServer:
+    """Runtime of a filesystem server: looks files up safely and serves them."""
+
+    def __init__(self, name: str, location: Path, follow_symlinks: bool) -> None:
+        self.name = name
+        self.location = location
+        self.follow_symlinks = follow_symlinks
+
+    def find(self, path: str) -> Found | str | None:
+        """The file for `path`; FOLDER for a folder named without its `/`; or None."""
+        segments = safe_segments(path)
+        if segments is None:
+            return None
+        current = self.location
+        try:
+            info = os.stat(current)
+            for segment in segments:
+                if not segment:
+                    continue  # `a//b` or a trailing `/`
+                if not stat.S_ISDIR(info.st_mode):
+                    return None
+                current = current / segment
+                info = os.stat(current) if self.follow_symlinks else os.lstat(current)
+                if stat.S_ISLNK(info.st_mode):
+                    return None  # symlinks: ignore
+            if stat.S_ISDIR(info.st_mode):
+                if segments[-1] != "":
+                    return FOLDER
+                current = current / INDEX
+                info = os.stat(current) if self.follow_symlinks else os.lstat(current)
+        except (OSError, ValueError):
+            return None
+        if not stat.S_ISREG(info.st_mode):
+            return None
+        return Found(current, info)
+
+    def serve(self, request: Request, path: str) -> bytes | int:
+        """Answer GET/HEAD for `path` (relative to the root, percent-encoded)."""
+        if request.method not in (b"GET", b"HEAD"):
+            request.setResponseCode(http.NOT_ALLOWED)
+            request.setHeader(b"allow", b"GET, HEAD")
+            return b""
+        found = self.find(path)
+        if found is None:
+            request.setResponseCode(http.NOT_FOUND)
+            return b""
+        if isinstance(found, str):
+            # `/docs` is a folder: send the browser to `/docs/` so relative links resolve.
+            request.setResponseCode(http.MOVED_PERMANENTLY)
+            query = request.uri.partition(b"?")[2]
+            request.setHeader(b"location", request.path + b"/" + (b"?" + query if query else b""))
+            return b""
+        info = found.info
+        etag = f'"{info.st_size:x}-{info.st_mtime_ns:x}"'.encode()
+        request.setHeader(b"etag", etag)
+        request.setHeader(b"last-modified", http.datetimeToString(int(info.st_mtime)))
+        request.setHeader(b"accept-ranges", b"bytes")
+        if _not_modified(request, etag, info.st_mtime):
+            request.setResponseCode(http.NOT_MODIFIED)
+            return b""
+        request.setHeader(b"content-type", content_type(found.path.name).encode())
+        try:
+            file: IO[bytes] = open(found.path, "rb")
+        except OSError:
+            request.setResponseCode(http.NOT_FOUND)
+            return b""
+        span = _single_range(request.getHeader(b"range"), info.st_size)
+        if span == "unsatisfiable":
+            file.close()
+            request.setResponseCode(http.REQUESTED_RANGE_NOT_SATISFIABLE)
+            request.setHeader(b"content-range", f"bytes */{info.st_size}".encode())
+            return b""
+        if span is not None:
+            start, length = span
+            request.setResponseCode(http.PARTIAL_CONTENT)
+            request.setHeader(b"content-range",
+                              f"bytes {start}-{start + length - 1}/{info.st_size}".encode())
+            request.setHeader(b"content-length", str(length).encode())
+            if request.method == b"HEAD":
+                file.close()
+                return b""
+            SingleRangeStaticProducer(request, file, start, length).start()
+            return NOT_DONE_YET
+        request.setHeader(b"content-length", str(info.st_size).encode())
+        if request.method == b"HEAD":
+            file.close()
+            return b""
+        NoRangeStaticProducer(request, file).start()
+        return NOT_DONE_YET
+
+
+def _not_modified(request: Request, etag: bytes, mtime: float) -> bool:
+    if_none_match = request.getHeader(b"if-none-match")
+    if if_none_match is not None:
+        tags = [t.strip().removeprefix(b"W/") for t in if_none_match.split(b",")]
+        return b"*" in tags or etag in tags
+    since = request.getHeader(b"if-modified-since")
+    if since is not None:
+        try:
+            parsed = email.utils.parsedate_to_datetime(since.decode("latin-1"))
+            return int(mtime) <= int(parsed.timestamp())
+        except (TypeError, ValueError, IndexError):
+            return False
+    return False
+
+
+def _single_range(header: bytes | None, size: int) -> tuple[int, int] | str | None:
+    """(start, length) for one `bytes=a-b` range; None to send the whole file."""
+    if header is None or not header.startswith(b"bytes=") or b"," in header:
+        return None
+    first, _, last = header[6:].strip().partition(b"-")
+    try:
+        if first:
+            start = int(first)
+            end = int(last) if last else size - 1
+        else:
+            suffix = int(last)
+            if suffix == 0:
+                return "unsatisfiable"
+            start, end = max(size - suffix, 0), size - 1
+    except ValueError:
+        return None
+    if start >= size or start > end or start < 0:
+        return "unsatisfiable"
+    end = min(end, size - 1)
+    return start, end - start + 1
+
+
+def _build(ctx: BuildContext, binding: Binding) -> FileServer:
+    location = ctx.config.resolve_path(str(binding.options.get("location", ".")))
+    if not location.is_dir():
+        # The seed's example names /var/www/, which need not exist where the config is checked:
+        # say so, serve 404s, and start.
+        ctx.events.emit(binding.name, "BINDING_FILESYSTEM_LOCATION_MISSING", str(location))
+    follow = binding.options.get("symlinks", "ignore") == "follow"
+    return FileServer(binding.name, location, follow)
+
+
+BINDING = BindingType("filesystem", {
+    "server": KindSpec(
+        role="files", build=_build,
+        options={"type": "object", "additionalProperties": False, "required": ["location"],
+                 "properties": {"location": {"type": "string", "minLength": 1},
+                                "symlinks": {"enum": ["follow", "ignore"]}}},
+    ),
+})

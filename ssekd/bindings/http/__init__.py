@@ -1,0 +1,84 @@
+"""http server binding (SPEC §4): routing by pseudo-headers, CORS, limits, HTTP/1.1 and h2."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ssekd.bindings import BindingType, HttpBinding, KindSpec
+from ssekd.bindings._schemas import STRING_LIST
+from ssekd.bindings.http.channel import LIMITS_SCHEMA, Limits
+from ssekd.bindings.http.cors import AccessControl
+from ssekd.bindings.http.routing import Condition, HeaderPattern
+from ssekd.bindings.http.server import HttpRoot, HttpRoute, HttpServer, HttpSite
+from ssekd.config.model import Binding
+from ssekd.engine import BuildContext
+
+DEFAULT_VERSIONS = ("http/1.1", "h2")
+
+
+def _build(ctx: BuildContext, binding: Binding) -> HttpServer:
+    options = binding.options
+    routes = []
+    for route in binding.routes:
+        conditions = tuple(
+            Condition(tuple(HeaderPattern.compile(n, str(v))
+                            for n, v in (when.get("headers") or {}).items()))
+            for when in route.when
+        )
+        assert route.exit is not None
+        exit_ = ctx.exit(route.exit)
+        assert isinstance(exit_, HttpBinding)
+        routes.append(HttpRoute(conditions, exit_))
+    default = ctx.exit(binding.exit) if binding.exit else None
+    assert default is None or isinstance(default, HttpBinding)
+    root = HttpRoot(binding.name, routes, default,
+                    AccessControl.from_options(options.get("access-control")), ctx.events)
+    limits = Limits.from_options(options.get("limits"))
+    site = HttpSite(root, limits, ctx.reactor)
+    versions = tuple(options.get("versions", DEFAULT_VERSIONS))
+    return HttpServer(binding.name, site, versions, protocol_for=_h2c_hook())
+
+
+def _h2c_hook() -> Any:
+    """Cleartext HTTP/2 (prior knowledge) lives in `h2c.py` when present."""
+    try:
+        from ssekd.bindings.http import h2c
+    except ImportError:
+        return None
+    return getattr(h2c, "protocol_for", None)
+
+
+_CREDENTIALS = {"type": "object", "additionalProperties": False, "properties": {
+    "headers": {"type": "object", "additionalProperties": {"type": "string"}},
+    "query": {"type": "object", "additionalProperties": {"type": "string"}},
+    "cookies": {"type": "object", "additionalProperties": {"type": "string"}},
+}}
+
+OPTIONS = {"type": "object", "additionalProperties": False, "properties": {
+    "versions": {"type": "array", "minItems": 1, "items": {"enum": ["http/1.1", "h2"]}},
+    "access-control": {
+        "type": "object", "additionalProperties": False,
+        "properties": {
+            "policy": {"enum": ["same-origin", "cross-origin"]},
+            "allow": {"type": "object", "additionalProperties": False, "properties": {
+                "origins": STRING_LIST, "methods": STRING_LIST, "headers": STRING_LIST,
+                "credentials": {"type": "boolean"}}},
+            "max-age": {"type": "integer", "minimum": 0},
+            "expose": {"type": "object", "additionalProperties": False,
+                       "properties": {"headers": STRING_LIST}},
+        },
+    },
+    "authorization": {"type": "object", "additionalProperties": {
+        "type": "object", "additionalProperties": False, "required": ["credentials"],
+        "properties": {"credentials": _CREDENTIALS}}},
+    "limits": LIMITS_SCHEMA,
+}}
+
+WHEN = {"type": "object", "additionalProperties": False, "properties": {
+    "headers": {"type": "object", "minProperties": 1,
+                "additionalProperties": {"type": "string"}}}}
+
+BINDING = BindingType("http", {
+    "server": KindSpec(role="stream", build=_build, exit="required", exit_roles=("http",),
+                       options=OPTIONS, when=WHEN),
+})

@@ -1,0 +1,115 @@
+"""The http server binding at run time: a Twisted `Site` whose root routes each request to an exit.
+
+The same Site serves HTTP/1.1 and HTTP/2 (Twisted switches to `H2Connection` when TLS negotiates
+`h2`); CORS and routing happen here, once, before the exit sees the request.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from twisted.internet.interfaces import IProtocol
+from twisted.web import http
+from twisted.web.resource import Resource
+from twisted.web.server import Request, Site
+
+from ssekd.bindings import ConnectionInfo, HttpBinding, HttpContext
+from ssekd.bindings.http.channel import LimitedHTTPChannel, Limits
+from ssekd.bindings.http.cors import AccessControl
+from ssekd.bindings.http.routing import Condition, match_any, request_headers
+from ssekd.telemetry.events import EventLog
+
+SERVER_NAME = b"ssekd"
+
+
+@dataclass(frozen=True)
+class HttpRoute:
+    conditions: tuple[Condition, ...]
+    exit: HttpBinding
+
+
+class SsekdRequest(Request):
+    """No default `Content-Type`: an empty 404 or 304 should not claim to be HTML."""
+
+    defaultContentType = None
+
+
+class HttpRoot(Resource):
+    """The only resource of the Site: every request is routed by its headers, not by a tree."""
+
+    isLeaf = True
+
+    def __init__(self, name: str, routes: Sequence[HttpRoute], default: HttpBinding | None,
+                 cors: AccessControl, events: EventLog) -> None:
+        super().__init__()
+        self.name = name
+        self.routes = list(routes)
+        self.default = default
+        self.cors = cors
+        self.events = events
+
+    def render(self, request: Request) -> bytes | int:  # type: ignore[override]
+        request.setHeader(b"server", SERVER_NAME)
+        headers = request_headers(request)
+        if self.events.stdout is not None:
+            self.events.emit(self.name, "BINDING_HTTP_REQUEST_ACCEPTED",
+                             f"- {headers[':method']} {headers[':scheme']}://"
+                             f"{headers[':authority']}{headers[':path']}")
+        origin = request.getHeader(b"origin")
+        if origin is not None:
+            if not self.cors.allows(origin.decode("latin-1"), headers[":scheme"],
+                                    headers[":authority"]):
+                request.setResponseCode(http.FORBIDDEN)
+                return b""
+            if self.cors.cross_origin and self.cors.is_preflight(request):
+                return self.cors.answer_preflight(request, origin)
+        for route in self.routes:
+            params = match_any(route.conditions, headers)
+            if params is not None:
+                target = route.exit
+                break
+        else:
+            if self.default is None:
+                request.setResponseCode(http.NOT_FOUND)
+                return b""
+            target, params = self.default, {}
+        if origin is not None:
+            self.cors.decorate(request, origin)
+        return target.render(request, HttpContext(binding=self.name, params=params))
+
+
+class HttpSite(Site):
+    """A Site whose HTTP/1.1 channels carry our limits."""
+
+    requestFactory = SsekdRequest
+
+    def __init__(self, root: HttpRoot, limits: Limits, reactor: Any) -> None:
+        super().__init__(root, timeout=limits.idle_timeout, reactor=reactor)
+        self.limits = limits
+        self.displayTracebacks = False
+
+    def protocol(self) -> Any:  # type: ignore[override]
+        # Same shape as Twisted's default (a proxy that can become HTTP/2 after ALPN), but with
+        # our channel inside.
+        return http._GenericHTTPChannelProtocol(LimitedHTTPChannel(self.limits))
+
+    def log(self, request: Any) -> None:
+        """Access lines are events (see HttpRoot.render), not Twisted's common log format."""
+
+
+class HttpServer:
+    """Runtime of an http server binding."""
+
+    def __init__(self, name: str, site: HttpSite, versions: tuple[str, ...],
+                 protocol_for: Callable[["HttpServer", ConnectionInfo], IProtocol | None]
+                 | None = None) -> None:
+        self.name = name
+        self.site = site
+        self.versions = versions
+        self._protocol_for = protocol_for
+
+    def build_protocol(self, conn: ConnectionInfo) -> IProtocol | None:
+        if self._protocol_for is not None:
+            return self._protocol_for(self, conn)
+        return self.site.buildProtocol(conn.peer)  # type: ignore[no-any-return]

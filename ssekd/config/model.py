@@ -1,0 +1,141 @@
+"""The typed config: frozen dataclasses built from a validated document.
+
+Options stay plain mappings here: each binding module reads its own options (their shape is
+already guaranteed by its schema). What every binding shares (type, kind, exit, routes, vault)
+is typed, because the engine walks it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from ssekd.config.errors import ConfigIssue, format_path
+
+DEFAULT_NAMESPACE = "default"
+
+
+@dataclass(frozen=True)
+class Route:
+    """One route: any of `when` matches (each item's fields all must), then go to `exit`."""
+
+    when: tuple[Mapping[str, Any], ...]
+    exit: str | None
+    with_: Mapping[str, Any] | None = None
+    guarded: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    line: int | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class Binding:
+    name: str
+    type: str
+    kind: str
+    options: Mapping[str, Any]
+    routes: tuple[Route, ...] = ()
+    exit: str | None = None
+    vault: str | None = None
+    line: int | None = field(default=None, compare=False)
+
+    @property
+    def exits(self) -> tuple[str, ...]:
+        """Every binding this one may hand work to: the default exit and each route's."""
+        names = [r.exit for r in self.routes if r.exit] + ([self.exit] if self.exit else [])
+        return tuple(dict.fromkeys(names))
+
+
+@dataclass(frozen=True)
+class Vault:
+    name: str
+    type: str
+    options: Mapping[str, Any]
+    line: int | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class Guard:
+    name: str
+    type: str
+    options: Mapping[str, Any]
+    line: int | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class Exporter:
+    name: str
+    type: str
+    options: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Telemetry:
+    attributes: Mapping[str, str] = field(default_factory=dict)
+    metrics: tuple[str, ...] = ()
+    exporters: Mapping[str, Exporter] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Config:
+    """A whole zilla.yaml. `file` is where it was read; relative paths resolve from its folder."""
+
+    file: Path
+    namespace: str
+    bindings: Mapping[str, Binding]
+    vaults: Mapping[str, Vault] = field(default_factory=dict)
+    guards: Mapping[str, Guard] = field(default_factory=dict)
+    catalogs: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    telemetry: Telemetry = field(default_factory=Telemetry)
+    #: The parsed file, for the line numbers of errors found after loading (not compared).
+    document: Any = field(default=None, compare=False, repr=False)
+
+    def issue(self, path: tuple[str | int, ...], message: str) -> ConfigIssue:
+        """A ConfigIssue at `path` with its line, for errors found while building the graph."""
+        if self.document is not None:
+            return self.document.issue(path, message)  # type: ignore[no-any-return]
+        return ConfigIssue(self.file, None, format_path(path), message)
+
+    @property
+    def folder(self) -> Path:
+        return self.file.parent
+
+    def resolve_path(self, path: str) -> Path:
+        """A path from the config, relative to the config's folder unless absolute."""
+        p = Path(path)
+        return p if p.is_absolute() else (self.folder / p)
+
+
+def build_model(file: Path, data: Mapping[str, Any], document: Any = None) -> Config:
+    """Build the model from validated data (the schema guarantees the shapes used here)."""
+    line_of = document.line_of if document is not None else (lambda path: None)
+    bindings = {}
+    for name, b in data.get("bindings", {}).items():
+        routes = tuple(
+            Route(
+                when=tuple(r.get("when", ())),
+                exit=r.get("exit"),
+                with_=r.get("with"),
+                guarded={g: tuple(roles) for g, roles in r.get("guarded", {}).items()},
+                line=line_of(("bindings", name, "routes", i)),
+            )
+            for i, r in enumerate(b.get("routes", ()))
+        )
+        bindings[name] = Binding(
+            name=name, type=b["type"], kind=b["kind"], options=b.get("options", {}),
+            routes=routes, exit=b.get("exit"), vault=b.get("vault"),
+            line=line_of(("bindings", name)),
+        )
+    vaults = {n: Vault(n, v["type"], v.get("options", {}), line_of(("vaults", n)))
+              for n, v in data.get("vaults", {}).items()}
+    guards = {n: Guard(n, g["type"], g.get("options", {}), line_of(("guards", n)))
+              for n, g in data.get("guards", {}).items()}
+    tel = data.get("telemetry", {})
+    telemetry = Telemetry(
+        attributes={k: str(v) for k, v in tel.get("attributes", {}).items()},
+        metrics=tuple(tel.get("metrics", ())),
+        exporters={n: Exporter(n, e["type"], e.get("options", {}))
+                   for n, e in tel.get("exporters", {}).items()},
+    )
+    return Config(file=file, namespace=data.get("name", DEFAULT_NAMESPACE), bindings=bindings,
+                  vaults=vaults, guards=guards, catalogs=data.get("catalogs", {}),
+                  telemetry=telemetry, document=document)

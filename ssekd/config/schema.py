@@ -1,0 +1,226 @@
+"""JSON Schema validation of a parsed zilla.yaml, with messages that say what was expected.
+
+The top level, vaults, guards, catalogs and telemetry are described by the JSON files in
+`schema/`. Each binding is then checked against the schema its type registers for its kind
+(`ssekd.bindings.KindSpec`), so an error in one binding points into that binding, not at a
+`oneOf` over every type.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from importlib import resources
+from typing import Any, Iterable, Mapping
+
+from jsonschema import Draft202012Validator, ValidationError
+from referencing import Registry, Resource
+
+from ssekd.bindings import BindingType, KindSpec
+from ssekd.config.errors import ConfigIssue
+from ssekd.config.load import Document
+
+NAME = {"type": "string", "pattern": "^[a-zA-Z]+[a-zA-Z0-9._-]*$",
+        "x-expected": "a name matching ^[a-zA-Z]+[a-zA-Z0-9._-]*$"}
+
+
+@cache
+def schema_files() -> dict[str, Any]:
+    """The JSON Schema files shipped in ssekd/config/schema, by their `$id`."""
+    out: dict[str, Any] = {}
+    for entry in resources.files("ssekd.config").joinpath("schema").iterdir():
+        if entry.name.endswith(".json"):
+            doc = json.loads(entry.read_text(encoding="utf-8"))
+            out[doc["$id"]] = doc
+    return out
+
+
+@cache
+def _registry() -> Registry[Any]:
+    return Registry().with_resources(
+        (uri, Resource.from_contents(doc)) for uri, doc in schema_files().items())
+
+
+def _validator(schema: Mapping[str, Any]) -> Draft202012Validator:
+    return Draft202012Validator(schema, registry=_registry())
+
+
+def binding_schema(kind: KindSpec, type_name: str, kind_name: str) -> dict[str, Any]:
+    """The whole schema of one binding of `type_name`/`kind_name`."""
+    props: dict[str, Any] = {
+        "type": {"const": type_name},
+        "kind": {"const": kind_name},
+        "options": kind.options,
+        "telemetry": {
+            "type": "object", "additionalProperties": False,
+            "properties": {"metrics": {"type": "array", "items": {"type": "string"}}},
+        },
+    }
+    if kind.vault:
+        props["vault"] = NAME
+    if kind.exit != "none":
+        props["exit"] = NAME
+    if kind.when is not None:
+        route: dict[str, Any] = {
+            "type": "object", "additionalProperties": False,
+            "properties": {
+                "when": {"type": "array", "items": kind.when},
+                "guarded": {"type": "object", "propertyNames": NAME,
+                            "additionalProperties": {"type": "array",
+                                                     "items": {"type": "string"}}},
+            },
+        }
+        if kind.exit != "none":
+            route["properties"]["exit"] = NAME
+            route["required"] = ["exit"]
+        if kind.with_ is not None:
+            route["properties"]["with"] = kind.with_
+        props["routes"] = {"type": "array", "items": route}
+    schema: dict[str, Any] = {
+        "type": "object", "additionalProperties": False,
+        "required": ["type", "kind"], "properties": props,
+    }
+    if kind.exit == "required":
+        # A binding that must lead somewhere needs a default exit or at least one route.
+        schema["anyOf"] = [{"required": ["exit"]}, {"required": ["routes"]}]
+        schema["x-expected"] = "an exit, or routes with exits"
+    return schema
+
+
+def _expected(error: ValidationError) -> str:
+    """Turn a jsonschema error into 'expected …, got …' a person can act on."""
+    custom = error.schema.get("x-expected") if isinstance(error.schema, dict) else None
+    got = _show(error.instance)
+    if custom:
+        return f"expected {custom}, got {got}"
+    v, arg = error.validator, error.validator_value
+    if v == "type":
+        kinds = arg if isinstance(arg, list) else [arg]
+        return f"expected {' or '.join(kinds)}, got {got}"
+    if v == "enum":
+        return f"expected one of {', '.join(_show(a) for a in arg)}; got {got}"
+    if v == "const":
+        return f"expected {_show(arg)}, got {got}"
+    if v == "required":
+        return error.message.replace("is a required property", "is required").replace("'", "")
+    if v == "additionalProperties":
+        allowed = sorted(error.schema.get("properties", {}))
+        extra = sorted(set(error.instance) - set(allowed)) if isinstance(error.instance, dict) \
+            else []
+        hint = f" (expected one of: {', '.join(allowed)})" if allowed else ""
+        return f"unexpected property {', '.join(map(repr, extra))}{hint}"
+    if v == "pattern":
+        return f"expected a string matching {arg}, got {got}"
+    if v in ("minimum", "maximum"):
+        word = "at least" if v == "minimum" else "at most"
+        return f"expected a number {word} {arg}, got {got}"
+    if v in ("minItems", "minProperties"):
+        return f"expected at least {arg} item(s), got {got}"
+    if v == "minLength":
+        return f"expected a non-empty string, got {got}"
+    if v in ("anyOf", "oneOf"):
+        alternatives = [s.get("x-expected") for s in arg if isinstance(s, dict)]
+        named = [a for a in alternatives if a]
+        if named:
+            return f"expected {' or '.join(named)}, got {got}"
+    return error.message
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, str):
+        return repr(value)
+    if isinstance(value, (int, float)):
+        return f"{type(value).__name__} {value}"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "a mapping"
+    return repr(value)
+
+
+def _issues(doc: Document, prefix: tuple[str | int, ...], data: Any,
+            schema: Mapping[str, Any]) -> list[ConfigIssue]:
+    out = []
+    for error in _validator(schema).iter_errors(data):
+        # Report the most specific cause of an anyOf failure when one alternative nearly fits.
+        leaf = _deepest(error)
+        path = prefix + tuple(leaf.absolute_path)
+        out.append(doc.issue(path, _expected(leaf)))
+    return out
+
+
+def _deepest(error: ValidationError) -> ValidationError:
+    if error.validator in ("anyOf", "oneOf") and error.context:
+        named = isinstance(error.schema, dict) and error.schema.get("x-expected")
+        alternatives = [s for s in error.validator_value if isinstance(s, dict)]
+        if named or any(s.get("x-expected") for s in alternatives):
+            return error
+        best = max(error.context, key=lambda e: len(e.absolute_path))
+        if len(best.absolute_path) > len(error.absolute_path):
+            return _deepest(best)
+    return error
+
+
+def validate(doc: Document, types: Mapping[str, BindingType]) -> list[ConfigIssue]:
+    """Every schema problem in `doc`, each with file, line, path and what was expected."""
+    data = doc.data
+    if not isinstance(data, dict):
+        return [doc.issue((), f"expected a mapping at the top level, got {_show(data)}")]
+    files = schema_files()
+    issues = _issues(doc, (), data, files["ssekd:zilla"])
+    for section, schema_for in (("vaults", lambda t: files.get(f"ssekd:vault/{t}")),
+                                ("guards", lambda t: files.get(f"ssekd:guard/{t}")),
+                                ("catalogs", lambda t: files["ssekd:catalog"])):
+        entries = data.get(section)
+        if isinstance(entries, dict):
+            for name, entry in entries.items():
+                schema = schema_for(entry.get("type")) if isinstance(entry, dict) else None
+                if schema is not None:
+                    issues += _issues(doc, (section, name), entry, schema)
+    bindings = data.get("bindings")
+    if isinstance(bindings, dict):
+        for name, binding in bindings.items():
+            issues += _binding_issues(doc, name, binding, types)
+    return issues
+
+
+def _binding_issues(doc: Document, name: str, binding: Any,
+                    types: Mapping[str, BindingType]) -> list[ConfigIssue]:
+    if not isinstance(binding, dict):
+        return []  # the top-level schema already said so
+    path: tuple[str | int, ...] = ("bindings", name)
+    type_name, kind_name = binding.get("type"), binding.get("kind")
+    if not isinstance(type_name, str) or not isinstance(kind_name, str):
+        return []
+    binding_type = types.get(type_name)
+    if binding_type is None:
+        return [doc.issue(path + ("type",), f"unknown binding type {type_name!r}; expected one "
+                          f"of {', '.join(sorted(types))}")]
+    kind = binding_type.kinds.get(kind_name)
+    if kind is None:
+        return [doc.issue(path + ("kind",), f"binding type {type_name} has no kind "
+                          f"{kind_name!r}; expected one of {', '.join(binding_type.kinds)}")]
+    return _issues(doc, path, binding, binding_schema(kind, type_name, kind_name))
+
+
+def full_schema(types: Mapping[str, BindingType]) -> dict[str, Any]:
+    """One JSON Schema document for the whole file (`ssekd check --print-schema`)."""
+    files = schema_files()
+    top = json.loads(json.dumps(files["ssekd:zilla"]))
+    alternatives: list[Any] = []
+    for type_name, binding_type in sorted(types.items()):
+        for kind_name, kind in binding_type.kinds.items():
+            alternatives.append(binding_schema(kind, type_name, kind_name))
+    top["properties"]["bindings"]["additionalProperties"] = {"oneOf": alternatives}
+    top["$defs"].update({uri.split(":", 1)[1].replace("/", "-"): doc
+                         for uri, doc in files.items() if uri != "ssekd:zilla"})
+    return top
+
+
+def iter_names(data: Any, section: str) -> Iterable[str]:
+    entries = data.get(section) if isinstance(data, dict) else None
+    return entries.keys() if isinstance(entries, dict) else ()

@@ -1,0 +1,304 @@
+"""The one place that knows the binding graph: it builds runtime bindings from a `Config`, opens
+the listeners, and swaps graphs on reload without dropping live connections.
+
+Each binding's module knows only its own config and the *role* of its exits (see
+`ssekd.bindings`); the engine walks the graph, builds every binding once (exits first), starts
+the ones that are services, and owns the listening sockets.
+
+Reload keeps what it can. A binding whose config, vault and whole exit subtree are unchanged
+keeps its runtime object (so the Kafka consumers and caches survive a reload), and a port that
+stays in the config keeps its socket: only the factory behind it is swapped, so connections
+accepted before the reload go on with the graph they started with.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Protocol, runtime_checkable
+
+from twisted.application.service import IService, MultiService
+from twisted.internet import defer
+from twisted.internet.interfaces import IAddress, IListeningPort, IProtocol, IReactorTCP
+from twisted.internet.protocol import Factory, ServerFactory
+from twisted.logger import Logger, LogLevel
+from twisted.python.failure import Failure
+
+from ssekd.bindings import BindingType
+from ssekd.config import ConfigError, ConfigIssue, binding_types, load_config
+from ssekd.config.model import Binding, Config
+from ssekd.telemetry.events import EventLog, stdout_stream
+
+log = Logger()
+
+#: Where engine-level events are reported (they belong to no binding).
+ENGINE = "ssekd"
+
+
+@dataclass(frozen=True)
+class ListenSpec:
+    """A socket a listener binding wants: `factory.buildProtocol` is called per connection."""
+
+    host: str
+    port: int
+    factory: "ConnectionFactory"
+
+
+class ConnectionFactory(Protocol):
+    def buildProtocol(self, addr: IAddress) -> IProtocol | None: ...
+
+
+@runtime_checkable
+class ListenerBinding(Protocol):
+    """A binding that owns sockets (tcp server)."""
+
+    def listen_specs(self) -> list[ListenSpec]: ...
+
+
+class BuildContext:
+    """What a binding's `build(ctx, binding)` may use. Exits are built on demand, once."""
+
+    def __init__(self, engine: "Engine", config: Config, previous: "Graph | None") -> None:
+        self.engine = engine
+        self.config = config
+        self.reactor: Any = engine.reactor
+        self.events: EventLog = engine.events
+        self._previous = previous
+        self._built: dict[str, object] = {}
+        self._reused: set[str] = set()
+        self._building: list[str] = []
+        self._failed: set[str] = set()
+        self.issues: list[ConfigIssue] = []
+
+    def issue(self, path: tuple[str | int, ...], message: str) -> ConfigIssue:
+        return self.config.issue(path, message)
+
+    def binding(self, name: str) -> Binding:
+        return self.config.bindings[name]
+
+    def exit(self, name: str) -> object:
+        """The runtime object of binding `name`, built (or reused from before a reload) once."""
+        if name in self._built:
+            return self._built[name]
+        if name in self._failed:
+            raise ConfigError([])  # already reported once; dependents just stop building
+        if name in self._building:
+            cycle = " -> ".join(self._building[self._building.index(name):] + [name])
+            raise ConfigError([self.issue(("bindings", name), f"exits form a cycle: {cycle}")])
+        binding = self.config.bindings[name]
+        self._building.append(name)
+        try:
+            exits = [self.exit(e) for e in binding.exits]
+            runtime = self._reusable(binding, exits)
+            if runtime is None:
+                kind = self.engine.types[binding.type].kinds[binding.kind]
+                try:
+                    runtime = kind.build(self, binding)
+                except ConfigError:
+                    self._failed.add(name)
+                    raise
+                except Exception as e:
+                    self._failed.add(name)
+                    # A bug or an environment problem while building: still a clear message
+                    # about which binding, never a bare traceback on the terminal.
+                    log.failure("building binding {name}", name=name, level=LogLevel.debug)
+                    raise ConfigError([self.issue(("bindings", name),
+                                                  f"cannot build {binding.type} {binding.kind}: "
+                                                  f"{type(e).__name__}: {e}")]) from e
+            else:
+                self._reused.add(name)
+        finally:
+            self._building.pop()
+        self._built[name] = runtime
+        return runtime
+
+    def _reusable(self, binding: Binding, exits: list[object]) -> object | None:
+        """The previous runtime of `binding` when nothing it depends on changed."""
+        prev = self._previous
+        if prev is None or binding.name not in prev.runtimes:
+            return None
+        old = prev.config.bindings.get(binding.name)
+        if old != binding or not all(e in self._reused for e in binding.exits):
+            return None
+        if binding.vault and prev.config.vaults.get(binding.vault) != \
+                self.config.vaults.get(binding.vault):
+            return None
+        return prev.runtimes[binding.name]
+
+    @property
+    def built(self) -> Mapping[str, object]:
+        return self._built
+
+
+@dataclass
+class Graph:
+    """One built config: runtime object per binding, and the sockets its listeners want."""
+
+    config: Config
+    runtimes: dict[str, object]
+    reused: set[str] = field(default_factory=set)
+
+    def listen_specs(self) -> list[ListenSpec]:
+        specs: list[ListenSpec] = []
+        for runtime in self.runtimes.values():
+            if isinstance(runtime, ListenerBinding):
+                specs.extend(runtime.listen_specs())
+        return specs
+
+    def services(self) -> dict[str, IService]:
+        return {n: r for n, r in self.runtimes.items() if IService.providedBy(r)}
+
+
+class SwitchFactory(ServerFactory):
+    """The factory behind one listening socket; reload points it at the new graph's factory."""
+
+    noisy = False
+
+    def __init__(self, target: ConnectionFactory) -> None:
+        self.target = target
+
+    def buildProtocol(self, addr: IAddress) -> IProtocol | None:  # type: ignore[override]
+        return self.target.buildProtocol(addr)
+
+
+class Engine(MultiService):
+    """The daemon: config file in, listening sockets and running bindings out."""
+
+    def __init__(self, config_path: Path, reactor: Any = None,
+                 environ: Mapping[str, str] | None = None,
+                 events: EventLog | None = None) -> None:
+        super().__init__()
+        if reactor is None:
+            from twisted.internet import reactor as default_reactor
+            reactor = default_reactor
+        self.reactor = reactor
+        self.config_path = config_path
+        self.environ = environ
+        self.types: Mapping[str, BindingType] = binding_types()
+        self.graph: Graph | None = None
+        self._ports: dict[tuple[str, int], tuple[IListeningPort, SwitchFactory]] = {}
+        self.events = events or EventLog("ssekd")
+        # Build the first graph now, so a bad config fails before twistd daemonizes or listens.
+        config = load_config(config_path, environ)
+        self._configure_events(config)
+        self._pending: Graph | None = self._build(config, previous=None)
+
+    # -- building -------------------------------------------------------------------------
+
+    def _configure_events(self, config: Config) -> None:
+        self.events.namespace = config.namespace
+        stdout = any(e.type == "stdout" for e in config.telemetry.exporters.values())
+        self.events.stdout = stdout_stream() if stdout else None
+
+    def _build(self, config: Config, previous: Graph | None) -> Graph:
+        unsupported = [config.issue(("guards", g.name), f"guard type {g.type} is not supported "
+                                    f"by this version of ssekd; remove the guard and the "
+                                    f"routes' `guarded` until it is")
+                       for g in config.guards.values()]
+        if unsupported:
+            raise ConfigError(unsupported)
+        ctx = BuildContext(self, config, previous)
+        issues: list[ConfigIssue] = []
+        for name in config.bindings:
+            try:
+                ctx.exit(name)
+            except ConfigError as e:
+                issues.extend(i for i in e.issues if i not in issues)
+        if issues:
+            raise ConfigError(issues)
+        return Graph(config, dict(ctx.built), set(ctx._reused))
+
+    # -- service lifecycle ----------------------------------------------------------------
+
+    def startService(self) -> None:
+        graph, self._pending = self._pending, None
+        assert graph is not None, "Engine started twice"
+        super().startService()
+        self._activate(graph, previous=None)
+        self.events.emit(ENGINE, "ENGINE_STARTED", f"{self.config_path} pid {os.getpid()}")
+
+    def _activate(self, graph: Graph, previous: Graph | None) -> None:
+        """Start the new graph's services, move the sockets to it, stop what it dropped."""
+        old_services = previous.services() if previous else {}
+        for name, service in graph.services().items():
+            if name in graph.reused and old_services.get(name) is service:
+                continue
+            service.setServiceParent(self)
+        self._listen(graph)
+        self.graph = graph
+        kept = {id(s) for s in graph.services().values()}
+        for name, service in old_services.items():
+            if id(service) not in kept:
+                defer.maybeDeferred(service.disownServiceParent).addErrback(
+                    self._log_failure, f"stopping {name}")
+
+    def _listen(self, graph: Graph) -> None:
+        wanted: dict[tuple[str, int], ListenSpec] = {}
+        for spec in graph.listen_specs():
+            wanted[(spec.host, spec.port)] = spec
+        opened: list[tuple[str, int]] = []
+        try:
+            for key, spec in wanted.items():
+                if key in self._ports:
+                    self._ports[key][1].target = spec.factory
+                    continue
+                switch = SwitchFactory(spec.factory)
+                reactor: IReactorTCP = self.reactor
+                port = reactor.listenTCP(spec.port, switch, interface=spec.host)
+                self._ports[key] = (port, switch)
+                opened.append(key)
+                self.events.emit(ENGINE, "ENGINE_LISTENING", f"{spec.host}:{spec.port}")
+        except Exception:
+            for key in opened:  # all or nothing: a reload that cannot bind keeps the old sockets
+                port, _ = self._ports.pop(key)
+                port.stopListening()
+            raise
+        for key in [k for k in self._ports if k not in wanted]:
+            port, _ = self._ports.pop(key)
+            port.stopListening()
+            self.events.emit(ENGINE, "ENGINE_CLOSED", f"{key[0]}:{key[1]}")
+
+    def listening_ports(self) -> dict[tuple[str, int], int]:
+        """Configured (host, port) -> the port actually bound (differs when configured 0)."""
+        return {k: p.getHost().port for k, (p, _) in self._ports.items()}
+
+    def stopService(self) -> defer.Deferred[None]:
+        ports = [p for p, _ in self._ports.values()]
+        self._ports.clear()
+        stops = [defer.maybeDeferred(p.stopListening) for p in ports]
+        d: defer.Deferred[Any] = defer.DeferredList(stops)
+        d.addCallback(lambda _: super(Engine, self).stopService())
+        d.addCallback(lambda _: self.events.emit(ENGINE, "ENGINE_STOPPED", "-"))
+        return d.addCallback(lambda _: None)
+
+    # -- reload ---------------------------------------------------------------------------
+
+    def reload(self) -> bool:
+        """Re-read the config. A bad one leaves everything as it was and says why."""
+        try:
+            config = load_config(self.config_path, self.environ)
+            graph = self._build(config, previous=self.graph)
+            self._activate(graph, previous=self.graph)
+        except ConfigError as e:
+            for issue in e.issues:
+                self.events.emit(ENGINE, "CONFIG_RELOAD_FAILED", str(issue))
+            return False
+        except Exception as e:  # e.g. a new port already in use
+            self.events.emit(ENGINE, "CONFIG_RELOAD_FAILED", f"{type(e).__name__}: {e}")
+            log.failure("reload failed")
+            return False
+        self._configure_events(config)
+        self.events.emit(ENGINE, "CONFIG_RELOADED",
+                         f"{self.config_path} ({len(graph.reused)} bindings kept)")
+        return True
+
+    def _log_failure(self, failure: Failure, what: str) -> None:
+        log.failure("{what}", failure, what=what)
+
+
+def default_factory(build: Callable[[IAddress], IProtocol | None]) -> ConnectionFactory:
+    """A ConnectionFactory from a function; convenient for listener bindings."""
+    factory = Factory()
+    factory.buildProtocol = build  # type: ignore[method-assign,assignment]
+    return factory

@@ -1,0 +1,1 @@
+"""Telemetry: events (stdout exporter) now; metrics and the Prometheus exporter come later."""
