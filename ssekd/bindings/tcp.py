@@ -30,7 +30,7 @@ def expand_ports(value: Any) -> list[int]:
             lo_s, _, hi_s = str(item).partition("-")
             lo, hi = int(lo_s), int(hi_s or lo_s)
         if not (0 < lo <= hi <= 65535):
-            raise ValueError(f"{item!r} is not a port or range within 1-65535 (low to high)")
+            raise ValueError(f"a port or range within 1-65535, low to high; got {item!r}")
         ports.extend(p for p in range(lo, hi + 1) if p not in ports)
     return ports
 

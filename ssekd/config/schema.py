@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from functools import cache
 from importlib import resources
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
 from jsonschema import Draft202012Validator, ValidationError
 from referencing import Registry, Resource
@@ -82,18 +82,21 @@ def binding_schema(kind: KindSpec, type_name: str, kind_name: str) -> dict[str, 
     }
     if kind.exit == "required":
         # A binding that must lead somewhere needs a default exit or at least one route.
-        schema["anyOf"] = [{"required": ["exit"]}, {"required": ["routes"]}]
-        schema["x-expected"] = "an exit, or routes with exits"
+        schema["anyOf"] = [{"required": ["exit"], "x-expected": "an exit"},
+                           {"required": ["routes"], "x-expected": "routes with exits"}]
     return schema
 
 
 def _expected(error: ValidationError) -> str:
     """Turn a jsonschema error into 'expected …, got …' a person can act on."""
-    custom = error.schema.get("x-expected") if isinstance(error.schema, dict) else None
+    v, arg = error.validator, error.validator_value
+    # `x-expected` describes the value a schema wants; it does not explain a missing or an
+    # extra property, which are reported in their own words below.
+    custom = error.schema.get("x-expected") if isinstance(error.schema, dict) and \
+        v not in ("required", "additionalProperties", "propertyNames") else None
     got = _show(error.instance)
     if custom:
         return f"expected {custom}, got {got}"
-    v, arg = error.validator, error.validator_value
     if v == "type":
         kinds = arg if isinstance(arg, list) else [arg]
         return f"expected {' or '.join(kinds)}, got {got}"
@@ -149,6 +152,13 @@ def _issues(doc: Document, prefix: tuple[str | int, ...], data: Any,
         # Report the most specific cause of an anyOf failure when one alternative nearly fits.
         leaf = _deepest(error)
         path = prefix + tuple(leaf.absolute_path)
+        if leaf.validator == "additionalProperties" and isinstance(leaf.instance, dict):
+            # Point at the unexpected key itself: its line is the one to fix.
+            allowed = leaf.schema.get("properties", {})
+            extra = [k for k in leaf.instance if k not in allowed]
+            path += tuple(extra[:1])
+        elif "propertyNames" in leaf.absolute_schema_path and isinstance(leaf.instance, str):
+            path += (leaf.instance,)  # a bad name: point at the name, not at its section
         out.append(doc.issue(path, _expected(leaf)))
     return out
 
@@ -219,8 +229,3 @@ def full_schema(types: Mapping[str, BindingType]) -> dict[str, Any]:
     top["$defs"].update({uri.split(":", 1)[1].replace("/", "-"): doc
                          for uri, doc in files.items() if uri != "ssekd:zilla"})
     return top
-
-
-def iter_names(data: Any, section: str) -> Iterable[str]:
-    entries = data.get(section) if isinstance(data, dict) else None
-    return entries.keys() if isinstance(entries, dict) else ()
