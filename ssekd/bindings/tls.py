@@ -1,15 +1,403 @@
-"""tls server: placeholder registration until TLS lands (issue 4)."""
+"""tls server (SPEC §3): keys from a vault, SNI, ALPN, mutual TLS, routes by authority and alpn.
+
+Every key named in `options.keys` (or found through `options.signers`) gets one OpenSSL context,
+built when the binding is built and shared by all its connections. A connection starts on the
+first key's context; the SNI callback moves it to the context whose certificate names the
+requested host, so an unknown name (or none) is served by the first key.
+
+ALPN follows Zilla: the *client's* order decides, among the protocols listed in `alpn` that the
+exit reached for that protocol can speak (an exit's `versions`, e.g. an http binding limited to
+`[http/1.1]`, is respected). Zilla's seed config lists `http/1.1` before `h2`, and a browser must
+still get h2 from it - with server preference it would be held to six SSE streams per origin.
+Without `alpn`, no protocol is negotiated (HTTP/1.1).
+
+The exit is chosen after the handshake, when the server name and the protocol are known:
+`_Handshake` stands in as the TLS layer's application protocol until then, and then hands the
+decrypted stream to the exit's protocol. A handshake that fails (garbage, an old protocol
+version, a missing or untrusted client certificate) or stalls ends only its own connection, with
+one `BINDING_TLS_HANDSHAKE_FAILED` event line.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, cast
 
-from ssekd.bindings import BindingType, KindSpec
+from cryptography import x509
+from OpenSSL import SSL, crypto
+from twisted.internet.interfaces import (
+    IHandshakeListener,
+    IOpenSSLServerConnectionCreator,
+    IProtocol,
+)
+from twisted.internet.protocol import Factory, Protocol
+from twisted.logger import Logger
+from twisted.protocols.tls import TLSMemoryBIOFactory, TLSMemoryBIOProtocol
+from twisted.python.failure import Failure
+from zope.interface import implementer
+
+from ssekd.bindings import BindingType, ConnectionInfo, KindSpec, StreamBinding
 from ssekd.bindings._schemas import STRING_LIST
+from ssekd.config.errors import ConfigError, ConfigIssue
+from ssekd.config.model import Binding
+from ssekd.engine import BuildContext
+from ssekd.telemetry.events import EventLog
+from ssekd.vaults import FilesystemVault, StoreEntry, open_vault
+
+#: A client must finish its handshake within this many seconds (a stalled one holds a socket).
+HANDSHAKE_TIMEOUT = 10.0
+
+#: TLS 1.2 suites: forward-secret AEAD only, which is also what HTTP/2 requires (RFC 9113 §9.2.2).
+TLS12_CIPHERS = b"ECDHE+AESGCM:ECDHE+CHACHA20"
+
+HANDSHAKE_FAILED = "BINDING_TLS_HANDSHAKE_FAILED"
+
+_log = Logger()
 
 
-def _build(ctx: Any, binding: Any) -> object:
-    raise NotImplementedError("the tls binding is not built yet")
+def _pattern(value: str) -> re.Pattern[str]:
+    """A `when` value: `*` matches anything, the rest literally, case-insensitively."""
+    return re.compile("^" + ".*".join(re.escape(p) for p in value.split("*")) + "$", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class TlsCondition:
+    authority: re.Pattern[str] | None
+    alpn: re.Pattern[str] | None
+
+    def matches(self, authority: str | None, alpn: str | None) -> bool:
+        if self.authority is not None and (authority is None
+                                           or not self.authority.match(authority)):
+            return False
+        return self.alpn is None or (alpn is not None and bool(self.alpn.match(alpn)))
+
+
+@dataclass(frozen=True)
+class TlsRoute:
+    conditions: tuple[TlsCondition, ...]
+    exit: StreamBinding
+
+    def matches(self, authority: str | None, alpn: str | None) -> bool:
+        return not self.conditions or any(c.matches(authority, alpn) for c in self.conditions)
+
+
+@dataclass(frozen=True)
+class ServerKey:
+    """One key of the binding: its alias, the host names its certificate covers, its context."""
+
+    alias: str
+    names: tuple[str, ...]
+    context: SSL.Context
+
+    def covers(self, host: str) -> bool:
+        for name in self.names:
+            if name == host:
+                return True
+            if name.startswith("*.") and "." in host and host.split(".", 1)[1] == name[2:]:
+                return True
+        return False
+
+
+def certificate_names(cert: x509.Certificate) -> tuple[str, ...]:
+    """DNS names of the certificate (SAN, else CN), lower-case, for SNI matching."""
+    try:
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        names = [n.lower() for n in san.get_values_for_type(x509.DNSName)]
+    except x509.ExtensionNotFound:
+        names = []
+    if not names:
+        cns = cert.subject.get_attributes_for_oid(x509.oid.NameOID.COMMON_NAME)
+        names = [str(cns[0].value).lower()] if cns else []
+    return tuple(names)
+
+
+class TlsServer:
+    """Runtime of a tls server binding: a `StreamBinding` that wraps connections in TLS."""
+
+    def __init__(self, name: str, keys: Sequence[ServerKey], sni: Sequence[str] | None,
+                 alpn: Sequence[str] | None, routes: Sequence[TlsRoute],
+                 default: StreamBinding | None, events: EventLog, reactor: Any,
+                 handshake_timeout: float = HANDSHAKE_TIMEOUT) -> None:
+        self.name = name
+        self.keys = list(keys)
+        self.sni = {n.lower() for n in sni} if sni else None
+        self.alpn = tuple(alpn) if alpn else ()
+        self.routes = list(routes)
+        self.default = default
+        self.events = events
+        self.reactor = reactor
+        self.handshake_timeout = handshake_timeout
+        for key in self.keys:
+            key.context.set_tlsext_servername_callback(self._on_server_name)
+            if self.alpn:
+                key.context.set_alpn_select_callback(self._select_alpn)
+        # The wrapped factory is never asked for a protocol: `build_protocol` passes its own.
+        creator: Any = _ConnectionCreator(self.keys[0].context)
+        wrapped: Any = Factory()
+        self._factory = TLSMemoryBIOFactory(creator, False, wrapped, clock=reactor)
+
+    # -- per connection ------------------------------------------------------------------
+
+    def build_protocol(self, conn: ConnectionInfo) -> IProtocol | None:
+        protocol: Any = self._factory.protocol(self._factory, _Handshake(self, conn))
+        return cast(IProtocol, protocol)
+
+    def authority(self, connection: SSL.Connection) -> str | None:
+        """The SNI name when `sni` accepts it (no `sni` option: any name), else None."""
+        raw = connection.get_servername()
+        if not raw:
+            return None
+        host = raw.decode("ascii", "replace").lower()
+        return host if self.sni is None or host in self.sni else None
+
+    def key_for(self, host: str | None) -> ServerKey:
+        if host is not None:
+            for key in self.keys:
+                if key.covers(host):
+                    return key
+        return self.keys[0]
+
+    def route(self, authority: str | None, alpn: str | None) -> StreamBinding | None:
+        for route in self.routes:
+            if route.matches(authority, alpn):
+                return route.exit
+        return self.default
+
+    def _on_server_name(self, connection: SSL.Connection) -> None:
+        key = self.key_for(self.authority(connection))
+        if key.context is not connection.get_context():
+            connection.set_context(key.context)
+
+    def _select_alpn(self, connection: SSL.Connection, offered: list[bytes]) -> Any:
+        authority = self.authority(connection)
+        for raw in offered:
+            proto = raw.decode("ascii", "replace")
+            if proto not in self.alpn:
+                continue
+            exit_ = self.route(authority, proto)
+            versions = getattr(exit_, "versions", None)
+            if exit_ is not None and (versions is None or proto in versions):
+                return raw
+        return SSL.NO_OVERLAPPING_PROTOCOLS
+
+    def handshake_done(self, tls: TLSMemoryBIOProtocol, conn: ConnectionInfo) -> IProtocol | None:
+        """The exit's protocol for a connection whose handshake just completed."""
+        authority = self.authority(tls.getHandle())  # type: ignore[no-untyped-call]
+        negotiated = tls.negotiatedProtocol
+        alpn = negotiated.decode("ascii", "replace") if negotiated else None
+        exit_ = self.route(authority, alpn)
+        if exit_ is None:
+            return None
+        return exit_.build_protocol(ConnectionInfo(local=conn.local, peer=conn.peer, secure=True,
+                                                   server_name=authority, alpn=alpn))
+
+    def handshake_failed(self, conn: ConnectionInfo, why: str) -> None:
+        peer = conn.peer
+        where = f"{getattr(peer, 'host', peer)}:{getattr(peer, 'port', '')}"
+        self.events.emit(self.name, HANDSHAKE_FAILED, f"{where} {why}")
+
+
+@implementer(IOpenSSLServerConnectionCreator)
+class _ConnectionCreator:
+    """Every connection starts on the first key's context; SNI may move it (see TlsServer)."""
+
+    def __init__(self, context: SSL.Context) -> None:
+        self.context = context
+
+    def serverConnectionForTLS(self, protocol: TLSMemoryBIOProtocol) -> SSL.Connection:
+        return SSL.Connection(self.context, None)
+
+
+@implementer(IHandshakeListener)
+class _Handshake(Protocol):
+    """The TLS layer's application protocol until the handshake completes.
+
+    It then builds the exit's protocol (now that SNI and ALPN are known), puts it in its own
+    place under the TLS layer, so that the rest of the connection runs exactly as if the exit's
+    protocol had been there from the start, and connects it.
+    """
+
+    def __init__(self, server: TlsServer, conn: ConnectionInfo) -> None:
+        self.server = server
+        self.conn = conn
+        self._deadline: Any = None  # an IDelayedCall
+        self._reported = False
+
+    def connectionMade(self) -> None:
+        self._deadline = self.server.reactor.callLater(self.server.handshake_timeout,
+                                                       self._too_slow)
+
+    def handshakeCompleted(self) -> None:
+        self._disarm()
+        tls: Any = self.transport
+        assert isinstance(tls, TLSMemoryBIOProtocol)
+        try:
+            inner = self.server.handshake_done(tls, self.conn)
+        except Exception:  # noqa: BLE001 - a bug in an exit must cost one connection only
+            inner = None
+            _log.failure("tls {name}: building the exit's protocol",
+                         name=self.server.name)  # a bug in an exit; this connection only
+        if inner is None:
+            tls.loseConnection()  # type: ignore[no-untyped-call]
+            return
+        tls.wrappedProtocol = inner
+        cast(Any, inner).makeConnection(tls)
+
+    def dataReceived(self, data: bytes) -> None:
+        """Nothing arrives before the handshake completes; afterwards the exit gets it."""
+
+    def connectionLost(self, reason: Failure | None = None) -> None:
+        self._disarm()
+        error = reason.value if reason is not None else None
+        if not self._reported and isinstance(error, SSL.Error):
+            self._reported = True
+            self.server.handshake_failed(self.conn, _describe(error))
+
+    def _too_slow(self) -> None:
+        self._deadline = None
+        self._reported = True
+        self.server.handshake_failed(self.conn, f"handshake not completed within "
+                                                f"{self.server.handshake_timeout:g}s")
+        transport: Any = self.transport
+        if transport is not None:
+            transport.abortConnection()
+
+    def _disarm(self) -> None:
+        if self._deadline is not None and self._deadline.active():
+            self._deadline.cancel()
+        self._deadline = None
+
+
+def _describe(error: BaseException) -> str:
+    """OpenSSL's reason strings (`wrong version number`, `peer did not return a certificate`)."""
+    args = error.args[0] if error.args else None
+    if isinstance(args, list):
+        reasons = [str(item[2]) for item in args if isinstance(item, tuple) and len(item) == 3]
+        if reasons:
+            return "; ".join(reasons)
+    return str(error) or error.__class__.__name__
+
+
+# -- building --------------------------------------------------------------------------------
+
+
+def build_context(binding: str, entry: StoreEntry, trust: Sequence[x509.Certificate],
+                  mutual: str) -> SSL.Context:
+    """One server context for one key: TLS 1.2+, AEAD suites, the trust store when mutual."""
+    assert entry.key is not None
+    ctx = SSL.Context(SSL.TLS_SERVER_METHOD)
+    ctx.set_min_proto_version(SSL.TLS1_2_VERSION)
+    ctx.set_options(SSL.OP_NO_COMPRESSION | SSL.OP_CIPHER_SERVER_PREFERENCE
+                    | SSL.OP_NO_RENEGOTIATION)
+    ctx.set_cipher_list(TLS12_CIPHERS)
+    # Idle SSE connections are the common case: give their read/write buffers back.
+    ctx.set_mode(SSL.MODE_RELEASE_BUFFERS)
+    ctx.use_certificate(entry.certificate)
+    ctx.use_privatekey(entry.key)  # type: ignore[arg-type]
+    for cert in entry.chain:
+        if cert.issuer != cert.subject:  # roots are the client's business, not ours to send
+            ctx.add_extra_chain_cert(cert)
+    ctx.check_privatekey()
+    # Sessions must be tied to this binding, or OpenSSL refuses resumption once verify is on.
+    ctx.set_session_id(f"ssekd:{binding}"[:32].encode())
+    if mutual != "none":
+        store = ctx.get_cert_store()
+        assert store is not None
+        for cert in trust:
+            store.add_cert(crypto.X509.from_cryptography(cert))
+            ctx.add_client_ca(cert)
+        mode = SSL.VERIFY_PEER
+        if mutual == "required":
+            mode |= SSL.VERIFY_FAIL_IF_NO_PEER_CERT
+        ctx.set_verify(mode)
+    return ctx
+
+
+def _aliases(binding: Binding, ctx: BuildContext, vault: FilesystemVault, option: str, role: str,
+             issues: list[ConfigIssue]) -> list[StoreEntry]:
+    found = []
+    for i, alias in enumerate(binding.options.get(option) or ()):
+        entry = vault.entry(role, alias)
+        if entry is None or (role == "keys" and entry.key is None):
+            issues.append(ctx.issue(("bindings", binding.name, "options", option, i),
+                                    vault.missing(role, alias)))
+        else:
+            found.append(entry)
+    return found
+
+
+def _signed_keys(vault: FilesystemVault, signers: Sequence[StoreEntry]) -> list[StoreEntry]:
+    """Keys of the keys store whose certificate was issued by one of `signers` (as Zilla)."""
+    store = vault.stores.get("keys")
+    if store is None:
+        return []
+    subjects = {s.certificate.subject for s in signers}
+    return [e for e in store.entries.values() if e.key is not None
+            and (e.certificate.issuer in subjects
+                 or any(c.subject in subjects for c in e.chain))]
+
+
+def _build(ctx: BuildContext, binding: Binding) -> TlsServer:
+    options = binding.options
+    base: tuple[str | int, ...] = ("bindings", binding.name)
+    if binding.vault is None:
+        raise ConfigError([ctx.issue(base, f"tls server {binding.name!r} needs a `vault` "
+                                           f"holding its keys")])
+    vault = open_vault(ctx.config, binding.vault)
+    issues: list[ConfigIssue] = []
+    keys = _aliases(binding, ctx, vault, "keys", "keys", issues)
+    trust = _aliases(binding, ctx, vault, "trust", "trust", issues)
+    signers = _aliases(binding, ctx, vault, "signers", "signers", issues)
+    if issues:
+        raise ConfigError(issues)
+    if signers:
+        keys += [k for k in _signed_keys(vault, signers) if k not in keys]
+    if not options.get("keys") and not signers:
+        # Zilla's default when nothing is named: every key of the vault.
+        store = vault.stores.get("keys")
+        keys = [e for e in store.entries.values() if e.key is not None] if store else []
+    if not keys:
+        raise ConfigError([ctx.issue(base + ("options",), f"tls server {binding.name!r} has no "
+                                     f"key to serve with: vault {binding.vault!r} keys store "
+                                     f"holds no private key")])
+    mutual = options.get("mutual") or ("required" if trust else "none")
+    if mutual != "none" and not trust:
+        store = vault.stores.get("trust")
+        trust = list(store.entries.values()) if store else []
+        if not trust:
+            raise ConfigError([ctx.issue(base + ("options", "mutual"),
+                                         f"mutual: {mutual} needs trusted certificates: name "
+                                         f"them in `trust`, from vault {binding.vault!r}'s "
+                                         f"trust store")])
+    server_keys = []
+    for entry in keys:
+        try:
+            context = build_context(binding.name, entry, [t.certificate for t in trust], mutual)
+        except SSL.Error as e:
+            raise ConfigError([ctx.issue(base + ("options", "keys"),
+                                         f"key {entry.alias!r} of vault {binding.vault!r} "
+                                         f"cannot be used: {_describe(e)}")]) from e
+        server_keys.append(ServerKey(entry.alias, certificate_names(entry.certificate), context))
+
+    routes = []
+    for route in binding.routes:
+        conditions = tuple(
+            TlsCondition(_pattern(w["authority"]) if "authority" in w else None,
+                         _pattern(w["alpn"]) if "alpn" in w else None)
+            for w in route.when)
+        assert route.exit is not None
+        routes.append(TlsRoute(conditions, _stream_exit(ctx, route.exit)))
+    default = _stream_exit(ctx, binding.exit) if binding.exit else None
+    return TlsServer(binding.name, server_keys, options.get("sni"), options.get("alpn"),
+                     routes, default, ctx.events, ctx.reactor)
+
+
+def _stream_exit(ctx: BuildContext, name: str) -> StreamBinding:
+    exit_ = ctx.exit(name)
+    assert isinstance(exit_, StreamBinding)
+    return exit_
 
 
 OPTIONS = {"type": "object", "additionalProperties": False, "properties": {
@@ -30,3 +418,5 @@ BINDING = BindingType("tls", {
             "authority": {"type": "string"}, "alpn": {"type": "string"}}},
     ),
 })
+
+__all__ = ["BINDING", "TlsServer", "build_context", "certificate_names"]
