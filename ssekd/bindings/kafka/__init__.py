@@ -1,30 +1,80 @@
-"""kafka bindings: placeholder registration until the streaming core lands (issue 3)."""
+"""kafka bindings: client (talks to the cluster), cache_server (per-topic caches), cache_client.
+
+cache_server options (SPEC §8, plus ssekd's cache bounds):
+
+- `bootstrap: [topic]` consumed from start-up, before any stream asks;
+- `topics: [{name, defaultOffset: live|historical}]`;
+- `cache: {max-messages, max-bytes, max-age}` per topic, defaults 100000 messages, 67108864
+  bytes (64 MiB), 3600 seconds (age by record timestamp; not applied to compacted topics).
+
+client options: `servers`, `sasl`, and `properties`, librdkafka consumer properties passed as
+they are (e.g. `fetch.wait.max.ms: 10` for low latency against a broker that does not answer a
+waiting fetch early).
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ssekd.bindings import BindingType, KindSpec
+from ssekd.bindings.kafka.cache import CacheClient, CacheServer
+from ssekd.bindings.kafka.client import ClientSettings, KafkaClient
+from ssekd.bindings.kafka.topic_log import CacheBounds
+
+if TYPE_CHECKING:
+    from ssekd.config.model import Binding
+
+__all__ = ["BINDING", "CacheBounds", "CacheClient", "CacheServer", "ClientSettings",
+           "KafkaClient"]
+
+DEFAULT_SERVERS = ("localhost:9092",)
 
 
-def _build(ctx: Any, binding: Any) -> object:
-    raise NotImplementedError("the kafka bindings are not built yet")
+def _build_client(ctx: Any, binding: Binding) -> KafkaClient:
+    opts = binding.options
+    settings = ClientSettings(servers=tuple(opts.get("servers", DEFAULT_SERVERS)),
+                              sasl=opts.get("sasl"), properties=dict(opts.get("properties", {})))
+    return KafkaClient(ctx.reactor, settings, binding.name,
+                       lambda name, detail: ctx.events.emit(binding.name, name, detail))
+
+
+def _build_cache_server(ctx: Any, binding: Binding) -> CacheServer:
+    assert binding.exit is not None
+    opts = binding.options
+    c = opts.get("cache", {})
+    defaults = CacheBounds()
+    bounds = CacheBounds(max_messages=int(c.get("max-messages", defaults.max_messages)),
+                         max_bytes=int(c.get("max-bytes", defaults.max_bytes)),
+                         max_age_seconds=float(c.get("max-age", defaults.max_age_seconds)))
+    live = [t["name"] for t in opts.get("topics", ()) if t.get("defaultOffset") == "live"]
+    return CacheServer(ctx.reactor, ctx.exit(binding.exit), binding.name, ctx.events,
+                       bootstrap=opts.get("bootstrap", ()), live_topics=live, bounds=bounds)
+
+
+def _build_cache_client(ctx: Any, binding: Binding) -> CacheClient:
+    assert binding.exit is not None
+    return CacheClient(ctx.exit(binding.exit))
 
 
 BINDING = BindingType("kafka", {
-    "cache_client": KindSpec(role="kafka", build=_build, exit="required", exit_roles=("kafka",),
-                             options={"type": "object"}),
+    "cache_client": KindSpec(role="kafka", build=_build_cache_client, exit="required",
+                             exit_roles=("kafka",), options={"type": "object"}),
     "cache_server": KindSpec(
-        role="kafka", build=_build, exit="required", exit_roles=("kafka",),
+        role="kafka", build=_build_cache_server, exit="required", exit_roles=("kafka",),
         options={"type": "object", "additionalProperties": False, "properties": {
             "bootstrap": {"type": "array", "items": {"type": "string", "minLength": 1}},
             "topics": {"type": "array", "items": {
                 "type": "object", "additionalProperties": False, "required": ["name"],
                 "properties": {"name": {"type": "string", "minLength": 1},
                                "defaultOffset": {"enum": ["live", "historical"]}}}},
+            "cache": {"type": "object", "additionalProperties": False, "properties": {
+                "max-messages": {"type": "integer", "minimum": 1},
+                "max-bytes": {"type": "integer", "minimum": 1},
+                "max-age": {"type": "number", "exclusiveMinimum": 0},
+            }},
         }}),
     "client": KindSpec(
-        role="kafka", build=_build, exit="optional", exit_roles=("outbound",),
+        role="kafka", build=_build_client, exit="optional", exit_roles=("outbound",),
         options={"type": "object", "additionalProperties": False, "properties": {
             "servers": {"type": "array", "minItems": 1,
                         "items": {"type": "string", "pattern": r"^[^:\s]+:[0-9]{1,5}$",
@@ -34,5 +84,7 @@ BINDING = BindingType("kafka", {
                      "properties": {
                          "mechanism": {"enum": ["plain", "scram-sha-256", "scram-sha-512"]},
                          "username": {"type": "string"}, "password": {"type": "string"}}},
+            "properties": {"type": "object", "additionalProperties": {
+                "type": ["string", "integer", "number", "boolean"]}},
         }}),
 })

@@ -1,0 +1,184 @@
+"""kafka cache_server and cache_client: one `TopicCache` per topic, shared by every stream.
+
+The cache_server owns the caches and asks its kafka client to consume each topic once, however
+many streams read it (SPEC §8); `bootstrap` topics are consumed from start-up. The cache_client
+is what sse-kafka routes exit to; it hands subscriptions to its cache_server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from twisted.application.service import Service
+from twisted.internet.defer import Deferred
+
+from ssekd.bindings.kafka.client import FetchResult, KafkaClient
+from ssekd.bindings.kafka.message import Message
+from ssekd.bindings.kafka.subscription import (
+    CatchUp,
+    EventEncoder,
+    EventSink,
+    Start,
+    Subscription,
+    TailGroup,
+)
+from ssekd.bindings.kafka.topic_log import CacheBounds, TopicLog
+from ssekd.progress import ProgressState
+
+
+class TopicCache:
+    """The log of one topic plus everyone reading it; fed by the client's tail consumer."""
+
+    def __init__(self, server: CacheServer, topic: str, bounds: CacheBounds,
+                 live: bool) -> None:
+        self.server = server
+        self.reactor = server.reactor
+        self.topic = topic
+        self.log = TopicLog(topic, bounds)
+        #: defaultOffset: live - new streams without an id start at the end.
+        self.live = live
+        self.groups: dict[Any, TailGroup] = {}
+        self.lagging: set[Subscription] = set()
+
+    # -- fed by the kafka client (reactor thread) ----------------------------------------------
+
+    def on_metadata(self, partitions: int, compacted: bool | None) -> None:
+        self.log.partition_count = partitions
+        if compacted is not None and not self.log.count:
+            self.log.compacted = compacted
+        self._wake()
+
+    def on_records(self, records: list[Message]) -> None:
+        fresh = self.log.append(records, self.reactor.seconds())
+        if fresh and self.groups:
+            for g in list(self.groups.values()):
+                data = g.encoder.encode(fresh, g.progress, None)
+                if data:
+                    for s in list(g.members):
+                        s.write(data)
+            self._regroup()
+        self._wake()
+
+    def on_end(self, partition: int, next_offset: int) -> None:
+        self.log.reached_end(partition, next_offset)
+        self._wake()
+
+    # -- subscriptions ---------------------------------------------------------------------
+
+    def subscribe(self, encoder: EventEncoder, sink: EventSink, start: Start) -> Subscription:
+        live = start.positions is None and start.since_ms is None and self.live
+        progress = ProgressState(start.positions or {})
+        if live:
+            for p, part in self.log.partitions.items():
+                if part.live_from is not None:
+                    progress.set(p, part.next)
+        catch_up = None
+        if start.since_ms is not None or start.positions is None:
+            catch_up = CatchUp(self.log, start.since_ms, fresh=start.positions is None)
+        s = Subscription(self, encoder, sink, progress, live, catch_up)
+        self.lagging.add(s)
+        s.schedule()
+        return s
+
+    def join_tail(self, s: Subscription) -> None:
+        self.lagging.discard(s)
+        key = (s.encoder.key, s.progress.key())
+        g = self.groups.get(key)
+        if g is None:
+            g = self.groups[key] = TailGroup(s.encoder, s.progress)
+        g.members[s] = None
+        s.group = g
+
+    def drop_group(self, g: TailGroup) -> None:
+        for k, v in list(self.groups.items()):
+            if v is g:
+                del self.groups[k]
+
+    def forget(self, s: Subscription) -> None:
+        self.lagging.discard(s)
+
+    def fetch(self, partition: int, offset: int, limit: int) -> Deferred[FetchResult]:
+        return self.server.client.fetch(self.topic, partition, offset, limit)
+
+    def history_unavailable(self, partition: int, offset: int, error: str | None) -> None:
+        self.server.event("BINDING_KAFKA_HISTORY_UNAVAILABLE",
+                          f"{self.topic} partition {partition} offset {offset}: {error}")
+
+    def _regroup(self) -> None:
+        """Merge groups whose positions became equal (they would write identical bytes)."""
+        merged: dict[Any, TailGroup] = {}
+        for g in self.groups.values():
+            if not g.members:
+                continue
+            key = g.key()
+            into = merged.get(key)
+            if into is None:
+                merged[key] = g
+            else:
+                for s in g.members:
+                    s.group = into
+                    into.members[s] = None
+        self.groups = merged
+
+    def _wake(self) -> None:
+        for s in list(self.lagging):
+            s.schedule()
+
+    @property
+    def subscribers(self) -> int:
+        return len(self.lagging) + sum(len(g.members) for g in self.groups.values())
+
+
+class CacheServer(Service):
+    """Runtime of a `kafka` binding of kind `cache_server`."""
+
+    def __init__(self, reactor: Any, client: KafkaClient, binding: str, events: Any,
+                 bootstrap: Iterable[str] = (), live_topics: Iterable[str] = (),
+                 bounds: CacheBounds | None = None,
+                 topic_bounds: Mapping[str, CacheBounds] | None = None) -> None:
+        self.reactor = reactor
+        self.client = client
+        self.binding = binding
+        self.events = events
+        self.bootstrap = tuple(bootstrap)
+        self.live_topics = frozenset(live_topics)
+        self.bounds = bounds or CacheBounds()
+        self.topic_bounds = dict(topic_bounds or {})
+        self.topics: dict[str, TopicCache] = {}
+
+    def event(self, name: str, detail: str) -> None:
+        self.events.emit(self.binding, name, detail)
+
+    def startService(self) -> None:
+        super().startService()  # type: ignore[no-untyped-call]
+        for topic in self.bootstrap:
+            self.topic(topic)
+
+    def topic(self, name: str) -> TopicCache:
+        """The cache of `name`, consuming it from now on if it was not yet."""
+        cache = self.topics.get(name)
+        if cache is None:
+            live = name in self.live_topics
+            cache = self.topics[name] = TopicCache(
+                self, name, self.topic_bounds.get(name, self.bounds), live)
+            self.client.consume(name, cache, from_end=live and name not in self.bootstrap)
+        return cache
+
+    def subscribe(self, topic: str, encoder: EventEncoder, sink: EventSink,
+                  start: Start) -> Subscription:
+        return self.topic(topic).subscribe(encoder, sink, start)
+
+
+class CacheClient:
+    """Runtime of a `kafka` binding of kind `cache_client`: sse-kafka's way into the cache."""
+
+    def __init__(self, server: CacheServer) -> None:
+        self.server = server
+
+    def subscribe(self, topic: str, encoder: EventEncoder, sink: EventSink,
+                  start: Start) -> Subscription:
+        return self.server.subscribe(topic, encoder, sink, start)
+
+    def topic(self, name: str) -> TopicCache:
+        return self.server.topic(name)

@@ -1,0 +1,67 @@
+"""One Kafka record as the cache keeps it: immutable, small, shared by every subscriber."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+Headers = tuple[tuple[str, bytes | None], ...]
+
+_OVERHEAD = 120  # bytes of object overhead counted per message against the cache's byte bound
+
+
+class Message:
+    """A record of one topic partition.
+
+    `seq` orders messages of a topic as the cache received them (across partitions), so a
+    catch-up read interleaves partitions the way the tail did. `size` is what the message
+    costs the cache's byte bound.
+    """
+
+    __slots__ = (
+        "headers",
+        "key",
+        "offset",
+        "partition",
+        "replaced",
+        "seq",
+        "size",
+        "timestamp",
+        "value",
+    )
+
+    def __init__(self, partition: int, offset: int, key: bytes | None, value: bytes | None,
+                 headers: Headers = (), timestamp: int = 0, seq: int = 0) -> None:
+        self.partition = partition
+        self.offset = offset
+        self.key = key
+        self.value = value
+        self.headers = headers
+        self.timestamp = timestamp
+        self.seq = seq
+        self.size = (_OVERHEAD + (len(key) if key else 0) + (len(value) if value else 0)
+                     + sum(len(n) + (len(v) if v else 0) for n, v in headers))
+        #: True once a newer record with the same key replaced it in a compacted cache.
+        self.replaced = False
+
+    @property
+    def tombstone(self) -> bool:
+        return self.value is None
+
+    def header(self, name: str) -> bytes | None:
+        """The value of the first header called `name` (SPEC §7: the etag is the first)."""
+        for n, v in self.headers:
+            if n == name:
+                return v
+        return None
+
+    def __repr__(self) -> str:
+        return f"Message(p={self.partition}, o={self.offset}, key={self.key!r})"
+
+
+def from_confluent(record: Any) -> Message:
+    """Convert a confluent_kafka.Message (called on the consumer thread)."""
+    raw: Sequence[tuple[str, bytes | None]] | None = record.headers()
+    ts_type, ts = record.timestamp()
+    return Message(record.partition(), record.offset(), record.key(), record.value(),
+                   tuple(raw) if raw else (), ts if ts_type else 0)

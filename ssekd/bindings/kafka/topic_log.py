@@ -1,0 +1,233 @@
+"""The bounded in-memory log of one topic: what late and reconnecting subscribers read from.
+
+Each partition keeps its records in offset order; the topic keeps them in arrival order (`seq`)
+to evict the oldest first and to interleave partitions in catch-up reads as the tail did. The
+log is bounded by count, bytes and age (`CacheBounds`); eviction moves a partition's `start` so a
+subscriber positioned before it knows to read from Kafka instead. For compacted topics only the
+latest record of each key stays (a tombstone stays as the key's latest record, so a subscriber
+resuming from an older position still learns of the delete).
+
+Everything here runs on the reactor thread.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+from collections import deque
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from itertools import islice
+
+from ssekd.bindings.kafka.message import Message
+
+
+@dataclass(frozen=True)
+class CacheBounds:
+    """Per-topic limits of the cache (cache_server `options.cache`).
+
+    Defaults: 100,000 messages, 64 MiB (payload + headers + ~120 bytes overhead each), one hour
+    of age by record timestamp. Age does not apply to compacted topics: a key's latest value may
+    be old and still be the current state.
+    """
+
+    max_messages: int = 100_000
+    max_bytes: int = 64 * 1024 * 1024
+    max_age_seconds: float = 3600.0
+
+
+class PartitionLog:
+    """Records of one partition held in memory, contiguous from `start`.
+
+    `start` is the lowest offset from which the cache holds every record still relevant (all of
+    them, or the latest per key when compacted); a position below it must be read from Kafka.
+    `next` is one past the highest offset fetched. `origin` is where the cache began fetching.
+    `live_from` is `next` when the consumer first reached the end of the partition.
+    """
+
+    __slots__ = ("head", "holes", "live_from", "next", "origin", "partition", "records", "start")
+
+    def __init__(self, partition: int, origin: int) -> None:
+        self.partition = partition
+        self.records: list[Message] = []
+        self.head = 0
+        self.start = origin
+        self.next = origin
+        self.origin = origin
+        self.live_from: int | None = None
+        self.holes = 0
+
+    def __len__(self) -> int:
+        return len(self.records) - self.head
+
+    def index_of(self, offset: int) -> int:
+        """Index in `records` of the first record at or after `offset`."""
+        return bisect.bisect_left(self.records, offset, lo=self.head, key=_offset)
+
+    def iter_from(self, offset: int) -> Iterator[Message]:
+        """Records at or after `offset`, skipping ones a newer record of the same key replaced."""
+        records = self.records
+        for i in range(self.index_of(offset), len(records)):
+            m = records[i]
+            if not m.replaced:
+                yield m
+
+    def last_offset(self) -> int | None:
+        return self.records[-1].offset if len(self.records) > self.head else None
+
+    def _pop_head(self) -> Message:
+        m = self.records[self.head]
+        self.head += 1
+        if m.replaced:
+            self.holes -= 1
+        # drop the consumed prefix now and then; amortised O(1) per record
+        if self.head > 1024 and self.head * 2 > len(self.records):
+            del self.records[:self.head]
+            self.head = 0
+        return m
+
+    def _squeeze(self) -> None:
+        """Drop replaced records when they are most of the list (compacted topics)."""
+        if self.holes > 1024 and self.holes * 2 > len(self.records) - self.head:
+            self.records = [m for m in self.records[self.head:] if not m.replaced]
+            self.head = 0
+            self.holes = 0
+
+
+def _offset(m: Message) -> int:
+    return m.offset
+
+
+class TopicLog:
+    """The cache of one topic."""
+
+    def __init__(self, topic: str, bounds: CacheBounds, compacted: bool = False) -> None:
+        self.topic = topic
+        self.bounds = bounds
+        self.compacted = compacted
+        self.partitions: dict[int, PartitionLog] = {}
+        #: Partition count from the broker's metadata, when known (to reject ids naming others).
+        self.partition_count: int | None = None
+        self.count = 0
+        self.bytes = 0
+        self.seq = 0
+        self._arrival: deque[Message] = deque()
+        self._latest: dict[tuple[int, bytes], Message] = {}
+
+    # -- writing (from the consumer's batches) -------------------------------------------------
+
+    def partition(self, p: int, origin: int) -> PartitionLog:
+        part = self.partitions.get(p)
+        if part is None:
+            part = self.partitions[p] = PartitionLog(p, origin)
+        return part
+
+    def append(self, messages: Iterable[Message], now: float) -> list[Message]:
+        """Add records fetched from Kafka; return those that are new (in order), then evict.
+
+        A record at an offset the log already passed (a re-fetch after the consumer reconnects)
+        is dropped here, so subscribers never see it twice.
+        """
+        fresh: list[Message] = []
+        for m in messages:
+            part = self.partitions.get(m.partition)
+            if part is None:
+                part = self.partition(m.partition, m.offset)
+            elif m.offset < part.next:
+                continue
+            self.seq += 1
+            m.seq = self.seq
+            part.records.append(m)
+            part.next = m.offset + 1
+            self._arrival.append(m)
+            self.count += 1
+            self.bytes += m.size
+            if self.compacted and m.key is not None:
+                k = (m.partition, m.key)
+                old = self._latest.get(k)
+                if old is not None:
+                    old.replaced = True
+                    part.holes += 1
+                    self.count -= 1
+                    self.bytes -= old.size
+                self._latest[k] = m
+            fresh.append(m)
+        if self.compacted:
+            for part in self.partitions.values():
+                part._squeeze()
+        self.evict(now)
+        return fresh
+
+    def reached_end(self, p: int, next_offset: int) -> None:
+        """The consumer reached the end of partition `p`; `next_offset` came with fetched data."""
+        part = self.partition(p, next_offset)
+        if next_offset > part.next and part.next == part.start:
+            # nothing held yet for this partition: the cache is complete from here
+            part.start = next_offset
+        part.next = max(part.next, next_offset)
+        if part.live_from is None:
+            part.live_from = part.next
+
+    def evict(self, now: float) -> None:
+        """Drop the oldest records until the log is within its bounds."""
+        b = self.bounds
+        oldest_ms = (now - b.max_age_seconds) * 1000.0
+        arrival = self._arrival
+        while arrival:
+            m = arrival[0]
+            if m.replaced:
+                self._drop_replaced(arrival.popleft())
+                continue
+            over = self.count > b.max_messages or self.bytes > b.max_bytes
+            if not over and (self.compacted or not m.timestamp or m.timestamp >= oldest_ms):
+                break
+            arrival.popleft()
+            part = self.partitions[m.partition]
+            self._advance_head(part, m)
+            self.count -= 1
+            self.bytes -= m.size
+            if self.compacted and m.key is not None:
+                k = (m.partition, m.key)
+                if self._latest.get(k) is m:
+                    del self._latest[k]
+
+    def _drop_replaced(self, m: Message) -> None:
+        part = self.partitions[m.partition]
+        if len(part) and part.records[part.head] is m:
+            part._pop_head()
+
+    def _advance_head(self, part: PartitionLog, m: Message) -> None:
+        # replaced records ahead of m in this partition go with it (they are older)
+        while len(part):
+            head = part._pop_head()
+            if head is m:
+                break
+        part.start = m.offset + 1
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def historical_start(self, p: int) -> int:
+        """Where a stream with no position for `p` starts (SPEC §7: all the cache holds).
+
+        For a compacted topic that is the beginning of the topic, so a late subscriber gets the
+        whole current state even when the cache evicted part of it (read back from Kafka).
+        """
+        part = self.partitions[p]
+        return part.origin if self.compacted else part.start
+
+    def read(self, positions: dict[int, int], limit: int) -> list[Message]:
+        """Up to `limit` cached records at or after each partition's position, in arrival order.
+
+        The caller makes sure every position is at or above its partition's `start`.
+        """
+        iters = [islice(part.iter_from(positions[p]), limit)
+                 for p, part in self.partitions.items() if p in positions and len(part)]
+        if not iters:
+            return []
+        if len(iters) == 1:
+            return list(iters[0])
+        return list(islice(heapq.merge(*iters, key=_seq), limit))
+
+
+def _seq(m: Message) -> int:
+    return m.seq

@@ -1,0 +1,124 @@
+"""sse server: answers GET requests with text/event-stream responses (SPEC §6).
+
+It owns the HTTP side of a stream - method check, last event id (header, else `lastEventId`
+query parameter, at most 254 characters), response headers, `retry:`, keepalive - and hands the
+rest to its exit, an *events* binding (sse-kafka), through `EventStreams.open`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+from urllib.parse import unquote_to_bytes
+
+from twisted.application.service import Service
+from twisted.web.server import NOT_DONE_YET, Request
+
+from ssekd.bindings import HttpContext
+from ssekd.bindings.sse.stream import EventsHandle, SseStream
+from ssekd.bindings.sse.wire import retry_field
+from ssekd.progress import MAX_ID_LENGTH
+
+DEFAULT_MAX_IDLE = 15.0
+
+
+@dataclass
+class StreamRequest:
+    """What an events binding needs to open a stream."""
+
+    #: The request path without its query string (still percent-encoded).
+    path: str
+    #: Last event id from the `Last-Event-ID` header or `lastEventId` query parameter, or None.
+    last_event_id: str | None
+    #: Decoded query parameters (first value of each).
+    query: Mapping[str, str] = field(default_factory=dict)
+    context: HttpContext | None = None
+    #: Short description for events: "GET /path".
+    describe: str = ""
+
+
+class EventStreams(Protocol):
+    """An events binding (role `events`)."""
+
+    def open(self, request: StreamRequest, sink: SseStream) -> EventsHandle | int:
+        """Start feeding `sink`, or return an HTTP status to answer instead (400, 404)."""
+
+
+def _text(raw: bytes) -> str:
+    """Client bytes as text for ids and events: UTF-8 where valid, never an exception."""
+    return raw.decode("utf-8", errors="replace")
+
+
+def query_params(uri: bytes) -> dict[str, str]:
+    """First value of each query parameter, percent-decoded; tolerant of any bytes."""
+    out: dict[str, str] = {}
+    _, sep, qs = uri.partition(b"?")
+    if not sep:
+        return out
+    for pair in qs.split(b"&"):
+        if not pair:
+            continue
+        name, _, value = pair.partition(b"=")
+        key = _text(unquote_to_bytes(name.replace(b"+", b" ")))
+        if key not in out:
+            out[key] = _text(unquote_to_bytes(value.replace(b"+", b" ")))
+    return out
+
+
+class SseServer(Service):
+    """Runtime of an `sse` binding of kind `server`."""
+
+    def __init__(self, name: str, events: EventStreams, clock: Any, log: Any,
+                 retry: int | None = None, max_idle: float = DEFAULT_MAX_IDLE) -> None:
+        self.name = name
+        self.events = events
+        self.clock: Any = clock  # an IReactorTime (a MemoryReactorClock in tests)
+        self.log = log
+        self.retry = retry
+        self.max_idle = max_idle
+        #: Open streams (insertion-ordered), to end them all on stop.
+        self.streams: dict[SseStream, None] = {}
+
+    def render(self, request: Request, ctx: HttpContext) -> bytes | int:
+        req: Any = request  # twisted.web is untyped for mypy
+        path = _text(request.path)
+        if request.method != b"GET":
+            return self._reject(request, 405, f"{_text(request.method)} {path}",
+                                ((b"Allow", b"GET"),))
+        query = query_params(request.uri)
+        raw = request.getHeader(b"last-event-id")
+        last_id: str | None = None
+        if raw is not None:
+            last_id = _text(raw if isinstance(raw, bytes) else str(raw).encode("utf-8"))
+        elif "lastEventId" in query:
+            last_id = query["lastEventId"]
+        if last_id is not None and len(last_id) > MAX_ID_LENGTH:
+            return self._reject(request, 400, f"GET {path} last event id of {len(last_id)} chars")
+        stream = SseStream(self, request)
+        result = self.events.open(
+            StreamRequest(path, last_id, query, ctx, f"GET {path}"), stream)
+        if isinstance(result, int):
+            return self._reject(request, result, f"GET {path}")
+        req.setResponseCode(200)
+        req.setHeader(b"Content-Type", b"text/event-stream")
+        req.setHeader(b"Cache-Control", b"no-store")
+        req.setHeader(b"X-Accel-Buffering", b"no")
+        self.streams[stream] = None
+        stream.start(result, retry_field(self.retry) if self.retry is not None else b"")
+        return NOT_DONE_YET
+
+    def _reject(self, request: Any, code: int, detail: str,
+                headers: tuple[tuple[bytes, bytes], ...] = ()) -> bytes:
+        request.setResponseCode(code)
+        for name, value in headers:
+            request.setHeader(name, value)
+        request.setHeader(b"Content-Length", b"0")
+        self.log.emit(self.name, "BINDING_SSE_REQUEST_REJECTED", f"{code} {detail}")
+        return b""
+
+    def stopService(self) -> None:
+        """End every open stream with a finished 200, so browsers reconnect elsewhere/later."""
+        super().stopService()  # type: ignore[no-untyped-call]
+        for stream in list(self.streams):
+            stream.end()

@@ -1,0 +1,33 @@
+"""The text/event-stream wire format, as Zilla writes it (SPEC §6).
+
+Field order `id:`, `event:`, then one `data:` line per payload line, then a blank line; no space
+after the colon. Payload lines are split at LF, CR LF and lone CR alike: a browser ends a field
+line at any of them, so a lone CR left inside a `data:` line would start a bogus field.
+"""
+
+from __future__ import annotations
+
+import re
+
+KEEPALIVE = b":\n\n"
+_LINES = re.compile(rb"\r\n|\r|\n")
+
+
+def retry_field(ms: int) -> bytes:
+    return b"retry:%d\n\n" % ms
+
+
+def event_bytes(event_id: str | None, event: str | None, data: bytes | None) -> bytes:
+    """One event. `data` None writes no data line (a delete of a null key)."""
+    out = []
+    if event_id is not None:
+        out.append(b"id:" + event_id.encode("utf-8") + b"\n")
+    if event is not None:
+        out.append(b"event:" + event.encode("utf-8") + b"\n")
+    if data is not None:
+        if b"\n" in data or b"\r" in data:
+            out.extend(b"data:" + line + b"\n" for line in _LINES.split(data))
+        else:
+            out.append(b"data:" + data + b"\n")
+    out.append(b"\n")
+    return b"".join(out)

@@ -1,0 +1,88 @@
+"""Kafka records to SSE events for one (topic, filters, id format): `KafkaEventEncoder`.
+
+One encoder object is shared by every stream of the same route and filters, and the cache
+encodes each record once per group of streams at the same position (see
+`ssekd.bindings.kafka.subscription`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+
+from ssekd.bindings.kafka.message import Message
+from ssekd.bindings.kafka.subscription import CatchUp
+from ssekd.bindings.sse.wire import event_bytes
+from ssekd.progress import (
+    ETAG_FORMAT,
+    MAX_ID_LENGTH,
+    ProgressState,
+    b64url,
+    clean_etag,
+    format_event_id,
+)
+
+
+@dataclass(frozen=True)
+class Filter:
+    """All of: key equal (when given) and each header present with that value (SPEC §7)."""
+
+    key: bytes | None = None
+    headers: tuple[tuple[str, bytes], ...] = ()
+
+    def matches(self, m: Message) -> bool:
+        if self.key is not None and m.key != self.key:
+            return False
+        for name, value in self.headers:
+            if not any(n == name and v == value for n, v in m.headers):
+                return False
+        return True
+
+
+class KafkaEventEncoder:
+    """Encodes records as `id:`/`event:`/`data:` events, advancing a stream's progress."""
+
+    __slots__ = ("_key", "filters", "id_format", "topic")
+
+    def __init__(self, topic: str, filters: tuple[Filter, ...] = (),
+                 id_format: str = ETAG_FORMAT) -> None:
+        self.topic = topic
+        self.filters = filters
+        self.id_format = id_format
+        self._key: Hashable = (topic, filters, id_format)
+
+    @property
+    def key(self) -> Hashable:
+        return self._key
+
+    def matches(self, m: Message) -> bool:
+        """Filters are any-of; a route with no filters takes everything."""
+        return not self.filters or any(f.matches(m) for f in self.filters)
+
+    def encode(self, records: Sequence[Message], progress: ProgressState,
+               catch_up: CatchUp | None) -> bytes:
+        out: list[bytes] = []
+        offsets = progress.offsets
+        fmt = self.id_format
+        filtered = bool(self.filters)
+        for m in records:
+            p = m.partition
+            pos = offsets.get(p)
+            if pos is not None and m.offset < pos:
+                continue  # already passed: never twice
+            progress.set(p, m.offset + 1)
+            if filtered and not self.matches(m):
+                continue
+            if catch_up is not None and not catch_up.admits(m):
+                continue
+            etag = clean_etag(m.header("etag")) if m.headers else None
+            event_id = format_event_id(fmt, progress.token(), etag, m.key)
+            if etag is not None and len(event_id) > MAX_ID_LENGTH:
+                # a browser would send it back and get 400: keep the id resumable instead
+                event_id = format_event_id(fmt, progress.token(), None, m.key)
+            if m.value is None:
+                out.append(event_bytes(event_id, "delete",
+                                       None if m.key is None else b64url(m.key).encode()))
+            else:
+                out.append(event_bytes(event_id, None, m.value))
+        return b"".join(out)

@@ -1,0 +1,175 @@
+"""sse-kafka proxy: which topic, filters and id format a stream gets, and where it starts.
+
+Routes match the path (query string already removed by sse): `{name}` captures one segment,
+`*` matches anything. `with` values may use `${params.name}` and
+`${guarded['guard'].identity}`. The first matching route wins; none is 404.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Protocol
+from urllib.parse import unquote
+
+from ssekd.bindings.kafka.subscription import EventEncoder, EventSink, Start, Subscription
+from ssekd.bindings.sse.server import StreamRequest
+from ssekd.bindings.sse_kafka.encoder import Filter, KafkaEventEncoder
+from ssekd.progress import ETAG_FORMAT, UndecodableId, parse_last_event_id
+
+#: Kafka's own rule for topic names; anything else from a path is a 404, not a consumer.
+_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+_PARAM = re.compile(r"\$\{params\.([A-Za-z0-9_]+)\}")
+_GUARDED = re.compile(r"""\$\{guarded\[['"]([A-Za-z0-9._-]+)['"]\]\.identity\}""")
+
+
+class Cache(Protocol):
+    """The kafka cache_client, as sse-kafka uses it."""
+
+    def subscribe(self, topic: str, encoder: EventEncoder, sink: EventSink,
+                  start: Start) -> Subscription: ...
+
+    def topic(self, name: str) -> Any: ...
+
+
+class PathPattern:
+    """A route's `when.path`: literal text, `{name}` one segment, `*` anything."""
+
+    def __init__(self, pattern: str) -> None:
+        self.pattern = pattern
+        parts: list[str] = []
+        for token in re.split(r"(\{[A-Za-z0-9_]+\}|\*)", pattern):
+            if token == "*":
+                parts.append(".*")
+            elif token.startswith("{") and token.endswith("}"):
+                parts.append(f"(?P<{token[1:-1]}>[^/]+)")
+            else:
+                parts.append(re.escape(token))
+        self.regex = re.compile("^" + "".join(parts) + "$", re.DOTALL)
+
+    def match(self, path: str) -> dict[str, str] | None:
+        m = self.regex.match(path)
+        if m is None:
+            return None
+        return {k: unquote(v) for k, v in m.groupdict().items()}
+
+
+@dataclass(frozen=True)
+class SseKafkaRoute:
+    patterns: tuple[PathPattern, ...]
+    exit: str
+    with_: Mapping[str, Any] | None
+
+
+class Unresolvable(ValueError):
+    """A `with` value refers to something this request does not have."""
+
+
+def substitute(value: str, params: Mapping[str, str], sessions: Mapping[str, Any]) -> str:
+    def param(m: re.Match[str]) -> str:
+        if m.group(1) not in params:
+            raise Unresolvable(f"no path parameter {m.group(1)}")
+        return params[m.group(1)]
+
+    def identity(m: re.Match[str]) -> str:
+        session = sessions.get(m.group(1))
+        ident = getattr(session, "identity", None)
+        if ident is None:
+            raise Unresolvable(f"no identity for guard {m.group(1)}")
+        return str(ident)
+
+    return _GUARDED.sub(identity, _PARAM.sub(param, value))
+
+
+def parse_since(text: str) -> int:
+    """`since` as epoch milliseconds: digits are epoch ms, otherwise ISO-8601 (naive is UTC)."""
+    text = text.strip()
+    if text.isdigit():
+        return int(text)
+    dt = datetime.fromisoformat(text.replace("Z", "+00:00") if text.endswith("Z") else text)
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    return int(dt.timestamp() * 1000)
+
+
+class SseKafkaProxy:
+    """Runtime of an `sse-kafka` binding of kind `proxy` (an events binding for sse)."""
+
+    def __init__(self, name: str, routes: tuple[SseKafkaRoute, ...],
+                 caches: Mapping[str, Cache], log: Any) -> None:
+        self.name = name
+        self.routes = routes
+        self.caches = caches
+        self.log = log
+        self._encoders: dict[Any, KafkaEventEncoder] = {}
+
+    def open(self, request: StreamRequest, sink: Any) -> Subscription | int:
+        for route in self.routes:
+            for pattern in route.patterns:
+                params = pattern.match(request.path)
+                if params is not None:
+                    return self._open(route, params, request, sink)
+        self.log.emit(self.name, "BINDING_SSE_KAFKA_NO_ROUTE", request.describe)
+        return 404
+
+    def _open(self, route: SseKafkaRoute, params: dict[str, str], request: StreamRequest,
+              sink: Any) -> Subscription | int:
+        sessions = request.context.sessions if request.context is not None else {}
+        w = route.with_ or {}
+        try:
+            topic = substitute(w["topic"], params, sessions) if "topic" in w \
+                else params["topic"]
+            filters = tuple(
+                Filter(
+                    key=None if "key" not in f
+                    else substitute(f["key"], params, sessions).encode("utf-8"),
+                    headers=tuple((n, substitute(v, params, sessions).encode("utf-8"))
+                                  for n, v in sorted(f.get("headers", {}).items())))
+                for f in w.get("filters", ()))
+        except (Unresolvable, KeyError) as e:
+            self.log.emit(self.name, "BINDING_SSE_KAFKA_NO_ROUTE", f"{request.describe}: {e}")
+            return 404
+        if not _TOPIC.match(topic):
+            self.log.emit(self.name, "BINDING_SSE_KAFKA_NO_ROUTE",
+                          f"{request.describe}: not a topic name")
+            return 404
+        id_format = (w.get("event") or {}).get("id", ETAG_FORMAT)
+        cache = self.caches[route.exit]
+        start = self._start(request, cache, topic)
+        if isinstance(start, int):
+            return start
+        key = (topic, filters, id_format)
+        encoder = self._encoders.get(key)
+        if encoder is None:
+            encoder = self._encoders[key] = KafkaEventEncoder(topic, filters, id_format)
+        return cache.subscribe(topic, encoder, sink, start)
+
+    def _start(self, request: StreamRequest, cache: Cache, topic: str) -> Start | int:
+        last_id = request.last_event_id
+        if last_id:
+            try:
+                positions = parse_last_event_id(last_id)
+            except UndecodableId as e:
+                self.log.emit(self.name, "BINDING_SSE_KAFKA_LAST_EVENT_ID_UNREADABLE",
+                              f"{request.describe} {e}: {last_id[:80]!r}")
+                return Start(positions={})  # historical start, even on a `live` topic
+            count = cache.topic(topic).log.partition_count
+            if count is not None:
+                unknown = [p for p in positions if p >= count]
+                if unknown:
+                    self.log.emit(self.name, "BINDING_SSE_KAFKA_LAST_EVENT_ID_UNREADABLE",
+                                  f"{request.describe} partitions {unknown[:5]} not in {topic}")
+                    for p in unknown:
+                        del positions[p]
+            return Start(positions=positions)
+        since = request.query.get("since")
+        if since is not None:
+            try:
+                return Start(since_ms=parse_since(since))
+            except (ValueError, OverflowError, OSError):
+                self.log.emit(self.name, "BINDING_SSE_KAFKA_SINCE_INVALID",
+                              f"{request.describe} since={since[:40]!r}")
+                return 400
+        return Start()
