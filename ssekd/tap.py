@@ -84,6 +84,23 @@ class WatchConfig(TimerService):
             self.engine.reload()
 
 
+class ExitCleanlyOnTerm(Service):
+    """SIGTERM is how service managers ask a daemon to stop: after an orderly shutdown, exit 0.
+
+    twistd re-raises the signal that stopped the reactor so the exit status shows it (-15); for
+    SIGTERM that makes every planned stop look like a crash to scripts and tests. The reactor
+    keeps that signal in `_exitSignal` (private, but the only hook twistd reads), which we clear.
+    """
+
+    def __init__(self, reactor: Any) -> None:
+        self.reactor = reactor
+
+    def stopService(self) -> None:
+        super().stopService()
+        if getattr(self.reactor, "_exitSignal", None) == signal.SIGTERM:
+            self.reactor._exitSignal = None
+
+
 def makeService(options: Options | dict[str, Any], reactor: Any = None) -> IService:
     """The service tree: the engine, SIGHUP handling, and the optional file watcher."""
     config_path = Path(options["config"])
@@ -98,6 +115,7 @@ def makeService(options: Options | dict[str, Any], reactor: Any = None) -> IServ
     engine.setServiceParent(top)
     if reactor is None:
         ReloadOnSignal(engine).setServiceParent(top)
+        ExitCleanlyOnTerm(engine.reactor).setServiceParent(top)
     if options.get("watch"):
         WatchConfig(engine, float(options.get("watch-interval", 1.0))).setServiceParent(top)
     return top

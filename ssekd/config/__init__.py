@@ -20,12 +20,29 @@ __all__ = ["ConfigError", "ConfigIssue", "Config", "Binding", "Route", "load_con
 
 @cache
 def binding_types() -> Mapping[str, BindingType]:
-    """Binding types registered under the `ssekd.bindings` entry point group."""
+    """Binding types registered under the `ssekd.bindings` entry point group.
+
+    A type whose module fails to import is left out (see `broken_binding_types`), so a broken
+    plugin only stops configs that use it, and they say why.
+    """
     found: dict[str, BindingType] = {}
     for ep in entry_points(group="ssekd.bindings"):
-        binding_type = ep.load()
+        try:
+            binding_type = ep.load()
+        except Exception as e:
+            _broken[ep.name] = f"{type(e).__name__}: {e}"
+            continue
         found[binding_type.name] = binding_type
     return found
+
+
+_broken: dict[str, str] = {}
+
+
+def broken_binding_types() -> Mapping[str, str]:
+    """Registered binding types that failed to load, with the reason."""
+    binding_types()
+    return _broken
 
 
 def load_config(file: Path | str, environ: Mapping[str, str] | None = None) -> Config:

@@ -208,6 +208,12 @@ def _binding_issues(doc: Document, name: str, binding: Any,
         return []
     binding_type = types.get(type_name)
     if binding_type is None:
+        from ssekd.config import broken_binding_types
+
+        reason = broken_binding_types().get(type_name)
+        if reason:
+            return [doc.issue(path + ("type",), f"binding type {type_name!r} is installed but "
+                              f"failed to load: {reason}")]
         return [doc.issue(path + ("type",), f"unknown binding type {type_name!r}; expected one "
                           f"of {', '.join(sorted(types))}")]
     kind = binding_type.kinds.get(kind_name)
