@@ -1,0 +1,81 @@
+"""Shared bits of the benchmarks: starting processes on loopback, tables, result files."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+BIN = Path(sys.executable).parent
+
+sys.path.insert(0, str(ROOT))
+
+from ssekd.broker import free_port, port_open  # noqa: E402
+
+
+def wait_port(port: int, process: subprocess.Popen[bytes] | None = None,
+              timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not port_open("127.0.0.1", port):
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"process exited with {process.returncode}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"nothing listens on {port}")
+        time.sleep(0.05)
+
+
+def spawn(argv: Sequence[str], cwd: Path | None = None, env: dict[str, str] | None = None,
+          log: Path | None = None) -> subprocess.Popen[bytes]:
+    out = open(log, "wb") if log else subprocess.DEVNULL
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    return subprocess.Popen(list(argv), cwd=cwd, env=full_env, stdout=out,
+                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def table(title: str, header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    cells = [list(map(str, header))] + [[_fmt(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    lines = [f"## {title}", ""]
+    lines.append("| " + " | ".join(c.ljust(w) for c, w in zip(cells[0], widths)) + " |")
+    lines.append("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    for r in cells[1:]:
+        lines.append("| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |")
+    return "\n".join(lines)
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:,.1f}" if abs(value) >= 10 else f"{value:.2f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def write_result(name: str, data: dict[str, Any]) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    data = {"bench": name, "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "cpus": os.cpu_count(), **data}
+    path.write_text(json.dumps(data, indent=2) + "\n")
+    return path
+
+
+__all__ = ["ROOT", "RESULTS", "BIN", "free_port", "port_open", "wait_port", "spawn", "stop",
+           "table", "write_result"]

@@ -1,0 +1,49 @@
+"""`make bench`: every benchmark in turn, each printing its table and writing
+bench/results/<name>.json; a summary of all of them goes to bench/results/all.json.
+
+Run one alone with `.venv/bin/python bench/<name>.py`; choose some with
+`bench/run.py static fanout`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+import time
+import traceback
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import RESULTS  # noqa: E402
+
+#: In the order they run. Each module has `main() -> dict`.
+BENCHES = ["static", "fanout", "tls", "spark_snapshot"]
+
+
+def main(argv: list[str]) -> int:
+    chosen = argv or [b for b in BENCHES if (Path(__file__).parent / f"{b}.py").exists()]
+    summary: dict[str, object] = {}
+    failed = []
+    for name in chosen:
+        print(f"\n# bench: {name}\n", flush=True)
+        started = time.monotonic()
+        try:
+            result = importlib.import_module(name).main()
+            summary[name] = {"seconds": round(time.monotonic() - started, 1), "result": result}
+        except Exception:
+            traceback.print_exc()
+            failed.append(name)
+            summary[name] = {"error": traceback.format_exc(limit=3)}
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "all.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    print(f"\nsummary written to {RESULTS / 'all.json'}")
+    if failed:
+        print(f"failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
