@@ -200,9 +200,12 @@ class Subscription:
             return
         log = self.cache.log
         progress = self.progress
-        if log.partition_count is not None:
-            for p in [p for p in progress.offsets if p >= log.partition_count]:
-                progress.drop(p)
+        if log.partition_count is None or len(log.partitions) < log.partition_count:
+            # Wait until the cache has heard of every partition (a record or its end), so the
+            # first id already covers all of them and none is read from a guessed position.
+            return
+        for p in [p for p in progress.offsets if p >= log.partition_count]:
+            progress.drop(p)
         unresolved = False
         for p, part in log.partitions.items():
             if p not in progress.offsets:
@@ -224,8 +227,8 @@ class Subscription:
                 self.sink.write(data)
             self.schedule()
             return
-        if unresolved or log.partition_count is None or len(log.partitions) < log.partition_count:
-            return  # woken again when the partitions are known (on_metadata/on_end/on_records)
+        if unresolved:
+            return  # woken again by the cache's next batch or end-of-partition
         self.catch_up = None
         self.cache.join_tail(self)
 
