@@ -1,0 +1,121 @@
+"""`make run`: everything a fresh machine needs around the daemon, then the daemon.
+
+    python -m ssekd.dev --config etc/zilla.yaml [--no-broker] [--no-demo]
+
+1. A development TLS store for each vault store the config names that does not exist yet
+   (`ssekd.devcert`, password `$KEYSTORE_PASSWORD`, else the documented dev password).
+2. The development broker (tansu) on each kafka client's `servers` address when that address is
+   local and nothing listens there. A real Kafka that already listens is used as it is.
+3. The demo producer (`ssekd produce`) writing to the bootstrap topics, when we started the broker.
+4. `twistd -n ssekd --config …` in the foreground. Ctrl-C or SIGTERM stops all of it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from ssekd.broker import Broker, port_open, start_broker
+from ssekd.config import ConfigError, load_config
+from ssekd.config.model import Config
+
+LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1"}
+
+
+def local_servers(config: Config) -> list[tuple[str, int]]:
+    """host:port of every kafka client binding whose servers are on this machine."""
+    found = []
+    for b in config.bindings.values():
+        if b.type == "kafka" and b.kind == "client":
+            for server in b.options.get("servers", []):
+                host, _, port = str(server).rpartition(":")
+                if host in LOCAL_HOSTS:
+                    found.append(("127.0.0.1" if host == "localhost" else host, int(port)))
+    return found
+
+
+def bootstrap_topics(config: Config) -> list[str]:
+    topics: list[str] = []
+    for b in config.bindings.values():
+        if b.type == "kafka" and b.kind == "cache_server":
+            topics += [t for t in b.options.get("bootstrap", []) if t not in topics]
+    return topics
+
+
+def ensure_dev_stores(config_path: Path) -> None:
+    """Create a dev PKCS#12 for vault stores that are missing (only under the config folder)."""
+    import yaml
+
+    from ssekd import devcert
+
+    data = yaml.safe_load(config_path.read_text()) or {}
+    password = os.environ.setdefault("KEYSTORE_PASSWORD", devcert.DEV_PASSWORD)
+    for vault in (data.get("vaults") or {}).values():
+        store = ((vault or {}).get("options") or {}).get("keys", {}).get("store")
+        if not store:
+            continue
+        path = (config_path.parent / store).resolve()
+        if not path.exists() and config_path.parent.resolve() in path.parents:
+            devcert.ensure_dev_store(path.parent, password)
+            print(f"ssekd.dev: created development TLS store {path} "
+                  f"(CA for curl --cacert: {path.parent / devcert.CA_NAME})", file=sys.stderr)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", "-c", type=Path, default=Path("etc/zilla.yaml"))
+    parser.add_argument("--no-broker", action="store_true", help="never start the dev broker")
+    parser.add_argument("--no-demo", action="store_true", help="do not run the demo producer")
+    args = parser.parse_args(argv)
+
+    ensure_dev_stores(args.config)
+    try:
+        config = load_config(args.config)
+    except ConfigError as e:
+        print(e, file=sys.stderr)
+        return 1
+
+    brokers: list[Broker] = []
+    children: list[subprocess.Popen[bytes]] = []
+    bin_dir = Path(sys.executable).parent
+    try:
+        if not args.no_broker:
+            for host, port in local_servers(config):
+                if not port_open(host, port):
+                    brokers.append(start_broker(port, host))
+                    print(f"ssekd.dev: development broker (tansu) on {host}:{port}",
+                          file=sys.stderr)
+        topics = bootstrap_topics(config)
+        if brokers and topics and not args.no_demo:
+            children.append(subprocess.Popen(
+                [sys.executable, "-m", "ssekd.produce", "--bootstrap", brokers[0].bootstrap,
+                 "--demo", *topics]))
+        daemon = subprocess.Popen([str(bin_dir / "twistd"), "-n", "--pidfile=", "ssekd",
+                                   "--config", str(args.config)])
+        children.append(daemon)
+
+        def forward(signum: int, frame: object) -> None:
+            daemon.send_signal(signal.SIGTERM)
+
+        signal.signal(signal.SIGTERM, forward)
+        signal.signal(signal.SIGINT, forward)
+        return daemon.wait()
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.terminate()
+                try:
+                    child.wait(10)
+                except subprocess.TimeoutExpired:
+                    child.kill()
+        for broker in brokers:
+            broker.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
