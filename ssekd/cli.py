@@ -20,7 +20,7 @@ from ssekd.config.schema import full_schema
 
 def describe_when(when: object) -> str:
     if isinstance(when, dict):
-        parts = []
+        parts: list[str] = []
         for k, v in when.items():
             if isinstance(v, dict):
                 parts.extend(f"{hk}={hv}" for hk, hv in v.items())

@@ -261,7 +261,7 @@ class Engine(MultiService):
 
     def listening_ports(self) -> dict[tuple[str, int], int]:
         """Configured (host, port) -> the port actually bound (differs when configured 0)."""
-        return {k: p.getHost().port for k, (p, _) in self._ports.items()}
+        return {k: int(getattr(p.getHost(), "port", 0)) for k, (p, _) in self._ports.items()}
 
     def stopService(self) -> defer.Deferred[None]:
         ports = [p for p, _ in self._ports.values()]

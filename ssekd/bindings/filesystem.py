@@ -138,7 +138,7 @@ class FileServer:
             request.setResponseCode(http.NOT_FOUND)
             return b""
         span = _single_range(request.getHeader(b"range"), info.st_size)
-        if span == "unsatisfiable":
+        if isinstance(span, str):  # "unsatisfiable"
             file.close()
             request.setResponseCode(http.REQUESTED_RANGE_NOT_SATISFIABLE)
             request.setHeader(b"content-range", f"bytes */{info.st_size}".encode())

@@ -92,7 +92,7 @@ class _Builder:
             return result
         if isinstance(node, yaml.SequenceNode):
             return [self.build(item, path + (i,)) for i, item in enumerate(node.value)]
-        return self._scalars.construct_object(node, deep=True)  # type: ignore[no-untyped-call]
+        return self._scalars.construct_object(node, deep=True)
 
 
 def parse_text(text: str, file: Path, environ: Mapping[str, str] | None = None) -> Document:

@@ -105,7 +105,7 @@ def _expected(error: ValidationError) -> str:
     if v == "const":
         return f"expected {_show(arg)}, got {got}"
     if v == "required":
-        return error.message.replace("is a required property", "is required").replace("'", "")
+        return str(error.message).replace("is a required property", "is required").replace("'", "")
     if v == "additionalProperties":
         allowed = sorted(error.schema.get("properties", {}))
         extra = sorted(set(error.instance) - set(allowed)) if isinstance(error.instance, dict) \
@@ -126,7 +126,7 @@ def _expected(error: ValidationError) -> str:
         named = [a for a in alternatives if a]
         if named:
             return f"expected {' or '.join(named)}, got {got}"
-    return error.message
+    return str(error.message)
 
 
 def _show(value: Any) -> str:
@@ -226,7 +226,7 @@ def _binding_issues(doc: Document, name: str, binding: Any,
 def full_schema(types: Mapping[str, BindingType]) -> dict[str, Any]:
     """One JSON Schema document for the whole file (`ssekd check --print-schema`)."""
     files = schema_files()
-    top = json.loads(json.dumps(files["ssekd:zilla"]))
+    top: dict[str, Any] = json.loads(json.dumps(files["ssekd:zilla"]))
     alternatives: list[Any] = []
     for type_name, binding_type in sorted(types.items()):
         for kind_name, kind in binding_type.kinds.items():

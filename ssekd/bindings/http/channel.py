@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from twisted.internet.interfaces import IDelayedCall
+from twisted.internet.protocol import connectionDone
+from twisted.python.failure import Failure
 from twisted.web.http import HTTPChannel
 
 DEFAULT_HEADER_BYTES = 16384
@@ -86,7 +88,7 @@ class LimitedHTTPChannel(HTTPChannel):
         super().requestDone(request)
         self._awaiting_head = True
 
-    def connectionLost(self, reason: Any) -> None:
+    def connectionLost(self, reason: Failure = connectionDone) -> None:
         self._disarm()
         super().connectionLost(reason)
 

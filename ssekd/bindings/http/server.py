@@ -49,7 +49,7 @@ class HttpRoot(Resource):
         self.cors = cors
         self.events = events
 
-    def render(self, request: Request) -> bytes | int:  # type: ignore[override]
+    def render(self, request: Request) -> bytes | int:
         request.setHeader(b"server", SERVER_NAME)
         headers = request_headers(request)
         if self.events.stdout is not None:
@@ -89,7 +89,7 @@ class HttpSite(Site):
         self.limits = limits
         self.displayTracebacks = False
 
-    def protocol(self) -> Any:  # type: ignore[override]
+    def protocol(self) -> Any:
         # Same shape as Twisted's default (a proxy that can become HTTP/2 after ALPN), but with
         # our channel inside.
         return http._GenericHTTPChannelProtocol(LimitedHTTPChannel(self.limits))
