@@ -184,3 +184,86 @@ def tls_daemon(tmp_path: Path, pki: Pki, run_daemon: Any) -> Iterator[Any]:
         return daemon, tls_port, clear_port
 
     yield start
+
+
+# -- SSE over TLS and HTTP/2, against a real broker ---------------------------------------------
+
+SSE_CONFIG = """\
+name: h2test
+vaults:
+  server:
+    type: filesystem
+    options:
+      keys: {{store: {store}, type: pkcs12, password: "${{{{env.KEYSTORE_PASSWORD}}}}"}}
+bindings:
+  tcp_in:
+    type: tcp
+    kind: server
+    options: {{host: 127.0.0.1, port: [{tls_port}, {clear_port}]}}
+    routes:
+      - when: [{{port: {tls_port}}}]
+        exit: tls_in
+      - when: [{{port: {clear_port}}}]
+        exit: http_in
+  tls_in:
+    type: tls
+    kind: server
+    vault: server
+    options: {{keys: [localhost], sni: [localhost], alpn: [http/1.1, h2]}}
+    exit: http_in
+  http_in:
+    type: http
+    kind: server
+    options: {{limits: {{idle-timeout: {idle_timeout}}}}}
+    exit: sse
+  sse:
+    type: sse
+    kind: server
+    options: {{max-idle-time: {keepalive}}}
+    exit: sse_kafka
+  sse_kafka:
+    type: sse-kafka
+    kind: proxy
+    routes:
+      - when: [{{path: "/{{topic}}"}}]
+        exit: cache_client
+        with: {{topic: "${{params.topic}}"}}
+  cache_client:
+    type: kafka
+    kind: cache_client
+    exit: cache_server
+  cache_server:
+    type: kafka
+    kind: cache_server
+    exit: kafka_client
+  kafka_client:
+    type: kafka
+    kind: client
+    options:
+      servers: ["{bootstrap}"]
+      properties: {{fetch.wait.max.ms: 10}}
+telemetry:
+  exporters:
+    out: {{type: stdout}}
+"""
+
+
+def sse_config(folder: Path, store: Path, bootstrap: str, *, idle_timeout: float = 60,
+               keepalive: float = 15) -> tuple[Path, int, int]:
+    """tcp -> tls (h2, http/1.1) and h2c -> http -> sse -> sse-kafka -> kafka, on free ports."""
+    tls_port, clear_port = free_port(), free_port()
+    path = folder / f"sse-{tls_port}.yaml"
+    path.write_text(SSE_CONFIG.format(store=store, tls_port=tls_port, clear_port=clear_port,
+                                      idle_timeout=idle_timeout, keepalive=keepalive,
+                                      bootstrap=bootstrap))
+    return path, tls_port, clear_port
+
+
+@pytest.fixture(scope="session")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A tansu broker for the TLS tests (DESIGN: the development and test broker)."""
+    from ssekd.broker import start_broker
+
+    b = start_broker(log_path=tmp_path_factory.mktemp("tls-broker") / "tansu.log")
+    yield b
+    b.stop()
