@@ -31,41 +31,49 @@ def describe_when(when: object) -> str:
 
 
 def graph_lines(config: Config) -> list[str]:
-    """The binding graph as an indented tree, from each listener down to the last exit."""
+    """The binding graph, from each listener down to the last exit.
+
+    A binding with a single way out continues on the same line (`a -> b -> c`); routes branch
+    onto indented lines; a binding already shown is named again but not expanded.
+    """
     types = binding_types()
     lines: list[str] = []
+    shown: set[str] = set()
 
-    def walk(binding: Binding, indent: str, seen: tuple[str, ...]) -> None:
-        for route in binding.routes:
-            cond = " | ".join(describe_when(w) for w in route.when) or "any"
-            if route.exit:
-                lines.append(f"{indent}when {cond} ->")
-                visit(route.exit, indent + "    ", seen)
-        if binding.exit:
-            lines.append(f"{indent}otherwise ->" if binding.routes else f"{indent}->")
-            visit(binding.exit, indent + "    ", seen)
-
-    def visit(name: str, indent: str, seen: tuple[str, ...]) -> None:
+    def label(name: str) -> str:
         b = config.bindings[name]
         extra = ""
         if b.type == "tcp" and b.kind == "server":
-            extra = f" {b.options.get('host', '0.0.0.0')} port {b.options.get('port')}"
-        lines.append(f"{indent}{name} ({b.type} {b.kind}){extra}")
-        if name in seen:
-            lines.append(f"{indent}    (cycle)")
-            return
-        walk(b, indent + "    ", seen + (name,))
+            extra = f" {b.options.get('host', '0.0.0.0')}:{b.options.get('port')}"
+        return f"{name} ({b.type} {b.kind}{extra})"
 
-    roots = [n for n, b in config.bindings.items()
-             if types[b.type].kinds[b.kind].role == "listener"]
-    reached: set[str] = set()
-    for root in roots:
-        visit(root, "", ())
-    reached = {line.strip().split(" ")[0] for line in lines}
+    def chain(name: str, prefix: str, indent: str) -> None:
+        text = prefix + label(name)
+        while True:
+            b = config.bindings[name]
+            if name in shown:
+                lines.append(text + " (see above)" if b.exits else text)
+                return
+            shown.add(name)
+            if not b.routes and b.exit:
+                name = b.exit
+                text += " -> " + label(name)
+                continue
+            lines.append(text)
+            for route in b.routes:
+                cond = " | ".join(describe_when(w) for w in route.when) or "any"
+                if route.exit:
+                    chain(route.exit, f"{indent}  when {cond} -> ", indent + "    ")
+            if b.exit and b.routes:
+                chain(b.exit, f"{indent}  otherwise -> ", indent + "    ")
+            return
+
+    for name, b in config.bindings.items():
+        if types[b.type].kinds[b.kind].role == "listener":
+            chain(name, "", "")
     for name in config.bindings:
-        if name not in reached:
-            lines.append(f"{name} ({config.bindings[name].type} "
-                         f"{config.bindings[name].kind}) (not reached from a listener)")
+        if name not in shown:
+            lines.append(f"{label(name)} (not reached from a listener)")
     return lines
 
 
@@ -75,17 +83,36 @@ def check(args: argparse.Namespace) -> int:
         return 0
     try:
         config = load_config(Path(args.config))
-        from ssekd.engine import Engine  # build too: vault stores, ports, paths
-
-        if not args.schema_only:
-            Engine(Path(args.config), reactor=_NoReactor())
     except ConfigError as e:
         for issue in e.issues:
             print(issue, file=sys.stderr)
         return 1
-    print(f"{args.config}: ok (namespace {config.namespace}, {len(config.bindings)} bindings)")
+    print(f"{args.config}: schema and references ok (namespace {config.namespace}, "
+          f"{len(config.bindings)} bindings)")
     for line in graph_lines(config):
         print(line)
+    if args.schema_only:
+        return 0
+    # Build the graph as the daemon would (vault stores, port ranges, folders), listening nowhere.
+    from ssekd.engine import Engine
+    from ssekd.telemetry.events import EventLog
+
+    events = EventLog(config.namespace)
+    try:
+        Engine(Path(args.config), reactor=_NoReactor(), events=events, print_events=False)
+        issues = []
+    except ConfigError as e:
+        issues = e.issues
+    for line in events.recent:
+        print(f"note: {line}")
+    errors = [i for i in issues if not i.environment or args.strict]
+    for issue in issues:
+        print(f"{'error' if issue in errors else 'warning'}: {issue}", file=sys.stderr)
+    if errors:
+        return 1
+    if issues:
+        print("the config is valid, but the daemon cannot start on this machine until the "
+              "warnings above are fixed (--strict makes them errors)", file=sys.stderr)
     return 0
 
 
@@ -110,6 +137,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--config", "-c", default="etc/zilla.yaml")
     p.add_argument("--schema-only", action="store_true",
                    help="check schema and references only; do not open vault stores")
+    p.add_argument("--strict", action="store_true",
+                   help="also fail when a file the config names is missing on this machine")
     p.add_argument("--print-schema", action="store_true",
                    help="print the JSON Schema ssekd validates against")
     p.set_defaults(func=check)

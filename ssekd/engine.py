@@ -167,7 +167,7 @@ class Engine(MultiService):
 
     def __init__(self, config_path: Path, reactor: Any = None,
                  environ: Mapping[str, str] | None = None,
-                 events: EventLog | None = None) -> None:
+                 events: EventLog | None = None, print_events: bool = True) -> None:
         super().__init__()
         if reactor is None:
             from twisted.internet import reactor as default_reactor
@@ -179,6 +179,7 @@ class Engine(MultiService):
         self.graph: Graph | None = None
         self._ports: dict[tuple[str, int], tuple[IListeningPort, SwitchFactory]] = {}
         self.events = events or EventLog("ssekd")
+        self.print_events = print_events
         # Build the first graph now, so a bad config fails before twistd daemonizes or listens.
         config = load_config(config_path, environ)
         self._configure_events(config)
@@ -188,7 +189,8 @@ class Engine(MultiService):
 
     def _configure_events(self, config: Config) -> None:
         self.events.namespace = config.namespace
-        stdout = any(e.type == "stdout" for e in config.telemetry.exporters.values())
+        stdout = self.print_events and \
+            any(e.type == "stdout" for e in config.telemetry.exporters.values())
         self.events.stdout = stdout_stream() if stdout else None
 
     def _build(self, config: Config, previous: Graph | None) -> Graph:

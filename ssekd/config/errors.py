@@ -14,6 +14,9 @@ class ConfigIssue:
     line: int | None
     path: str
     message: str
+    #: True when the config is fine but this machine lacks something it names (a store file):
+    #: `ssekd check` reports it as a warning, the daemon still refuses to start.
+    environment: bool = False
 
     def __str__(self) -> str:
         where = f"{self.file}:{self.line}" if self.line else str(self.file)

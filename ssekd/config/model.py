@@ -89,11 +89,11 @@ class Config:
     #: The parsed file, for the line numbers of errors found after loading (not compared).
     document: Any = field(default=None, compare=False, repr=False)
 
-    def issue(self, path: tuple[str | int, ...], message: str) -> ConfigIssue:
+    def issue(self, path: tuple[str | int, ...], message: str,
+              environment: bool = False) -> ConfigIssue:
         """A ConfigIssue at `path` with its line, for errors found while building the graph."""
-        if self.document is not None:
-            return self.document.issue(path, message)  # type: ignore[no-any-return]
-        return ConfigIssue(self.file, None, format_path(path), message)
+        line = self.document.line_of(path) if self.document is not None else None
+        return ConfigIssue(self.file, line, format_path(path), message, environment)
 
     @property
     def folder(self) -> Path:

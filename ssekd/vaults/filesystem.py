@@ -70,7 +70,7 @@ def load_filesystem_vault(config: Config, vault: Vault) -> FilesystemVault:
             data = path.read_bytes()
         except FileNotFoundError:
             issues.append(config.issue(where, f"vault {vault.name!r} {role} store {path} "
-                                              f"does not exist"))
+                                              f"does not exist", environment=True))
             continue
         except OSError as e:
             issues.append(config.issue(where, f"vault {vault.name!r} {role} store {path} "

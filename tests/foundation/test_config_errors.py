@@ -193,3 +193,30 @@ def test_describes_in_plain_words() -> None:
     doc = parse_text(text, Path("inline.yaml"), {})
     issues = validate(doc, binding_types())
     assert any("expected a port" in i.message and i.line == 3 for i in issues), issues
+
+
+def test_check_command_accepts_the_seed_and_names_the_missing_store() -> None:
+    seed = Path(__file__).resolve().parents[2].parent / "shared" / "examples" / "zilla.yaml"
+    ssekd = str(Path(TWISTD).with_name("ssekd"))
+    result = subprocess.run([ssekd, "check", "--config", str(seed)], capture_output=True,
+                            text=True, timeout=60, env={"KEYSTORE_PASSWORD": "x",
+                                                        "PATH": "/usr/bin:/bin"})
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out
+    assert "schema and references ok" in out
+    assert "north_tcp_server (tcp server" in out and "-> south_tcp_client (tcp client)" in out
+    assert "tls/localhost.p12 does not exist" in out and "warning:" in out
+    assert "Traceback" not in out
+    strict = subprocess.run([ssekd, "check", "--strict", "--config", str(seed)],
+                            capture_output=True, text=True, timeout=60,
+                            env={"KEYSTORE_PASSWORD": "x", "PATH": "/usr/bin:/bin"})
+    assert strict.returncode == 1
+
+
+def test_check_command_fails_on_a_broken_config(tmp_path: Path) -> None:
+    config = broken(tmp_path, CASES[3], 7114)  # dangling exit
+    ssekd = str(Path(TWISTD).with_name("ssekd"))
+    result = subprocess.run([ssekd, "check", "--config", str(config)], capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 1
+    assert f"{config}:9: bindings.tcp0.exit: exit 'http9'" in result.stderr
