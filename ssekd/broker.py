@@ -111,6 +111,7 @@ def start_broker(
         stderr=subprocess.STDOUT if log else subprocess.DEVNULL,
         stdin=subprocess.DEVNULL,
         env=env,
+        start_new_session=True,  # a Ctrl-C meant for the parent must not kill it first
     )
     broker = Broker(host, port, process, log_path, log)
     deadline = time.monotonic() + ready_timeout

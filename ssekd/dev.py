@@ -94,9 +94,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if brokers and topics and not args.no_demo:
             children.append(subprocess.Popen(
                 [sys.executable, "-m", "ssekd.produce", "--bootstrap", brokers[0].bootstrap,
-                 "--demo", *topics]))
+                 "--demo", *topics], start_new_session=True))
+        # Own sessions: Ctrl-C reaches only this launcher, which stops the daemon once, in order.
         daemon = subprocess.Popen([str(bin_dir / "twistd"), "-n", "--pidfile=", "ssekd",
-                                   "--config", str(args.config)])
+                                   "--config", str(args.config)], start_new_session=True)
         children.append(daemon)
 
         def forward(signum: int, frame: object) -> None:
