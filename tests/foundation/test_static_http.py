@@ -293,3 +293,29 @@ OTHER = """\
     options:
       location: other
 """
+
+
+def test_daemonized_with_twistd_pidfile_and_logfile(tmp_path: Path, port: int) -> None:
+    from tests.conftest import TWISTD
+    from ssekd.broker import port_open
+
+    config = write_site(tmp_path).read_text().replace("    out:\n      type: stdout\n", "")
+    (tmp_path / "zilla.yaml").write_text(config.replace("exporters:\n", "exporters: {}\n"))
+    pidfile, logfile = tmp_path / "ssekd.pid", tmp_path / "ssekd.log"
+    subprocess.run([TWISTD, f"--pidfile={pidfile}", f"--logfile={logfile}", "ssekd",
+                    "--config", str(tmp_path / "zilla.yaml")], check=True, timeout=30,
+                   cwd=tmp_path, env={**os.environ, "HTTP_PORT": str(port)})
+    deadline = time.monotonic() + 15
+    while not port_open("127.0.0.1", port) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    pid = int(pidfile.read_text())
+    try:
+        assert curl(f"http://localhost:{port}/")[0] == 200
+        assert "ENGINE_STARTED" in logfile.read_text()
+    finally:
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 15
+    while pidfile.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not pidfile.exists(), "twistd removes its pidfile on an orderly stop"
+    assert "ENGINE_STOPPED" in logfile.read_text()
