@@ -256,46 +256,101 @@ class Event:
 
 
 class SseClient:
-    """A minimal text/event-stream reader over http.client (handles chunked encoding)."""
+    """A minimal text/event-stream reader over a raw socket (HTTP/1.1, chunked or not).
+
+    Raw, because http.client's socket file refuses to read again after one timeout, and
+    these tests wait with timeouts all the time.
+    """
 
     def __init__(self, port: int, path: str, headers: dict[str, str] | None = None,
                  timeout: float = 10.0) -> None:
-        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-        self.conn.request("GET", path, headers=headers or {})
-        self.response = self.conn.getresponse()
-        self.status = self.response.status
-        self.headers = dict(self.response.getheaders())
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        lines = [f"GET {path} HTTP/1.1", f"Host: 127.0.0.1:{port}",
+                 "Accept: text/event-stream"]
+        lines += [f"{k}: {v}" for k, v in (headers or {}).items()]
+        self.sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
+        self._raw = b""  # bytes from the socket not yet de-chunked
+        self._body = b""  # de-chunked body not yet parsed into lines
         self.comments = 0
         self.retry: int | None = None
         self.ended = False
+        deadline = time.monotonic() + timeout
+        while b"\r\n\r\n" not in self._raw:
+            if not self._recv(deadline):
+                raise AssertionError(f"no response headers: {self._raw!r}")
+        head, _, self._raw = self._raw.partition(b"\r\n\r\n")
+        status_line, *header_lines = head.decode("latin-1").split("\r\n")
+        self.status = int(status_line.split()[1])
+        self.headers = {}
+        for h in header_lines:
+            name, _, value = h.partition(":")
+            self.headers[name.strip()] = value.strip()
+        self.chunked = self.headers.get("Transfer-Encoding", "").lower() == "chunked"
 
-    def set_timeout(self, timeout: float) -> None:
-        sock = self.conn.sock
-        if sock is not None:
-            sock.settimeout(timeout)
+    def _recv(self, deadline: float) -> bool:
+        """Read more from the socket; False on timeout or end of stream."""
+        left = deadline - time.monotonic()
+        if left <= 0 or self.ended:
+            return False
+        self.sock.settimeout(left)
+        try:
+            data = self.sock.recv(65536)
+        except (socket.timeout, TimeoutError):
+            return False
+        except OSError:
+            data = b""
+        if not data:
+            self.ended = True
+            return False
+        self._raw += data
+        return True
+
+    def _dechunk(self) -> None:
+        if not self.chunked:
+            self._body += self._raw
+            self._raw = b""
+            return
+        while True:
+            size_line, sep, rest = self._raw.partition(b"\r\n")
+            if not sep:
+                return
+            size = int(size_line.split(b";")[0], 16)
+            if len(rest) < size + 2:
+                return
+            if size == 0:
+                self.ended = True
+                self._raw = b""
+                return
+            self._body += rest[:size]
+            self._raw = rest[size + 2:]
+
+    def _line(self, deadline: float) -> bytes | None:
+        while True:
+            self._dechunk()
+            line, sep, rest = self._body.partition(b"\n")
+            if sep:
+                self._body = rest
+                return line
+            if self.ended or not self._recv(deadline):
+                return None
 
     def next_event(self, timeout: float = 10.0) -> Event | None:
         """The next event, or None when the stream ended or `timeout` passed with none."""
         deadline = time.monotonic() + timeout
         fields: dict[str, str] = {}
         data: list[str] = []
+        pending = b""
         while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
+            raw = self._line(deadline)
+            if raw is None:
+                # keep a half-read event for the next call
+                if fields or data:
+                    self._body = pending + self._body
                 return None
-            self.set_timeout(left)
-            try:
-                raw = self.response.readline()
-            except (socket.timeout, TimeoutError):
-                return None
-            except (http.client.IncompleteRead, ConnectionError, ValueError):
-                self.ended = True
-                return None
-            if not raw:
-                self.ended = True
-                return None
-            line = raw.decode("utf-8").rstrip("\n")
+            pending += raw + b"\n"
+            line = raw.decode("utf-8")
             if line == "":
+                pending = b""
                 if fields or data:
                     return Event(fields.get("id"), fields.get("event"),
                                  "\n".join(data) if data else None, time.monotonic())
@@ -334,7 +389,7 @@ class SseClient:
         return out
 
     def close(self) -> None:
-        self.conn.close()
+        self.sock.close()
 
     def __enter__(self) -> "SseClient":
         return self

@@ -162,7 +162,8 @@ class CacheServer(Service):
             live = name in self.live_topics
             cache = self.topics[name] = TopicCache(
                 self, name, self.topic_bounds.get(name, self.bounds), live)
-            self.client.consume(name, cache, from_end=live and name not in self.bootstrap)
+            self.client.consume(self.binding, name, cache,
+                                from_end=live and name not in self.bootstrap)
         return cache
 
     def subscribe(self, topic: str, encoder: EventEncoder, sink: EventSink,

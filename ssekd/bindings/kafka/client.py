@@ -126,7 +126,8 @@ class KafkaClient(Service):
         self.settings = settings
         self.binding = binding
         self._emit = emit
-        self.tail = TailConsumer(self)
+        #: One tail consumer per cache_server (SPEC §8: one consumer per cache_server topic set).
+        self.tails: dict[str, TailConsumer] = {}
         self.history = HistoryFetcher(self)
 
     # called on any thread: events are printed from the reactor thread only
@@ -136,9 +137,15 @@ class KafkaClient(Service):
         else:
             self.reactor.callFromThread(self._emit, name, detail)
 
-    def consume(self, topic: str, sink: TopicSink, from_end: bool = False) -> None:
-        """Feed `topic` to `sink` from now on (from its beginning, or its end when `from_end`)."""
-        self.tail.add(topic, sink, from_end)
+    def consume(self, owner: str, topic: str, sink: TopicSink, from_end: bool = False) -> None:
+        """Feed `topic` to `sink` from now on (from its beginning, or its end when `from_end`),
+        on the tail consumer of `owner` (a cache_server)."""
+        tail = self.tails.get(owner)
+        if tail is None:
+            tail = self.tails[owner] = TailConsumer(self, owner)
+            if self.running:
+                tail.start()
+        tail.add(topic, sink, from_end)
 
     def fetch(self, topic: str, partition: int, offset: int, limit: int) -> Deferred[FetchResult]:
         """Read up to `limit` records of a partition from `offset` (history older than the cache)."""
@@ -149,12 +156,14 @@ class KafkaClient(Service):
 
     def startService(self) -> None:
         super().startService()  # type: ignore[no-untyped-call]
-        self.tail.start()
+        for tail in self.tails.values():
+            tail.start()
 
     def stopService(self) -> Deferred[None]:
         super().stopService()  # type: ignore[no-untyped-call]
-        threads = [t for t in (self.tail, self.history) if t.is_alive()]
-        for t in (self.tail, self.history):
+        all_threads: list[_KafkaThread] = [*self.tails.values(), self.history]
+        threads = [t for t in all_threads if t.is_alive()]
+        for t in all_threads:
             t.stop()
         done: Deferred[None] = Deferred()
 
@@ -173,7 +182,7 @@ class KafkaClient(Service):
 
 class _KafkaThread(threading.Thread):
     def __init__(self, client: KafkaClient, role: str) -> None:
-        super().__init__(name=f"ssekd-kafka-{role}-{client.binding}", daemon=True)
+        super().__init__(name=f"ssekd-kafka-{client.binding}-{role}", daemon=True)
         self.client = client
         self.stopping = threading.Event()
         self._started_lock = threading.Lock()
@@ -190,8 +199,9 @@ class _KafkaThread(threading.Thread):
 class TailConsumer(_KafkaThread):
     """Owns the consumer that keeps every partition in use assigned and feeds the cache."""
 
-    def __init__(self, client: KafkaClient) -> None:
-        super().__init__(client, "tail")
+    def __init__(self, client: KafkaClient, owner: str) -> None:
+        super().__init__(client, owner)
+        self.owner = owner
         self._added: queue.Queue[tuple[str, TopicSink, bool]] = queue.Queue()
         # thread-owned state
         self._sinks: dict[str, TopicSink] = {}
@@ -206,7 +216,7 @@ class TailConsumer(_KafkaThread):
 
     def run(self) -> None:
         client = self.client
-        conf = client.settings.consumer_config(f"ssekd-{client.binding}")
+        conf = client.settings.consumer_config(f"ssekd-{client.binding}-{self.owner}")
         conf["error_cb"] = self._on_error
         consumer = Consumer(conf)
         admin = AdminClient({k: v for k, v in conf.items()
