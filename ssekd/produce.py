@@ -21,7 +21,7 @@ KEYS = ("sensor-a", "sensor-b", "sensor-c", "sensor-d", "sensor-e", "sensor-f")
 def ensure_topic(bootstrap: str, topic: str, partitions: int = 3, timeout: float = 30.0) -> None:
     """Create `topic` unless it exists; wait for the broker up to `timeout` seconds."""
     from confluent_kafka import KafkaException
-    from confluent_kafka.admin import AdminClient, NewTopic
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     deadline = time.monotonic() + timeout

@@ -8,9 +8,10 @@ import itertools
 import socket
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Self
 
 import pytest
 from confluent_kafka import Producer
@@ -205,7 +206,7 @@ class Streamd:
         return f"http://127.0.0.1:{self.port}{path}"
 
     def open(self, path: str, headers: dict[str, str] | None = None,
-             timeout: float = 10.0) -> "SseClient":
+             timeout: float = 10.0) -> SseClient:
         return SseClient(self.port, path, headers, timeout)
 
     def status(self, path: str, method: str = "GET",
@@ -295,7 +296,7 @@ class SseClient:
         self.sock.settimeout(left)
         try:
             data = self.sock.recv(65536)
-        except (socket.timeout, TimeoutError):
+        except TimeoutError:
             return False
         except OSError:
             data = b""
@@ -391,7 +392,7 @@ class SseClient:
     def close(self) -> None:
         self.sock.close()
 
-    def __enter__(self) -> "SseClient":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

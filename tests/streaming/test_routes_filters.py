@@ -142,7 +142,7 @@ def test_since_starts_at_a_time(kafka: Kafka, streamd: Streamd) -> None:
     kafka.flush()
     since = now - 60_000 + 30_000
     assert values(streamd, f"/events/{topic}?since={since}", 3) == ["3", "4", "5"]
-    iso = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(since / 1000)) + ".%03dZ" % (since % 1000)
+    iso = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(since / 1000)) + f".{since % 1000:03d}Z"
     assert values(streamd, f"/events/{topic}?since={iso}", 3) == ["3", "4", "5"]
 
 

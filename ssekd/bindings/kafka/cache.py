@@ -151,7 +151,7 @@ class CacheServer(Service):
         self.events.emit(self.binding, name, detail)
 
     def startService(self) -> None:
-        super().startService()  # type: ignore[no-untyped-call]
+        super().startService()
         for topic in self.bootstrap:
             self.topic(topic)
 

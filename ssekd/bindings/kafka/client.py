@@ -155,12 +155,12 @@ class KafkaClient(Service):
         return d
 
     def startService(self) -> None:
-        super().startService()  # type: ignore[no-untyped-call]
+        super().startService()
         for tail in self.tails.values():
             tail.start()
 
     def stopService(self) -> Deferred[None]:
-        super().stopService()  # type: ignore[no-untyped-call]
+        super().stopService()
         all_threads: list[_KafkaThread] = [*self.tails.values(), self.history]
         threads = [t for t in all_threads if t.is_alive()]
         for t in all_threads:

@@ -119,6 +119,6 @@ class SseServer(Service):
 
     def stopService(self) -> None:
         """End every open stream with a finished 200, so browsers reconnect elsewhere/later."""
-        super().stopService()  # type: ignore[no-untyped-call]
+        super().stopService()
         for stream in list(self.streams):
             stream.end()
