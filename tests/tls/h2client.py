@@ -39,9 +39,9 @@ class Stream:
     _buffer: bytes = b""
 
     def feed(self, chunk: bytes, now: float) -> None:
-        self._buffer += chunk
-        while b"\n\n" in self._buffer:
-            block, self._buffer = self._buffer.split(b"\n\n", 1)
+        blocks = (self._buffer + chunk).split(b"\n\n")
+        self._buffer = blocks.pop()  # an incomplete event, or b""
+        for block in blocks:
             lines = block.decode("utf-8", "replace").split("\n")
             if all(line.startswith(":") for line in lines):
                 self.comments += 1
