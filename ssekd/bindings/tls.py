@@ -184,7 +184,7 @@ class TlsServer:
 
     def handshake_done(self, tls: TLSMemoryBIOProtocol, conn: ConnectionInfo) -> IProtocol | None:
         """The exit's protocol for a connection whose handshake just completed."""
-        authority = self.authority(tls.getHandle())  # type: ignore[no-untyped-call]
+        authority = self.authority(tls.getHandle())
         negotiated = tls.negotiatedProtocol
         alpn = negotiated.decode("ascii", "replace") if negotiated else None
         exit_ = self.route(authority, alpn)
@@ -240,7 +240,7 @@ class _Handshake(Protocol):
             _log.failure("tls {name}: building the exit's protocol",
                          name=self.server.name)  # a bug in an exit; this connection only
         if inner is None:
-            tls.loseConnection()  # type: ignore[no-untyped-call]
+            tls.loseConnection()
             return
         tls.wrappedProtocol = inner
         cast(Any, inner).makeConnection(tls)

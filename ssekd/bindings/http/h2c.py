@@ -48,7 +48,7 @@ def protocol_for(server: HttpServer, conn: ConnectionInfo) -> IProtocol | None:
 
 def h2_connection(site: Any) -> Any:
     """An `H2Connection` set up as Twisted's ALPN switch sets one up, on the site's reactor."""
-    h2: Any = H2Connection(site.reactor)  # type: ignore[no-untyped-call]
+    h2: Any = H2Connection(site.reactor)
     h2.site = site
     h2.factory = site
     h2.requestFactory = site.requestFactory
