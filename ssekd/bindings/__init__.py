@@ -20,8 +20,9 @@ Roles are the layers of the graph, outermost first:
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from twisted.internet.interfaces import IAddress, IProtocol
 from twisted.web.server import Request
@@ -40,7 +41,7 @@ class KindSpec:
     """One `kind` of a binding type: its config shape and how to build it."""
 
     role: str
-    build: "Callable[[BuildContext, Binding], object]"
+    build: Callable[[BuildContext, Binding], object]
     options: JsonSchema = field(default_factory=lambda: {"type": "object",
                                                          "additionalProperties": False})
     #: Schema of one item of a route's `when` list; None when this kind has no routes.
@@ -93,7 +94,7 @@ class HttpBinding(Protocol):
     http route captured; `HttpContext` carries what the http layer decided (identity, CORS).
     """
 
-    def render(self, request: Request, ctx: "HttpContext") -> bytes | int:
+    def render(self, request: Request, ctx: HttpContext) -> bytes | int:
         ...
 
 

@@ -4,8 +4,9 @@ peer address (SPEC §2); `client` is the outbound side toward Kafka and is only 
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from twisted.internet.address import IPv4Address, IPv6Address
 from twisted.internet.interfaces import IAddress, IProtocol

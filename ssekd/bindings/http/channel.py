@@ -3,8 +3,9 @@ body-size cap, so a slowloris client or a giant header cannot tie up the daemon.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from twisted.internet.interfaces import IDelayedCall
 from twisted.internet.protocol import connectionDone
@@ -29,7 +30,7 @@ class Limits:
     body_bytes: int = DEFAULT_BODY_BYTES
 
     @classmethod
-    def from_options(cls, options: Mapping[str, Any] | None) -> "Limits":
+    def from_options(cls, options: Mapping[str, Any] | None) -> Limits:
         o = options or {}
         return cls(
             header_bytes=int(o.get("header-bytes", DEFAULT_HEADER_BYTES)),

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 from urllib.parse import urlsplit
 
 from twisted.web.server import Request
@@ -20,7 +21,7 @@ class AccessControl:
     expose: tuple[str, ...] | None = None
 
     @classmethod
-    def from_options(cls, options: Mapping[str, Any] | None) -> "AccessControl":
+    def from_options(cls, options: Mapping[str, Any] | None) -> AccessControl:
         if not options or options.get("policy", "same-origin") == "same-origin":
             return cls()
         allow = options.get("allow") or {}

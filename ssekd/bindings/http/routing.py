@@ -7,8 +7,8 @@ does not end in `*` also matches with any query string. Patterns are compiled on
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 from twisted.web.server import Request
 
@@ -21,7 +21,7 @@ class HeaderPattern:
     regex: re.Pattern[str]
 
     @classmethod
-    def compile(cls, name: str, pattern: str) -> "HeaderPattern":
+    def compile(cls, name: str, pattern: str) -> HeaderPattern:
         name = name.lower()
         # In a path, a capture stops at / and ?; in other headers it takes what it can.
         capture = r"[^/?]*" if name == ":path" else r".*?"

@@ -6,8 +6,9 @@ The same Site serves HTTP/1.1 and HTTP/2 (Twisted switches to `H2Connection` whe
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from twisted.internet.interfaces import IProtocol
 from twisted.web import http
@@ -102,7 +103,7 @@ class HttpServer:
     """Runtime of an http server binding."""
 
     def __init__(self, name: str, site: HttpSite, versions: tuple[str, ...],
-                 protocol_for: Callable[["HttpServer", ConnectionInfo], IProtocol | None]
+                 protocol_for: Callable[[HttpServer, ConnectionInfo], IProtocol | None]
                  | None = None) -> None:
         self.name = name
         self.site = site
