@@ -16,10 +16,10 @@ import pytest
 # Spark binds its driver to the address the host name resolves to unless told otherwise.
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
-from pyspark.sql import SparkSession  # noqa: E402
+from pyspark.sql import SparkSession
 
-from spark.session import build_session  # noqa: E402
-from ssekd.broker import Broker, start_broker  # noqa: E402
+from spark.session import build_session
+from ssekd.broker import Broker, start_broker
 
 #: Not UTC on purpose: a job whose output depended on the session's time zone would show it.
 SESSION_TIME_ZONE = "America/Los_Angeles"

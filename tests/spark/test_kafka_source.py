@@ -173,7 +173,7 @@ def test_stream_resumes_from_its_checkpoint_and_delivers_each_record_once(
                      [Change(f"new{i}".encode(), b"n", partition=i % 3) for i in range(150)])
     assert copy_available() >= 1
     copied = read_topic(spark_broker.bootstrap, sink)
-    key = lambda r: (r.partition, r.key, r.value, tuple(r.headers))  # noqa: E731
+    key = lambda r: (r.partition, r.key, r.value, tuple(r.headers))
     assert Counter(map(key, copied)) == Counter(map(key, first + second))
 
 
