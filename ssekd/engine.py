@@ -121,14 +121,38 @@ class BuildContext:
         old = prev.config.bindings.get(binding.name)
         if old != binding or not all(e in self._reused for e in binding.exits):
             return None
-        if binding.vault and prev.config.vaults.get(binding.vault) != \
-                self.config.vaults.get(binding.vault):
-            return None
+        if binding.vault and (prev.config.vaults.get(binding.vault) !=
+                              self.config.vaults.get(binding.vault) or
+                              prev.store_stamps.get(binding.vault) !=
+                              store_stamps(self.config).get(binding.vault)):
+            return None  # a renewed certificate on disk is a change, even with the same config
         return prev.runtimes[binding.name]
 
     @property
     def built(self) -> Mapping[str, object]:
         return self._built
+
+    @property
+    def reused(self) -> set[str]:
+        """Bindings whose runtime object was carried over from before a reload."""
+        return self._reused
+
+
+def store_stamps(config: Config) -> dict[str, tuple[tuple[str, int, int], ...]]:
+    """Per vault, (path, mtime, size) of each store file it names, to notice rotated keys."""
+    stamps: dict[str, tuple[tuple[str, int, int], ...]] = {}
+    for name, vault in config.vaults.items():
+        found = []
+        for spec in vault.options.values():
+            if isinstance(spec, dict) and isinstance(spec.get("store"), str):
+                path = config.resolve_path(spec["store"])
+                try:
+                    st = path.stat()
+                    found.append((str(path), st.st_mtime_ns, st.st_size))
+                except OSError:
+                    found.append((str(path), -1, -1))
+        stamps[name] = tuple(found)
+    return stamps
 
 
 @dataclass
@@ -138,6 +162,7 @@ class Graph:
     config: Config
     runtimes: dict[str, object]
     reused: set[str] = field(default_factory=set)
+    store_stamps: dict[str, tuple[tuple[str, int, int], ...]] = field(default_factory=dict)
 
     def listen_specs(self) -> list[ListenSpec]:
         specs: list[ListenSpec] = []
@@ -209,7 +234,7 @@ class Engine(MultiService):
                 issues.extend(i for i in e.issues if i not in issues)
         if issues:
             raise ConfigError(issues)
-        return Graph(config, dict(ctx.built), set(ctx._reused))
+        return Graph(config, dict(ctx.built), set(ctx.reused), store_stamps(config))
 
     # -- service lifecycle ----------------------------------------------------------------
 

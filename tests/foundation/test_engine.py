@@ -1,0 +1,117 @@
+"""The engine's reload logic, driven in-process with a memory reactor: what is kept, what is
+rebuilt, and that sockets survive."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from twisted.internet.testing import MemoryReactorClock
+
+from ssekd.devcert import issue, make_ca, write_store
+from ssekd.engine import Engine
+from ssekd.telemetry.events import EventLog
+
+CONFIG = """\
+name: t
+vaults:
+  keys:
+    type: filesystem
+    options:
+      keys: {{store: server.p12, password: pw}}
+bindings:
+  tcp0:
+    type: tcp
+    kind: server
+    options: {{host: 127.0.0.1, port: [7001, 7002]}}
+    routes:
+      - when: [{{port: 7001}}]
+        exit: tls0
+    exit: http0
+  tls0:
+    type: tls
+    kind: server
+    vault: keys
+    options: {{keys: [localhost], alpn: [h2, http/1.1]}}
+    exit: http0
+  http0:
+    type: http
+    kind: server
+    exit: map0
+  map0:
+    type: http-filesystem
+    kind: proxy
+    routes:
+      - when: [{{path: "/{{path}}"}}]
+        exit: fs0
+        with: {{path: "${{params.path}}"}}
+  fs0:
+    type: filesystem
+    kind: server
+    options: {{location: {location}}}
+"""
+
+
+def setup(tmp_path: Path, location: str = "www") -> tuple[Path, Engine, MemoryReactorClock]:
+    (tmp_path / "www").mkdir(exist_ok=True)
+    (tmp_path / "other").mkdir(exist_ok=True)
+    ca = make_ca()
+    write_store(tmp_path / "server.p12", "localhost", issue(ca, ["localhost"]), "pw")
+    config = tmp_path / "zilla.yaml"
+    config.write_text(CONFIG.format(location=location))
+    reactor = MemoryReactorClock()
+    engine = Engine(config, reactor=reactor, events=EventLog("t"), print_events=False)
+    engine.startService()
+    return config, engine, reactor
+
+
+def test_unchanged_config_keeps_everything(tmp_path: Path) -> None:
+    config, engine, reactor = setup(tmp_path)
+    before = dict(engine.graph.runtimes)  # type: ignore[union-attr]
+    assert [p[0] for p in reactor.tcpServers] == [7001, 7002]
+    assert engine.reload()
+    assert engine.graph.reused == set(before)  # type: ignore[union-attr]
+    assert len(reactor.tcpServers) == 2, "no socket reopened"
+
+
+def test_changed_leaf_rebuilds_its_ancestors_only(tmp_path: Path) -> None:
+    config, engine, reactor = setup(tmp_path)
+    old = dict(engine.graph.runtimes)  # type: ignore[union-attr]
+    config.write_text(CONFIG.format(location="other"))
+    assert engine.reload()
+    graph = engine.graph
+    assert graph is not None
+    assert graph.reused == set(), "fs0 changed; every binding leads to it"
+    assert graph.runtimes["fs0"] is not old["fs0"]
+    assert len(reactor.tcpServers) == 2, "ports stay, only the factory behind them changes"
+
+
+def test_rotated_certificate_rebuilds_tls(tmp_path: Path) -> None:
+    config, engine, reactor = setup(tmp_path)
+    old = dict(engine.graph.runtimes)  # type: ignore[union-attr]
+    store = tmp_path / "server.p12"
+    write_store(store, "localhost", issue(make_ca(), ["localhost"]), "pw")
+    st = store.stat()
+    os.utime(store, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    assert engine.reload()
+    graph = engine.graph
+    assert graph is not None
+    assert graph.runtimes["tls0"] is not old["tls0"]
+    assert {"http0", "map0", "fs0"} <= graph.reused
+
+
+def test_bad_reload_keeps_the_old_graph(tmp_path: Path) -> None:
+    config, engine, reactor = setup(tmp_path)
+    graph = engine.graph
+    config.write_text("name: t\nbindings: {}\n")
+    assert not engine.reload()
+    assert engine.graph is graph
+    assert any("CONFIG_RELOAD_FAILED" in line for line in engine.events.recent)
+
+
+def test_removed_port_is_closed_and_new_one_opened(tmp_path: Path) -> None:
+    config, engine, reactor = setup(tmp_path)
+    config.write_text(CONFIG.format(location="www").replace("[7001, 7002]", "[7001, 7003]"))
+    assert engine.reload()
+    assert sorted(engine.listening_ports()) == [("127.0.0.1", 7001), ("127.0.0.1", 7003)]
+    assert [p[0] for p in reactor.tcpServers] == [7001, 7002, 7003]
