@@ -132,24 +132,44 @@ class ProgressId:
         return partitions
 
 
+_B64_TO_URLSAFE = bytes.maketrans(b"+/", b"-_")
+
+
+def _pair(partition: int, next_offset: int) -> bytes:
+    """varint(partition) + varint(next offset) for non-negative values (the hot path)."""
+    out = bytearray()
+    for v in (partition, next_offset):
+        z = v << 1
+        while z > 0x7F:
+            out.append((z & 0x7F) | 0x80)
+            z >>= 7
+        out.append(z)
+    return bytes(out)
+
+
 class ProgressState:
     """A stream's mutable progress, with the encoded token cached between changes.
 
-    Encoding happens once per event at the tail (shared by every subscriber in a group), so
-    each partition's varint pair is kept encoded and only the changed one is redone.
+    Encoding happens once per event (shared by every subscriber of a tail group), so each
+    partition's varint pair is kept encoded and only the changed one is redone; the token is
+    assembled from those pieces and base64url-encoded with binascii (no per-event sorting).
     """
 
-    __slots__ = ("_chunks", "_token", "offsets")
+    __slots__ = ("_chunks", "_order", "_prefix", "_token", "offsets")
 
     def __init__(self, offsets: Mapping[int, int] | None = None) -> None:
         self.offsets: dict[int, int] = dict(offsets or {})
-        self._chunks: dict[int, bytes] = {}
-        self._token: str | None = None
+        self._chunks: dict[int, bytes] = {p: _pair(p, o) for p, o in self.offsets.items()}
+        self._order: list[int] = sorted(self.offsets)
+        self._prefix = bytes((VERSION,)) + zigzag_varint(len(self.offsets))
+        self._token: bytes | None = None
 
     def copy(self) -> ProgressState:
-        other = ProgressState()
+        other = ProgressState.__new__(ProgressState)
         other.offsets = dict(self.offsets)
         other._chunks = dict(self._chunks)
+        other._order = list(self._order)
+        other._prefix = self._prefix
         other._token = self._token
         return other
 
@@ -157,31 +177,39 @@ class ProgressState:
         return self.offsets.get(partition)
 
     def set(self, partition: int, next_offset: int) -> None:
-        if self.offsets.get(partition) != next_offset:
-            self.offsets[partition] = next_offset
-            self._chunks.pop(partition, None)
-            self._token = None
+        old = self.offsets.get(partition)
+        if old == next_offset:
+            return
+        self.offsets[partition] = next_offset
+        self._chunks[partition] = _pair(partition, next_offset)
+        self._token = None
+        if old is None:
+            self._reorder()
 
     def drop(self, partition: int) -> None:
         if self.offsets.pop(partition, None) is not None:
             self._chunks.pop(partition, None)
             self._token = None
+            self._reorder()
+
+    def _reorder(self) -> None:
+        self._order = sorted(self.offsets)
+        self._prefix = bytes((VERSION,)) + zigzag_varint(len(self.offsets))
 
     def key(self) -> tuple[tuple[int, int], ...]:
         """A hashable snapshot, to find subscribers whose ids would be identical."""
         return tuple(sorted(self.offsets.items()))
 
-    def token(self) -> str:
+    def token_bytes(self) -> bytes:
+        """The token as ASCII bytes (what goes on the wire)."""
         if self._token is None:
-            out = bytearray((VERSION,))
-            out += zigzag_varint(len(self.offsets))
-            for p in sorted(self.offsets):
-                chunk = self._chunks.get(p)
-                if chunk is None:
-                    chunk = self._chunks[p] = zigzag_varint(p) + zigzag_varint(self.offsets[p])
-                out += chunk
-            self._token = b64url(bytes(out))
+            chunks = self._chunks
+            raw = self._prefix + b"".join([chunks[p] for p in self._order])
+            self._token = binascii.b2a_base64(raw, newline=False).translate(_B64_TO_URLSAFE)
         return self._token
+
+    def token(self) -> str:
+        return self.token_bytes().decode("ascii")
 
 
 def clean_etag(raw: bytes | None) -> str | None:

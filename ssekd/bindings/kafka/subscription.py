@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from ssekd.bindings.kafka.topic_log import TopicLog
 
 #: Records read from the cache per catch-up step (one write to the subscriber).
-CATCH_UP_BATCH = 500
+CATCH_UP_BATCH = 2000
 #: Records asked of Kafka per history read.
 FETCH_BATCH = 2000
 
