@@ -1,0 +1,110 @@
+"""Malformed records: what they are, how they are counted, how they are reported.
+
+A record is malformed for a job when the job cannot do its work with it:
+- `null_key`: no key. A compacted topic keeps the latest value *per key*, so a keyless record
+  has no place in a snapshot (Kafka itself refuses keyless records on compacted topics).
+- `undecodable_key`: with `key_format="utf8"` (the default), key bytes that are not valid UTF-8.
+  Snapshot keys become text in browsers (filters, event ids); a key that is not text is a
+  producer bug to surface, not to spread.
+- `oversized_value`: a value longer than `max_value_bytes` (default 1 MiB, Kafka's default
+  `max.message.bytes`), which the snapshot topic would refuse or clients choke on.
+
+Malformed records are never written. They are counted with Spark observed metrics (exact for a
+successful query, collected in the same pass as the work: no second read of the topic), and the
+report names the first of each kind by partition and offset so it can be found and fixed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark.sql import Column, DataFrame, Observation
+from pyspark.sql import functions as F
+
+PROBLEMS = ("null_key", "undecodable_key", "oversized_value")
+DEFAULT_MAX_VALUE_BYTES = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class RecordRules:
+    """What a job accepts. `require_key`: jobs that group by key (snapshot) need one; an export
+    does not."""
+
+    key_format: str = "utf8"
+    max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES
+    require_key: bool = True
+
+    def __post_init__(self) -> None:
+        if self.key_format not in ("utf8", "binary"):
+            raise ValueError(f"key_format must be utf8 or binary, got {self.key_format!r}")
+        if self.max_value_bytes <= 0:
+            raise ValueError(f"max_value_bytes must be > 0, got {self.max_value_bytes}")
+
+    def problem(self) -> Column:
+        """A column naming what is wrong with a record, null when nothing is."""
+        checks: list[tuple[Column, str]] = []
+        if self.require_key:
+            checks.append((F.col("key").isNull(), "null_key"))
+        if self.key_format == "utf8":
+            checks.append((F.col("key").isNotNull()
+                           & ~F.is_valid_utf8(F.col("key").cast("string")), "undecodable_key"))
+        checks.append((F.octet_length("value") > F.lit(self.max_value_bytes), "oversized_value"))
+        result: Column = F.lit(None).cast("string")
+        for condition, name in reversed(checks):
+            result = F.when(condition, F.lit(name)).otherwise(result)
+        return result
+
+
+#: Snapshot defaults: keys required and UTF-8, values up to 1 MiB.
+DEFAULT_RULES = RecordRules()
+
+
+@dataclass
+class MalformedCounts:
+    """Counts per kind, and where the first record of each kind is (`"p/offset"`)."""
+
+    counts: dict[str, int] = field(default_factory=lambda: {p: 0 for p in PROBLEMS})
+    first: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    def add(self, other: MalformedCounts) -> None:
+        for name, n in other.counts.items():
+            self.counts[name] = self.counts.get(name, 0) + n
+        for name, where in other.first.items():
+            self.first.setdefault(name, where)
+
+    def describe(self, fate: str = "never written") -> str:
+        if not self.total:
+            return "malformed: 0"
+        parts = [f"{name} {n}" + (f" (first at partition/offset {self.first[name]})"
+                                  if name in self.first else "")
+                 for name, n in self.counts.items() if n]
+        return f"malformed: {self.total} {fate} — " + ", ".join(parts)
+
+
+def observe_records(df: DataFrame, name: str,
+                    extra: Sequence[Column] = ()) -> tuple[DataFrame, Observation]:
+    """Attach record and malformed counters (and `extra` aggregates) to a frame that has a
+    `problem` column."""
+    observation = Observation(name)
+    metrics = [F.count(F.lit(1)).alias("records"), *extra]
+    for problem in PROBLEMS:
+        hit = F.col("problem") == F.lit(problem)
+        metrics.append(F.count_if(hit).alias(problem))
+        metrics.append(F.min(F.when(hit, F.struct("partition", "offset"))).alias(f"first_{problem}"))
+    return df.observe(observation, *metrics), observation
+
+
+def malformed_from(metrics: dict[str, Any]) -> MalformedCounts:
+    counts = MalformedCounts()
+    for problem in PROBLEMS:
+        counts.counts[problem] = int(metrics.get(problem) or 0)
+        first = metrics.get(f"first_{problem}")
+        if first is not None:
+            counts.first[problem] = f"{first['partition']}/{first['offset']}"
+    return counts
