@@ -73,7 +73,7 @@ def _clients(port: int, path: str, n: int, sample_every: int, duration: float,
         s = socket.create_connection(("127.0.0.1", port))
         s.sendall(f"GET {path} HTTP/1.1\r\nHost: b\r\n\r\n".encode())
         s.setblocking(False)
-        sel.register(s, selectors.EVENT_READ, (i % sample_every == 0, [b""]))
+        sel.register(s, selectors.EVENT_READ, (i % sample_every == 0, [b""], [b""]))
         socks.append(s)
     ready.set()
     go.wait()
@@ -82,7 +82,7 @@ def _clients(port: int, path: str, n: int, sample_every: int, duration: float,
     end = time.time() + duration
     while (left := end - time.time()) > 0:
         for key, _ in sel.select(min(left, 0.2)):
-            sample, tail = key.data
+            sample, tail, _ = key.data
             try:
                 data = key.fileobj.recv(262144)  # type: ignore[union-attr]
             except BlockingIOError:
@@ -90,7 +90,9 @@ def _clients(port: int, path: str, n: int, sample_every: int, duration: float,
             if not data:
                 sel.unregister(key.fileobj)
                 continue
-            count += data.count(b"id:")
+            # "id:" may be split across two reads: count over the previous read's last 2 bytes
+            count += (key.data[2][0] + data).count(b"id:")
+            key.data[2][0] = data[-2:]
             if sample:
                 now = time.time()
                 buf = tail[0] + data
@@ -286,13 +288,16 @@ def single_client(rig: Rig, messages: int) -> dict[str, Any]:
     for label in ("first (cache loading from Kafka)", "cached"):
         s = socket.create_connection(("127.0.0.1", rig.port))
         s.sendall(f"GET /events/{topic} HTTP/1.1\r\nHost: b\r\n\r\n".encode())
+        s.settimeout(60)
         n = 0
+        last = b""
         t0 = time.time()
         while n < messages:
             data = s.recv(1 << 20)
             if not data:
                 break
-            n += data.count(b"id:")
+            n += (last + data).count(b"id:")
+            last = data[-2:]
         elapsed = time.time() - t0
         s.close()
         if label == "first (cache loading from Kafka)":
