@@ -23,8 +23,14 @@ from ssekd.bindings.kafka.topic_log import CacheBounds, TopicLog
 from ssekd.bindings.sse.server import SseServer
 from ssekd.bindings.sse.wire import event_bytes
 from ssekd.bindings.sse_kafka.encoder import KafkaEventEncoder
-from ssekd.progress import (KEY_ETAG_FORMAT, ProgressId, ProgressState, UndecodableId,
-                            format_event_id, parse_last_event_id)
+from ssekd.progress import (
+    KEY_ETAG_FORMAT,
+    ProgressId,
+    ProgressState,
+    UndecodableId,
+    format_event_id,
+    parse_last_event_id,
+)
 from ssekd.telemetry.events import EventLog
 
 VECTORS = json.loads((Path(__file__).resolve().parents[3] / "shared" / "vectors" /
@@ -323,5 +329,5 @@ def test_tail_groups_encode_once_and_paused_subscribers_catch_up_from_kafka() ->
     clock.advance(0)
     data = b"".join(sinks[0].writes).decode()
     got = [line[5:] for line in data.split("\n") if line.startswith("data:")]
-    assert got == ["v%d" % o for o in range(23)]
+    assert got == [f"v{o}" for o in range(23)]
     assert len(cache.groups) == 1 and len(next(iter(cache.groups.values())).members) == 100
