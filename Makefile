@@ -6,7 +6,7 @@ CONFIG ?= etc/zilla.yaml
 # Reinstall whenever pyproject.toml changes.
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 # Debian programs the tests and benchmarks drive as real clients.
-DEBS   := curl openssl wrk nghttp2-client chromium
+DEBS   := curl openssl wrk nghttp2-client chromium default-jre-headless
 PYTEST_ARGS ?=
 
 .PHONY: run test bench setup system-deps check lint clean

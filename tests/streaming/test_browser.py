@@ -24,8 +24,7 @@ from tests.streaming.conftest import Kafka, write_config
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 
-pytestmark = [pytest.mark.browser,
-              pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="no chromium")]
+pytestmark = [pytest.mark.browser]  # chromium is installed by `make test`
 
 
 class Browser:

@@ -62,8 +62,7 @@ def test_curl_http2_and_http11_over_tls_and_h2c(tls_daemon: Any, pki: Pki) -> No
 
 
 def test_sni_picks_the_key_unknown_names_get_the_first(tls_daemon: Any, pki: Pki) -> None:
-    if pki.multi is None:
-        pytest.skip("keytool (Java) is not installed")
+    assert pki.multi is not None, "keytool (Java, installed by make test) is needed"
     _, port, _ = tls_daemon("{keys: [localhost, other], alpn: [h2, http/1.1]}", store=pki.multi)
     assert subject(s_client(port, "-servername", "localhost").stdout) == "CN=localhost"
     assert subject(s_client(port, "-servername", "other.test").stdout) == "CN=other.test"
@@ -72,8 +71,7 @@ def test_sni_picks_the_key_unknown_names_get_the_first(tls_daemon: Any, pki: Pki
 
 
 def test_sni_list_limits_the_names_that_choose(tls_daemon: Any, pki: Pki) -> None:
-    if pki.multi is None:
-        pytest.skip("keytool (Java) is not installed")
+    assert pki.multi is not None, "keytool (Java, installed by make test) is needed"
     # other.test is a key of the binding but not an accepted name: served like an unknown name
     _, port, _ = tls_daemon("{keys: [localhost, other], sni: [localhost]}", store=pki.multi)
     assert subject(s_client(port, "-servername", "other.test").stdout) == "CN=localhost"
