@@ -142,10 +142,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--print-schema", action="store_true",
                    help="print the JSON Schema ssekd validates against")
     p.set_defaults(func=check)
+    p = sub.add_parser("produce", help="write demo records to a topic (for the demo page)",
+                       add_help=False)
+    p.set_defaults(func=None)
     p = sub.add_parser("run", help="run the daemon in the foreground (twistd -n ssekd)")
     p.add_argument("--config", "-c", default="etc/zilla.yaml")
     p.add_argument("--watch", action="store_true")
     p.set_defaults(func=run)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["produce"]:  # its options belong to ssekd.produce
+        from ssekd.produce import main as produce_main
+
+        return produce_main(argv[1:])
     args = parser.parse_args(argv)
     return int(args.func(args))
 

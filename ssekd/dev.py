@@ -92,16 +92,25 @@ def main(argv: Sequence[str] | None = None) -> int:
                           file=sys.stderr)
         topics = bootstrap_topics(config)
         if brokers and topics and not args.no_demo:
-            children.append(subprocess.Popen(
-                [sys.executable, "-m", "ssekd.produce", "--bootstrap", brokers[0].bootstrap,
-                 "--demo", *topics], start_new_session=True))
+            for topic in topics:
+                children.append(subprocess.Popen(
+                    [sys.executable, "-m", "ssekd.produce", "--bootstrap",
+                     brokers[0].bootstrap, "--topic", topic, "--rate", "2"],
+                    start_new_session=True))
+                print(f"ssekd.dev: demo producer writing 2 records/s to {topic}",
+                      file=sys.stderr)
         # Own sessions: Ctrl-C reaches only this launcher, which stops the daemon once, in order.
         daemon = subprocess.Popen([str(bin_dir / "twistd"), "-n", "--pidfile=", "ssekd",
                                    "--config", str(args.config)], start_new_session=True)
         children.append(daemon)
 
+        forwarded = []
+
         def forward(signum: int, frame: object) -> None:
-            daemon.send_signal(signal.SIGTERM)
+            # Once: a second SIGTERM during twistd's shutdown only makes it log a traceback.
+            if not forwarded:
+                forwarded.append(signum)
+                daemon.send_signal(signal.SIGTERM)
 
         signal.signal(signal.SIGTERM, forward)
         signal.signal(signal.SIGINT, forward)
