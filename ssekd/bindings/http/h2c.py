@@ -3,7 +3,7 @@
 Twisted's `Site` already becomes HTTP/2 when TLS negotiated `h2`, but has no cleartext HTTP/2.
 A prior-knowledge h2c client opens with the fixed preface `PRI * HTTP/2.0\\r\\n\\r\\nSM\\r\\n\\r\\n`,
 which no HTTP/1.1 request starts with, so `PrefaceSniffer` looks at the first bytes, builds
-Twisted's `H2Connection` or the site's HTTP/1.1 channel, hands it the connection and replays
+our `BatchingH2Connection` (h2.py) or the site's HTTP/1.1 channel, hands it the connection and replays
 the bytes. Most requests are decided on their first byte (`G` is not `P`).
 
 `options.versions` limits what is served: an HTTP/2-only binding answers HTTP/1.1 with `505`,
@@ -22,9 +22,10 @@ from typing import TYPE_CHECKING, Any, cast
 from twisted.internet.interfaces import IProtocol
 from twisted.internet.protocol import Protocol
 from twisted.python.failure import Failure
-from twisted.web._http2 import H2Connection
 
 from ssekd.bindings import ConnectionInfo
+from ssekd.bindings.http.h2 import BatchingH2Connection
+from ssekd.bindings.http.h2 import h2_connection as _batching_h2_connection
 
 if TYPE_CHECKING:
     from ssekd.bindings.http.server import HttpServer
@@ -46,15 +47,9 @@ def protocol_for(server: HttpServer, conn: ConnectionInfo) -> IProtocol | None:
     return cast(IProtocol, PrefaceSniffer(server, conn))
 
 
-def h2_connection(site: Any) -> Any:
-    """An `H2Connection` set up as Twisted's ALPN switch sets one up, on the site's reactor."""
-    h2: Any = H2Connection(site.reactor)
-    h2.site = site
-    h2.factory = site
-    h2.requestFactory = site.requestFactory
-    h2.timeOut = site.timeOut
-    h2.callLater = site.reactor.callLater
-    return h2
+def h2_connection(site: Any) -> BatchingH2Connection:
+    """The same HTTP/2 connection class as after ALPN over TLS, on the site's reactor."""
+    return _batching_h2_connection(site)
 
 
 class PrefaceSniffer(Protocol):

@@ -1,7 +1,7 @@
 """The http server binding at run time: a Twisted `Site` whose root routes each request to an exit.
 
-The same Site serves HTTP/1.1 and HTTP/2 (Twisted switches to `H2Connection` when TLS negotiates
-`h2`); CORS and routing happen here, once, before the exit sees the request.
+The same Site serves HTTP/1.1 and HTTP/2 (its protocol switches to our `BatchingH2Connection`
+when TLS negotiates `h2`, see `h2.py`); CORS and routing happen here, once, before the exit sees the request.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from twisted.web.server import Request, Site
 from ssekd.bindings import ConnectionInfo, HttpBinding, HttpContext
 from ssekd.bindings.http.channel import LimitedHTTPChannel, Limits
 from ssekd.bindings.http.cors import AccessControl
+from ssekd.bindings.http.h2 import SwitchingChannelProtocol
 from ssekd.bindings.http.routing import Condition, match_any, request_headers
 from ssekd.telemetry.events import EventLog
 
@@ -92,8 +93,8 @@ class HttpSite(Site):
 
     def protocol(self) -> Any:
         # Same shape as Twisted's default (a proxy that can become HTTP/2 after ALPN), but with
-        # our channel inside.
-        return http._GenericHTTPChannelProtocol(LimitedHTTPChannel(self.limits))
+        # our HTTP/1.1 channel inside and our HTTP/2 connection (one write per turn) after ALPN.
+        return SwitchingChannelProtocol(LimitedHTTPChannel(self.limits))
 
     def log(self, request: Any) -> None:
         """Access lines are events (see HttpRoot.render), not Twisted's common log format."""
