@@ -104,7 +104,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                    "--config", str(args.config)], start_new_session=True)
         children.append(daemon)
 
-        forwarded = []
+        forwarded: list[int] = []
 
         def forward(signum: int, frame: object) -> None:
             # Once: a second SIGTERM during twistd's shutdown only makes it log a traceback.
