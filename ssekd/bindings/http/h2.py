@@ -119,6 +119,8 @@ class BatchingH2Connection(H2Connection):
         while ready and budget > 0 and conn.outbound_flow_control_window > 0:
             stream_id, _ = ready.popitem(last=False)
             queue = queues[stream_id]
+            if not queue:
+                continue
             if queue[0] is _END_STREAM_SENTINEL:
                 queue.popleft()
                 conn.end_stream(stream_id)
@@ -167,7 +169,8 @@ class BatchingH2Connection(H2Connection):
             transport: Any = self.transport
             transport.write(out)
         for stream_id in finished:
-            self._requestDone(stream_id)
+            if stream_id in self.streams:  # a failed write may have lost the connection
+                self._requestDone(stream_id)
         for stream_id in drained:
             # Below the low-water mark: a producer paused by the buffer limit may go on. Done
             # after the write, since a producer may write (and re-enter) as it resumes.
@@ -186,6 +189,8 @@ class BatchingH2Connection(H2Connection):
             self._wake()
 
     def _handleWindowUpdate(self, event: Any) -> None:
+        """A stream's update brings it back into the rotation; the connection's wakes the loop
+        (its streams never left it). Either may let paused producers go on (Twisted's check)."""
         stream_id = event.stream_id
         if stream_id:
             stream = self.streams.get(stream_id)
