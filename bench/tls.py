@@ -142,9 +142,14 @@ def client_h2(port: int, ca: Path, topic: str, streams: int, expect: int,
         print("READY", flush=True)
         seen = dict.fromkeys(ids, 0)
         deadline = time.monotonic() + timeout
+        sock = client.sock
         while time.monotonic() < deadline and min(seen.values()) < expect:
-            client.pump(0.05)
+            # Stamp receipt when the socket turns readable, as the HTTP/1.1 client does (a
+            # `pump(0.05)` runs out its whole 50 ms, which added up to 50 ms to each latency).
+            if not (isinstance(sock, ssl.SSLSocket) and sock.pending()):
+                select.select([sock], [], [], 0.05)
             now = time.time_ns()
+            client.pump(0)
             for i in ids:
                 data = client.streams[i].data
                 for payload in data[seen[i]:]:
