@@ -18,7 +18,12 @@ from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET, Request, Site
 from zope.interface import implementer
 
+from ssekd.bindings.http.channel import Limits
+from ssekd.bindings.http.cors import AccessControl
 from ssekd.bindings.http.h2 import BatchingH2Connection, h2_connection
+from ssekd.bindings.http.h2c import PREFACE
+from ssekd.bindings.http.server import HttpRoot, HttpSite
+from ssekd.telemetry.events import EventLog
 
 
 class CountingTransport(StringTransport):
@@ -340,3 +345,24 @@ def test_sending_counts_as_activity_for_the_idle_timeout() -> None:
     assert not peer.transport.disconnecting
     peer.clock.advance(timeout)
     assert peer.transport.disconnecting  # idle: GOAWAY and close
+
+
+class AlpnTransport(StringTransport):
+    """A TLS transport after the handshake, as far as the channel can tell."""
+
+    negotiatedProtocol = b"h2"
+
+
+def test_the_http_binding_site_switches_to_batching_h2_after_alpn() -> None:
+    clock = MemoryReactorClock()
+    site = HttpSite(HttpRoot("http0", [], None, AccessControl(), EventLog("test")), Limits(),
+                    clock)
+    proto: Any = site.buildProtocol(None)
+    transport = AlpnTransport()
+    proto.makeConnection(transport)
+    proto.dataReceived(PREFACE + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00")  # empty SETTINGS
+    h2conn = proto._channel
+    assert isinstance(h2conn, BatchingH2Connection)
+    assert transport.producer is h2conn  # the transport's backpressure reaches HTTP/2
+    assert h2conn._reactor is clock and h2conn.timeOut == Limits().idle_timeout
+    assert transport.value()[3:4] == b"\x04"  # our SETTINGS went out
