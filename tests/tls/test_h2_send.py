@@ -363,6 +363,6 @@ def test_the_http_binding_site_switches_to_batching_h2_after_alpn() -> None:
     proto.dataReceived(PREFACE + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00")  # empty SETTINGS
     h2conn = proto._channel
     assert isinstance(h2conn, BatchingH2Connection)
-    assert transport.producer is h2conn  # the transport's backpressure reaches HTTP/2
     assert h2conn._reactor is clock and h2conn.timeOut == Limits().idle_timeout
+    assert transport.producer is h2conn  # the transport's backpressure reaches HTTP/2
     assert transport.value()[3:4] == b"\x04"  # our SETTINGS went out
