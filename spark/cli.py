@@ -115,7 +115,8 @@ def run(args: argparse.Namespace) -> int:
     from .quality import RecordRules
     from .session import build_session
 
-    conf = {"spark.sql.shuffle.partitions": "8"} | _pairs(args.conf, "--conf")
+    conf = ({"spark.sql.shuffle.partitions": "8", "spark.ui.showConsoleProgress": "false"}
+            | _pairs(args.conf, "--conf"))
     kafka = {"bootstrap.servers": args.bootstrap} | _pairs(args.kafka, "--kafka")
     # Called from Python where a session already runs (a notebook, a test), use it and leave
     # it running; from the shell, the session is ours to stop.

@@ -99,6 +99,7 @@ class SnapshotReport:
         data = asdict(self)
         data["offsets"] = {str(p): list(r) for p, r in sorted(self.offsets.items())}
         data["unchanged"] = self.unchanged
+        data["seconds"] = round(self.seconds, 3)
         data["records_per_second"] = round(self.records_per_second, 1)
         data["malformed"] = {"total": self.malformed.total, **self.malformed.counts,
                              "first": self.malformed.first}
