@@ -220,3 +220,35 @@ def test_check_command_fails_on_a_broken_config(tmp_path: Path) -> None:
                             text=True, timeout=60)
     assert result.returncode == 1
     assert f"{config}:9: bindings.tcp0.exit: exit 'http9'" in result.stderr
+
+
+def test_keepalive_must_be_shorter_than_the_http_idle_timeout(tmp_path: Path) -> None:
+    config = tmp_path / "zilla.yaml"
+    config.write_text("""\
+name: t
+bindings:
+  tcp0: {type: tcp, kind: server, options: {port: 7114}, exit: http0}
+  http0:
+    type: http
+    kind: server
+    options: {limits: {idle-timeout: 20}}
+    exit: sse0
+  sse0:
+    type: sse
+    kind: server
+    options:
+      max-idle-time: 30
+    exit: map0
+  map0:
+    type: sse-kafka
+    kind: proxy
+    routes: [{when: [{path: "/{t}"}], exit: cc, with: {topic: "${params.t}"}}]
+  cc: {type: kafka, kind: cache_client, exit: cs}
+  cs: {type: kafka, kind: cache_server, exit: kc}
+  kc: {type: kafka, kind: client, options: {servers: ["localhost:9092"]}}
+""")
+    with pytest.raises(ConfigError) as caught:
+        Engine(config, reactor=MemoryReactorClock(), environ={})
+    (issue,) = caught.value.issues
+    assert (issue.line, issue.path) == (13, "bindings.sse0.options.max-idle-time")
+    assert "less than the idle-timeout of http binding 'http0' (20 s)" in issue.message

@@ -10,6 +10,7 @@ from ssekd.bindings.http.channel import LIMITS_SCHEMA, Limits
 from ssekd.bindings.http.cors import AccessControl
 from ssekd.bindings.http.routing import Condition, HeaderPattern
 from ssekd.bindings.http.server import HttpRoot, HttpRoute, HttpServer, HttpSite
+from ssekd.config import ConfigError
 from ssekd.config.model import Binding
 from ssekd.engine import BuildContext
 
@@ -31,12 +32,29 @@ def _build(ctx: BuildContext, binding: Binding) -> HttpServer:
         routes.append(HttpRoute(conditions, exit_))
     default = ctx.exit(binding.exit) if binding.exit else None
     assert default is None or isinstance(default, HttpBinding)
+    limits = Limits.from_options(options.get("limits"))
+    _check_keepalive(ctx, binding, limits)
     root = HttpRoot(binding.name, routes, default,
                     AccessControl.from_options(options.get("access-control")), ctx.events)
-    limits = Limits.from_options(options.get("limits"))
     site = HttpSite(root, limits, ctx.reactor)
     versions = tuple(options.get("versions", DEFAULT_VERSIONS))
     return HttpServer(binding.name, site, versions, protocol_for=_h2c_hook())
+
+
+def _check_keepalive(ctx: BuildContext, binding: Binding, limits: Limits) -> None:
+    """An exit that keeps streams open with keepalives must write more often than this binding's
+    idle timeout, or HTTP/2 connections carrying only quiet streams are closed under them."""
+    issues = []
+    for name in binding.exits:
+        max_idle = getattr(ctx.exit(name), "max_idle", None)
+        if isinstance(max_idle, (int, float)) and max_idle >= limits.idle_timeout:
+            issues.append(ctx.issue(
+                ("bindings", name, "options", "max-idle-time"),
+                f"expected less than the idle-timeout of http binding {binding.name!r} "
+                f"({limits.idle_timeout:g} s), which closes connections that stay quiet that "
+                f"long; got {max_idle:g}"))
+    if issues:
+        raise ConfigError(issues)
 
 
 def _h2c_hook() -> Any:
