@@ -42,7 +42,7 @@ class Filter:
 class KafkaEventEncoder:
     """Encodes records as `id:`/`event:`/`data:` events, advancing a stream's progress."""
 
-    __slots__ = ("_key", "filters", "id_format", "topic")
+    __slots__ = ("__weakref__", "_key", "filters", "id_format", "topic")
 
     def __init__(self, topic: str, filters: tuple[Filter, ...] = (),
                  id_format: str = ETAG_FORMAT) -> None:

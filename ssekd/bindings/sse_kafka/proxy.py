@@ -8,6 +8,7 @@ Routes match the path (query string already removed by sse): `{name}` captures o
 from __future__ import annotations
 
 import re
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -103,7 +104,10 @@ class SseKafkaProxy:
         self.routes = routes
         self.caches = caches
         self.log = log
-        self._encoders: dict[Any, KafkaEventEncoder] = {}
+        # Weak: with filters from `{params}`, every distinct path would otherwise leave an
+        # encoder behind forever; one lives exactly as long as a stream uses it.
+        self._encoders: weakref.WeakValueDictionary[Any, KafkaEventEncoder] = \
+            weakref.WeakValueDictionary()
 
     def open(self, request: StreamRequest, sink: Any) -> Subscription | int:
         for route in self.routes:
