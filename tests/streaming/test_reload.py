@@ -41,3 +41,4 @@ def test_open_stream_survives_a_reload_that_adds_a_route(kafka: Kafka, tmp_path:
         assert "CONFIG_RELOAD_FAILED" not in s.daemon.output()
     finally:
         s.daemon.stop()
+

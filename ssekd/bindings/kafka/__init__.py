@@ -4,6 +4,8 @@ cache_server options (SPEC §8, plus ssekd's cache bounds):
 
 - `bootstrap: [topic]` consumed from start-up, before any stream asks;
 - `topics: [{name, defaultOffset: live|historical}]`;
+- `max-topics` (default 100): how many topics the cache follows at most; with a route such as
+  `/{topic}`, each new name a client asks for would otherwise start another consumer and cache;
 - `cache: {max-messages, max-bytes, max-age}` per topic, defaults 100000 messages, 67108864
   bytes (64 MiB), 3600 seconds (age by record timestamp; not applied to compacted topics).
 
@@ -17,7 +19,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ssekd.bindings import BindingType, KindSpec
-from ssekd.bindings.kafka.cache import CacheClient, CacheServer
+from ssekd.bindings.kafka.cache import DEFAULT_MAX_TOPICS, CacheClient, CacheServer
 from ssekd.bindings.kafka.client import ClientSettings, KafkaClient
 from ssekd.bindings.kafka.topic_log import CacheBounds
 
@@ -48,7 +50,8 @@ def _build_cache_server(ctx: Any, binding: Binding) -> CacheServer:
                          max_age_seconds=float(c.get("max-age", defaults.max_age_seconds)))
     live = [t["name"] for t in opts.get("topics", ()) if t.get("defaultOffset") == "live"]
     return CacheServer(ctx.reactor, ctx.exit(binding.exit), binding.name, ctx.events,
-                       bootstrap=opts.get("bootstrap", ()), live_topics=live, bounds=bounds)
+                       bootstrap=opts.get("bootstrap", ()), live_topics=live, bounds=bounds,
+                       max_topics=int(opts.get("max-topics", DEFAULT_MAX_TOPICS)))
 
 
 def _build_cache_client(ctx: Any, binding: Binding) -> CacheClient:
@@ -67,6 +70,7 @@ BINDING = BindingType("kafka", {
                 "type": "object", "additionalProperties": False, "required": ["name"],
                 "properties": {"name": {"type": "string", "minLength": 1},
                                "defaultOffset": {"enum": ["live", "historical"]}}}},
+            "max-topics": {"type": "integer", "minimum": 1},
             "cache": {"type": "object", "additionalProperties": False, "properties": {
                 "max-messages": {"type": "integer", "minimum": 1},
                 "max-bytes": {"type": "integer", "minimum": 1},

@@ -27,6 +27,14 @@ from ssekd.bindings.kafka.topic_log import CacheBounds, TopicLog
 from ssekd.progress import ProgressState
 
 
+#: Topics one cache_server follows at most, unless `max-topics` says otherwise.
+DEFAULT_MAX_TOPICS = 100
+
+
+class TopicLimitReached(Exception):
+    """A stream asked for one more topic than `max-topics` allows."""
+
+
 class TopicCache:
     """The log of one topic plus everyone reading it; fed by the client's tail consumer."""
 
@@ -136,7 +144,8 @@ class CacheServer(Service):
     def __init__(self, reactor: Any, client: KafkaClient, binding: str, events: Any,
                  bootstrap: Iterable[str] = (), live_topics: Iterable[str] = (),
                  bounds: CacheBounds | None = None,
-                 topic_bounds: Mapping[str, CacheBounds] | None = None) -> None:
+                 topic_bounds: Mapping[str, CacheBounds] | None = None,
+                 max_topics: int = DEFAULT_MAX_TOPICS) -> None:
         self.reactor = reactor
         self.client = client
         self.binding = binding
@@ -146,6 +155,7 @@ class CacheServer(Service):
         self.bounds = bounds or CacheBounds()
         self.topic_bounds = dict(topic_bounds or {})
         self.topics: dict[str, TopicCache] = {}
+        self.max_topics = max_topics
 
     def event(self, name: str, detail: str) -> None:
         self.events.emit(self.binding, name, detail)
@@ -159,6 +169,9 @@ class CacheServer(Service):
         """The cache of `name`, consuming it from now on if it was not yet."""
         cache = self.topics.get(name)
         if cache is None:
+            if len(self.topics) >= self.max_topics and name not in self.bootstrap:
+                raise TopicLimitReached(f"{self.binding} follows {len(self.topics)} topics "
+                                        f"(max-topics); not starting {name}")
             live = name in self.live_topics
             cache = self.topics[name] = TopicCache(
                 self, name, self.topic_bounds.get(name, self.bounds), live)

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 from urllib.parse import unquote
 
+from ssekd.bindings.kafka.cache import TopicLimitReached
 from ssekd.bindings.kafka.subscription import EventEncoder, EventSink, Start, Subscription
 from ssekd.bindings.sse.server import StreamRequest
 from ssekd.bindings.sse_kafka.encoder import Filter, KafkaEventEncoder
@@ -141,14 +142,20 @@ class SseKafkaProxy:
             return 404
         id_format = (w.get("event") or {}).get("id", ETAG_FORMAT)
         cache = self.caches[route.exit]
-        start = self._start(request, cache, topic)
-        if isinstance(start, int):
-            return start
-        key = (topic, filters, id_format)
-        encoder = self._encoders.get(key)
-        if encoder is None:
-            encoder = self._encoders[key] = KafkaEventEncoder(topic, filters, id_format)
-        return cache.subscribe(topic, encoder, sink, start)
+        try:
+            start = self._start(request, cache, topic)
+            if isinstance(start, int):
+                return start
+            key = (topic, filters, id_format)
+            encoder = self._encoders.get(key)
+            if encoder is None:
+                encoder = self._encoders[key] = KafkaEventEncoder(topic, filters, id_format)
+            return cache.subscribe(topic, encoder, sink, start)
+        except TopicLimitReached as e:
+            # Not overload that passes (which ends a 200 so the browser comes back), but a
+            # policy: this daemon will not follow more topics until its config says so.
+            self.log.emit(self.name, "BINDING_SSE_KAFKA_TOPIC_LIMIT", f"{request.describe}: {e}")
+            return 503
 
     def _start(self, request: StreamRequest, cache: Cache, topic: str) -> Start | int:
         last_id = request.last_event_id
