@@ -21,7 +21,6 @@ import re
 import select
 import socket
 import ssl
-import statistics
 import subprocess
 import sys
 import tempfile
