@@ -134,17 +134,31 @@ class ProgressId:
 
 _B64_TO_URLSAFE = bytes.maketrans(b"+/", b"-_")
 
+#: The first varint byte of a zigzag value `z`, by `z & 0x7F`: alone (z < 128) or followed by
+#: more groups (high bit set).
+_LAST_GROUP = [bytes((i,)) for i in range(0x80)]
+_MORE_GROUP = [bytes((i | 0x80,)) for i in range(0x80)]
+
+
+def _uvarint(z: int) -> bytes:
+    """LEB128 of a non-negative value, low 7-bit group first (short ones without a loop)."""
+    if z < 0x80:
+        return _LAST_GROUP[z]
+    if z < 0x4000:
+        return _MORE_GROUP[z & 0x7F] + _LAST_GROUP[z >> 7]
+    if z < 0x20_0000:
+        return bytes(((z & 0x7F) | 0x80, ((z >> 7) & 0x7F) | 0x80, z >> 14))
+    out = bytearray()
+    while z > 0x7F:
+        out.append((z & 0x7F) | 0x80)
+        z >>= 7
+    out.append(z)
+    return bytes(out)
+
 
 def _pair(partition: int, next_offset: int) -> bytes:
-    """varint(partition) + varint(next offset) for non-negative values (the hot path)."""
-    out = bytearray()
-    for v in (partition, next_offset):
-        z = v << 1
-        while z > 0x7F:
-            out.append((z & 0x7F) | 0x80)
-            z >>= 7
-        out.append(z)
-    return bytes(out)
+    """varint(partition) + varint(next offset) for non-negative values (zigzag of v is 2v)."""
+    return _uvarint(partition << 1) + _uvarint(next_offset << 1)
 
 
 class ProgressState:
@@ -153,9 +167,17 @@ class ProgressState:
     Encoding happens once per event (shared by every subscriber of a tail group), so each
     partition's varint pair is kept encoded and only the changed one is redone; the token is
     assembled from those pieces and base64url-encoded with binascii (no per-event sorting).
+
+    `advance` is the per-event path of the encoder. Consecutive records mostly come from the
+    same partition (Kafka fetches and the cache both keep a partition's records together), so it
+    keeps that *hot* partition's surroundings pre-joined: the token bytes before its offset
+    varint (`_left`: version, count, lower partitions, its own id) and after its low varint group
+    (`_tail`: the offset's higher groups, then higher partitions), which change only when the
+    partition changes or every 64 offsets. A token is then two concatenations and a base64.
     """
 
-    __slots__ = ("_chunks", "_order", "_prefix", "_token", "offsets")
+    __slots__ = ("_chunks", "_high", "_hot", "_last", "_left", "_order", "_prefix", "_right", "_tail",
+                 "_token", "offsets")
 
     def __init__(self, offsets: Mapping[int, int] | None = None) -> None:
         self.offsets: dict[int, int] = dict(offsets or {})
@@ -163,14 +185,21 @@ class ProgressState:
         self._order: list[int] = sorted(self.offsets)
         self._prefix = bytes((VERSION,)) + zigzag_varint(len(self.offsets))
         self._token: bytes | None = None
+        self._hot = self._last = -1  # none yet; partitions are never negative
+        self._left = self._right = self._tail = b""
+        self._high = -1
 
     def copy(self) -> ProgressState:
+        self._cool()
         other = ProgressState.__new__(ProgressState)
         other.offsets = dict(self.offsets)
         other._chunks = dict(self._chunks)
         other._order = list(self._order)
         other._prefix = self._prefix
         other._token = self._token
+        other._hot = other._last = -1
+        other._left = other._right = other._tail = b""
+        other._high = -1
         return other
 
     def get(self, partition: int) -> int | None:
@@ -180,6 +209,7 @@ class ProgressState:
         old = self.offsets.get(partition)
         if old == next_offset:
             return
+        self._cool()
         self.offsets[partition] = next_offset
         self._chunks[partition] = _pair(partition, next_offset)
         self._token = None
@@ -188,9 +218,53 @@ class ProgressState:
 
     def drop(self, partition: int) -> None:
         if self.offsets.pop(partition, None) is not None:
+            self._cool()
             self._chunks.pop(partition, None)
             self._token = None
             self._reorder()
+
+    def advance(self, partition: int, next_offset: int) -> bytes:
+        """`set(partition, next_offset)`, then the token as ASCII bytes: the per-event path."""
+        if partition != self._hot:
+            if partition != self._last:
+                # records alternating between partitions: no surroundings worth keeping
+                self._last = partition
+                self.set(partition, next_offset)
+                return self.token_bytes()
+            self._heat(partition, next_offset)
+        self.offsets[partition] = next_offset
+        z = next_offset << 1
+        if z < 0x80:
+            raw = self._left + _LAST_GROUP[z] + self._right
+        else:
+            if z >> 7 != self._high:
+                self._high = z >> 7
+                self._tail = _uvarint(self._high) + self._right
+            raw = self._left + _MORE_GROUP[z & 0x7F] + self._tail
+        token = self._token = binascii.b2a_base64(raw, newline=False).translate(_B64_TO_URLSAFE)
+        return token
+
+    def _heat(self, partition: int, next_offset: int) -> None:
+        """Make `partition` the hot one (adding it if new)."""
+        self._cool()
+        if partition not in self.offsets:
+            self.set(partition, next_offset)
+        chunks = self._chunks
+        order = self._order
+        i = order.index(partition)
+        self._left = (self._prefix + b"".join([chunks[p] for p in order[:i]])
+                      + _uvarint(partition << 1))
+        self._right = b"".join([chunks[p] for p in order[i + 1:]])
+        self._high = -1
+        self._hot = partition
+
+    def _cool(self) -> None:
+        """Store the hot partition's pair again, before anything reads or changes the others."""
+        hot = self._hot
+        if hot >= 0:
+            self._hot = -1
+            if hot in self.offsets:
+                self._chunks[hot] = _pair(hot, self.offsets[hot])
 
     def _reorder(self) -> None:
         self._order = sorted(self.offsets)
@@ -203,6 +277,7 @@ class ProgressState:
     def token_bytes(self) -> bytes:
         """The token as ASCII bytes (what goes on the wire)."""
         if self._token is None:
+            self._cool()
             chunks = self._chunks
             raw = self._prefix + b"".join([chunks[p] for p in self._order])
             self._token = binascii.b2a_base64(raw, newline=False).translate(_B64_TO_URLSAFE)

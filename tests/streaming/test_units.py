@@ -88,6 +88,44 @@ def test_any_text_parses_or_is_undecodable(text: str) -> None:
     assert all(p >= 0 and o >= 0 for p, o in parsed.items())
 
 
+_progress_ops = st.lists(st.tuples(
+    st.sampled_from(["advance", "set", "drop", "copy"]),
+    st.integers(0, 20), st.integers(0, 2**40)), max_size=60)
+
+
+@given(st.dictionaries(st.integers(0, 20), st.integers(0, 2**40), max_size=5), _progress_ops)
+def test_progress_state_token_is_always_exact(start: dict[int, int],
+                                              ops: list[tuple[str, int, int]]) -> None:
+    """The encoder's per-event `advance` (with its cached surroundings) never drifts from the
+    reference encoding, whatever mix of partitions, offsets, sets, drops and copies."""
+    state = ProgressState(start)
+    expected = dict(start)
+    for op, p, offset in ops:
+        if op == "advance":
+            # the hot path mostly sees consecutive offsets of one partition
+            for o in range(offset, offset + 3):
+                expected[p] = o
+                assert state.advance(p, o).decode() == ProgressId.encode(expected)
+        elif op == "set":
+            state.set(p, offset)
+            expected[p] = offset
+        elif op == "drop":
+            state.drop(p)
+            expected.pop(p, None)
+        else:
+            state = state.copy()
+        assert state.offsets == expected
+        assert state.token() == ProgressId.encode(expected)
+
+
+def test_progress_advance_across_varint_lengths() -> None:
+    state = ProgressState({0: 0, 3: 5})
+    expected = {0: 0, 3: 5}
+    for o in [*range(200), *range(8000, 8300), *range(1_048_500, 1_048_700), 2**40]:
+        expected[3] = o
+        assert state.advance(3, o).decode() == ProgressId.encode(expected)
+
+
 def test_hostile_tokens() -> None:
     for bad in ["AQ" + "_" * 60, "AZBO", "AQIBAA==", "AQL_____________AQ==", "AQQABAI+",
                 "AgQABAIC", "AQQABAICAA==", "AQQAAgAC"]:

@@ -81,6 +81,10 @@ class CatchUp:
         self.since_ms = since_ms
         self.sent_keys: set[tuple[int, bytes | None]] | None = set() if fresh else None
 
+    def active(self) -> bool:
+        """Whether `admits` can say no (or must see records), so encoders may skip asking."""
+        return self.since_ms is not None or (self.sent_keys is not None and self.log.compacted)
+
     def admits(self, m: Message) -> bool:
         if self.since_ms is not None and m.timestamp < self.since_ms:
             return False
