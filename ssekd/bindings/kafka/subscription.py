@@ -120,6 +120,7 @@ class Subscription:
     __slots__ = (
         "__weakref__",
         "_call",
+        "_cursor",
         "_fetching",
         "cache",
         "catch_up",
@@ -145,6 +146,9 @@ class Subscription:
         self.closed = False
         self._call: Any = None
         self._fetching = False
+        #: Next `seq` of the cache's log to read while catching up, valid while the progress
+        #: moved only by reading the log in order (None: found again from the positions).
+        self._cursor: int | None = None
 
     # -- the stream's side ---------------------------------------------------------------------
 
@@ -193,6 +197,7 @@ class Subscription:
             g.members.pop(self, None)
             # the subscriber got everything the group wrote: it goes on from the group's position
             self.progress = g.progress.copy()
+            self._cursor = None
             if not g.members:
                 self.cache.drop_group(g)
             self.cache.lagging.add(self)
@@ -210,13 +215,16 @@ class Subscription:
             return
         for p in [p for p in progress.offsets if p >= log.partition_count]:
             progress.drop(p)
+            self._cursor = None
         unresolved = False
         for p, part in log.partitions.items():
             if p not in progress.offsets:
                 if not self.live:
                     progress.set(p, log.historical_start(p))
+                    self._cursor = None
                 elif part.live_from is not None:
                     progress.set(p, part.live_from)
+                    self._cursor = None
                 else:
                     unresolved = True
         for p, pos in progress.offsets.items():
@@ -224,7 +232,7 @@ class Subscription:
             if held is not None and pos < held.start:
                 self._fetch(p, pos)
                 return
-        records = log.read(progress.offsets, CATCH_UP_BATCH)
+        records, self._cursor = log.read_from(progress.offsets, self._cursor, CATCH_UP_BATCH)
         if records:
             data = self.encoder.encode(records, progress, self.catch_up)
             if data:
@@ -244,6 +252,7 @@ class Subscription:
 
     def _fetched(self, result: FetchResult, p: int, pos: int) -> None:
         self._fetching = False
+        self._cursor = None
         if self.closed:
             return
         if result.records:

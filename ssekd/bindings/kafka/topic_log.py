@@ -1,7 +1,9 @@
 """The bounded in-memory log of one topic: what late and reconnecting subscribers read from.
 
 Each partition keeps its records in offset order; the topic keeps them in arrival order (`seq`)
-to evict the oldest first and to interleave partitions in catch-up reads as the tail did. The
+to evict the oldest first and to serve catch-up reads as the tail saw them: a reader that went
+through the log in arrival order only needs the next `seq` to read (its *cursor*), and a read is
+then one list slice, however the partitions interleave. The
 log is bounded by count, bytes and age (`CacheBounds`); eviction moves a partition's `start` so a
 subscriber positioned before it knows to read from Kafka instead. For compacted topics only the
 latest record of each key stays (a tombstone stays as the key's latest record, so a subscriber
@@ -13,11 +15,8 @@ Everything here runs on the reactor thread.
 from __future__ import annotations
 
 import bisect
-import heapq
-from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from itertools import islice
 
 from ssekd.bindings.kafka.message import Message
 
@@ -111,7 +110,9 @@ class TopicLog:
         self.count = 0
         self.bytes = 0
         self.seq = 0
-        self._arrival: deque[Message] = deque()
+        #: Every record in arrival order from index `_first`; their `seq`s are consecutive.
+        self._arrival: list[Message] = []
+        self._first = 0
         self._latest: dict[tuple[int, bytes], Message] = {}
 
     # -- writing (from the consumer's batches) -------------------------------------------------
@@ -173,15 +174,17 @@ class TopicLog:
         b = self.bounds
         oldest_ms = (now - b.max_age_seconds) * 1000.0
         arrival = self._arrival
-        while arrival:
-            m = arrival[0]
+        first = self._first
+        while first < len(arrival):
+            m = arrival[first]
             if m.replaced:
-                self._drop_replaced(arrival.popleft())
+                first += 1
+                self._drop_replaced(m)
                 continue
             over = self.count > b.max_messages or self.bytes > b.max_bytes
             if not over and (self.compacted or not m.timestamp or m.timestamp >= oldest_ms):
                 break
-            arrival.popleft()
+            first += 1
             part = self.partitions[m.partition]
             self._advance_head(part, m)
             self.count -= 1
@@ -190,6 +193,11 @@ class TopicLog:
                 k = (m.partition, m.key)
                 if self._latest.get(k) is m:
                     del self._latest[k]
+        # drop the evicted prefix now and then; amortised O(1) per record
+        if first > 1024 and first * 2 > len(arrival):
+            del arrival[:first]
+            first = 0
+        self._first = first
 
     def _drop_replaced(self, m: Message) -> None:
         part = self.partitions[m.partition]
@@ -220,14 +228,51 @@ class TopicLog:
 
         The caller makes sure every position is at or above its partition's `start`.
         """
-        iters = [islice(part.iter_from(positions[p]), limit)
-                 for p, part in self.partitions.items() if p in positions and len(part)]
-        if not iters:
-            return []
-        if len(iters) == 1:
-            return list(iters[0])
-        return list(islice(heapq.merge(*iters, key=_seq), limit))
+        got: list[Message] = []
+        cursor: int | None = None
+        while len(got) < limit:
+            records, cursor = self.read_from(positions, cursor, limit - len(got))
+            if not records:
+                return got
+            got += [m for m in records if m.offset >= positions.get(m.partition, 0)]
+        return got
 
+    def start_cursor(self, positions: dict[int, int]) -> int:
+        """The first `seq` a reader at `positions` has not processed: the earliest record at or
+        after any of its positions (the encoder skips the others' older records)."""
+        first = self.seq + 1
+        for p, pos in positions.items():
+            part = self.partitions.get(p)
+            if part is not None:
+                i = part.index_of(pos)
+                if i < len(part.records):
+                    first = min(first, part.records[i].seq)
+        return first
 
-def _seq(m: Message) -> int:
-    return m.seq
+    def read_from(self, positions: dict[int, int], cursor: int | None,
+                  limit: int) -> tuple[list[Message], int]:
+        """Records from `seq` `cursor` on (from `start_cursor` when None), and the next cursor.
+
+        Records of partitions not in `positions` and replaced ones are left out; records before
+        a partition's position are not (the encoder passes over them). An empty list means the
+        reader is at the end of the log.
+        """
+        if cursor is None:
+            cursor = self.start_cursor(positions)
+        arrival = self._arrival
+        first = self._first
+        if first == len(arrival):
+            return [], max(cursor, self.seq + 1)
+        # a cursor below the oldest record: what was evicted there was either processed or
+        # made the caller read from Kafka first (its position fell below the partition start)
+        cursor = max(cursor, arrival[first].seq)
+        everything = all(p in positions for p in self.partitions)
+        while True:
+            i = first + cursor - arrival[first].seq
+            chunk = arrival[i:i + limit]
+            cursor += len(chunk)
+            if not chunk or (everything and not self.compacted):
+                return chunk, cursor
+            chunk = [m for m in chunk if not m.replaced and m.partition in positions]
+            if chunk:
+                return chunk, cursor
