@@ -17,7 +17,7 @@ from twisted.web.server import NOT_DONE_YET, Request
 
 from ssekd.bindings import HttpContext
 from ssekd.bindings.sse.stream import EventsHandle, SseStream
-from ssekd.bindings.sse.wire import retry_field
+from ssekd.bindings.sse.wire import http_chunk, retry_field
 from ssekd.progress import MAX_ID_LENGTH
 
 DEFAULT_MAX_IDLE = 15.0
@@ -79,6 +79,21 @@ class SseServer(Service):
         self.max_idle = max_idle
         #: Open streams (insertion-ordered), to end them all on stop.
         self.streams: dict[SseStream, None] = {}
+        # the last data framed as an HTTP/1.1 chunk, and that chunk (see `chunk`)
+        self._chunked: tuple[bytes, bytes] = (b"", b"")
+
+    def chunk(self, data: bytes) -> bytes:
+        """`data` as an HTTP/1.1 chunk, framed once for all the streams it goes to.
+
+        At the tail the cache hands the *same* bytes object to every stream of a group, one
+        after the other, so remembering the last one makes the framing (a copy of the data)
+        happen once per group batch instead of once per stream.
+        """
+        last, framed = self._chunked
+        if data is not last:
+            framed = http_chunk(data)
+            self._chunked = (data, framed)
+        return framed
 
     def render(self, request: Request, ctx: HttpContext) -> bytes | int:
         req: Any = request  # twisted.web is untyped for mypy
