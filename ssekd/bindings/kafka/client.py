@@ -300,22 +300,29 @@ class TailConsumer(_KafkaThread):
         return False
 
     def _hand_over(self, records: list[Any]) -> None:
+        """Convert a batch and pass it to the reactor, one call per topic (this thread holds the
+        GIL the reactor needs while it converts, so the loop is kept to the bare conversion)."""
         by_topic: dict[str, list[Message]] = {}
         ends: list[tuple[str, int, int]] = []
+        topic: str | None = None
+        msgs: list[Message] = []
         for r in records:
-            err = r.error()
-            if err is not None:
+            if r.error() is not None:
+                err = r.error()
                 if err.code() == KafkaError._PARTITION_EOF:
                     ends.append((r.topic(), r.partition(), r.offset()))
                 else:
                     self.client.event("BINDING_KAFKA_FETCH_ERROR", f"{r.topic()}: {err.str()}")
                 continue
-            topic = r.topic()
-            m = from_confluent(r)
-            self._next[(topic, m.partition)] = m.offset + 1
-            by_topic.setdefault(topic, []).append(m)
+            if r.topic() != topic:  # records come in runs of one topic partition
+                topic = r.topic()
+                msgs = by_topic.setdefault(topic, [])
+            msgs.append(from_confluent(r))
         reactor = self.client.reactor
         for topic, msgs in by_topic.items():
+            # a partition's records are in offset order: the last one of each sets its next
+            for p, last in {m.partition: m.offset for m in msgs}.items():
+                self._next[(topic, p)] = last + 1
             reactor.callFromThread(self._sinks[topic].on_records, msgs)
         for topic, p, off in ends:
             reactor.callFromThread(self._sinks[topic].on_end, p, off)
