@@ -7,13 +7,13 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Mapping
 
 import pytest
 
-from ssekd.broker import free_port, port_open
+from ssekd.broker import Broker, free_port, port_open, start_broker
 
 TWISTD = str(Path(sys.executable).with_name("twistd"))
 
@@ -60,7 +60,7 @@ def start_daemon(config: Path, env: Mapping[str, str] | None = None,
                  extra_args: list[str] | None = None) -> Daemon:
     """Start the daemon on `config` and wait until `wait_ports` accept connections."""
     log = config.with_suffix(f".{time.monotonic_ns()}.log")
-    out = open(log, "wb")
+    out = open(log, "wb")  # noqa: SIM115 - handed to the child, closed just below
     proc_env = dict(os.environ)
     proc_env.update(env or {})
     process = subprocess.Popen(
@@ -108,3 +108,12 @@ def run_daemon(daemons: list[Daemon]):  # type: ignore[no-untyped-def]
 @pytest.fixture
 def port() -> int:
     return free_port()
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
+    """One tansu broker for the whole test session, on a free port; tests keep apart by topic."""
+    log = tmp_path_factory.mktemp("broker") / "tansu.log"
+    broker = start_broker(log_path=log)
+    yield broker
+    broker.stop()

@@ -19,19 +19,16 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 from pyspark.sql import SparkSession
 
 from spark.session import build_session
-from ssekd.broker import Broker, start_broker
+from ssekd.broker import Broker
 
 #: Not UTC on purpose: a job whose output depended on the session's time zone would show it.
 SESSION_TIME_ZONE = "America/Los_Angeles"
 
 
 @pytest.fixture(scope="session")
-def spark_broker() -> Iterator[Broker]:
-    broker = start_broker()
-    try:
-        yield broker
-    finally:
-        broker.stop()
+def spark_broker(kafka_broker: Broker) -> Broker:
+    """The session's tansu broker (tests/conftest.py); Spark tests keep apart by topic name."""
+    return kafka_broker
 
 
 @pytest.fixture(scope="session")

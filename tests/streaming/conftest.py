@@ -17,19 +17,10 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from ssekd.broker import Broker, free_port, start_broker
+from ssekd.broker import Broker, free_port
 from tests.conftest import Daemon, start_daemon
 
 _names = itertools.count()
-
-
-@pytest.fixture(scope="session")
-def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
-    """One tansu broker for the whole test session, on a free port."""
-    log = tmp_path_factory.mktemp("broker") / "tansu.log"
-    broker = start_broker(log_path=log)
-    yield broker
-    broker.stop()
 
 
 @dataclass

@@ -260,10 +260,6 @@ def sse_config(folder: Path, store: Path, bootstrap: str, *, idle_timeout: float
 
 
 @pytest.fixture(scope="session")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """A tansu broker for the TLS tests (DESIGN: the development and test broker)."""
-    from ssekd.broker import start_broker
-
-    b = start_broker(log_path=tmp_path_factory.mktemp("tls-broker") / "tansu.log")
-    yield b
-    b.stop()
+def broker(kafka_broker: Any) -> Any:
+    """The session's tansu broker (tests/conftest.py), under the name these tests use."""
+    return kafka_broker
