@@ -6,6 +6,7 @@ before it daemonizes or opens a port; the error names file, line, path and what 
 
 from __future__ import annotations
 
+import gc
 import signal
 import sys
 from pathlib import Path
@@ -22,6 +23,13 @@ from ssekd.engine import Engine
 log = Logger()
 
 DEFAULT_CONFIG = "etc/zilla.yaml"
+
+#: Allocations between CPython's young-generation collections (its default is 700). The kafka
+#: cache keeps up to hundreds of thousands of records alive, each a GC-tracked object made on
+#: the consumer thread; at the default, a collection every 700 of them made loading a topic
+#: about half garbage-collector time (measured with confluent-kafka on the dev broker: 250k ->
+#: 430k records/s kept). Only cycles wait longer to be freed; everything else goes by refcount.
+GC_YOUNG_THRESHOLD = 20_000
 
 
 class Options(usage.Options):
@@ -114,6 +122,7 @@ def makeService(options: Options | dict[str, Any], reactor: Any = None) -> IServ
     top = MultiService()
     engine.setServiceParent(top)
     if reactor is None:
+        gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
         ReloadOnSignal(engine).setServiceParent(top)
         ExitCleanlyOnTerm(engine.reactor).setServiceParent(top)
     if options.get("watch"):
