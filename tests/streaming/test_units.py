@@ -396,3 +396,45 @@ def test_tail_groups_encode_once_and_paused_subscribers_catch_up_from_kafka() ->
     got = [line[5:] for line in data.split("\n") if line.startswith("data:")]
     assert got == [f"v{o}" for o in range(23)]
     assert len(cache.groups) == 1 and len(next(iter(cache.groups.values())).members) == 100
+
+
+# -- eager writes to idle TCP connections ------------------------------------------------------
+
+def _fake_tcp(sock: Any) -> Any:
+    """A twisted tcp.Connection with an empty buffer over `sock`, recording queued writes."""
+    from twisted.internet import tcp
+
+    conn: Any = tcp.Connection.__new__(tcp.Connection)
+    conn.dataBuffer, conn.offset, conn._tempDataLen = b"", 0, 0
+    conn.connected, conn.disconnecting, conn._writeDisconnected = 1, 0, False
+    conn.socket = sock
+    conn.queued = []
+    conn.write = conn.queued.append
+    return conn
+
+
+def test_eager_write_sends_now_only_when_nothing_is_queued() -> None:
+    import socket
+
+    from ssekd.bindings.sse.eager import eager_write
+
+    a, b = socket.socketpair()
+    a.setblocking(False)
+    try:
+        conn = _fake_tcp(a)
+        write = eager_write(conn)
+        write(b"one")
+        assert b.recv(10) == b"one" and conn.queued == []
+        conn._tempDataLen = 3  # something waits in Twisted's buffer: keep the order
+        write(b"two")
+        assert conn.queued == [b"two"]
+        conn._tempDataLen = 0
+        big = b"x" * (64 << 20)  # more than the socket takes: the rest is queued, in order
+        write(big)
+        assert len(conn.queued) == 2 and big.endswith(conn.queued[1])
+        assert len(conn.queued[1]) < len(big)
+    finally:
+        a.close()
+        b.close()
+    other = StreamingRequest([b""])
+    assert eager_write(other) == other.write  # not a TCP transport: its own write
