@@ -7,8 +7,9 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -16,7 +17,7 @@ BIN = Path(sys.executable).parent
 
 sys.path.insert(0, str(ROOT))
 
-from ssekd.broker import free_port, port_open  # noqa: E402
+from ssekd.broker import free_port, port_open, stop_process
 
 
 def wait_port(port: int, process: subprocess.Popen[bytes] | None = None,
@@ -32,7 +33,7 @@ def wait_port(port: int, process: subprocess.Popen[bytes] | None = None,
 
 def spawn(argv: Sequence[str], cwd: Path | None = None, env: dict[str, str] | None = None,
           log: Path | None = None) -> subprocess.Popen[bytes]:
-    out = open(log, "wb") if log else subprocess.DEVNULL
+    out = open(log, "wb") if log else subprocess.DEVNULL  # noqa: SIM115 - the child owns it
     full_env = dict(os.environ)
     full_env.update(env or {})
     return subprocess.Popen(list(argv), cwd=cwd, env=full_env, stdout=out,
@@ -40,13 +41,7 @@ def spawn(argv: Sequence[str], cwd: Path | None = None, env: dict[str, str] | No
 
 
 def stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+    stop_process(process)
 
 
 def table(title: str, header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
@@ -77,5 +72,15 @@ def write_result(name: str, data: dict[str, Any]) -> Path:
     return path
 
 
-__all__ = ["ROOT", "RESULTS", "BIN", "free_port", "port_open", "wait_port", "spawn", "stop",
-           "table", "write_result"]
+__all__ = [
+    "BIN",
+    "RESULTS",
+    "ROOT",
+    "free_port",
+    "port_open",
+    "spawn",
+    "stop",
+    "table",
+    "wait_port",
+    "write_result",
+]

@@ -6,14 +6,13 @@ from __future__ import annotations
 import re
 import subprocess
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 from common import BIN, free_port, spawn, stop, table, wait_port, write_result
+
+from tests.support import PeakRss
 
 CONFIG = """\
 name: bench
@@ -51,27 +50,13 @@ def wrk(url: str, seconds: int, connections: int) -> float:
 
 
 def large_file_growth(port: int, pid: int, size: int) -> dict[str, float]:
-    proc = psutil.Process(pid)
-    before = proc.memory_info().rss
-    peak = before
-    done = threading.Event()
-
-    def sample() -> None:
-        nonlocal peak
-        while not done.is_set():
-            peak = max(peak, proc.memory_info().rss)
-            time.sleep(0.02)
-
-    t = threading.Thread(target=sample)
-    t.start()
-    started = time.monotonic()
-    subprocess.run(["curl", "-s", "-o", "/dev/null", f"http://127.0.0.1:{port}/big.bin"],
-                   check=True)
-    elapsed = time.monotonic() - started
-    done.set()
-    t.join()
-    return {"rss_before_mib": before / 2**20, "rss_peak_mib": peak / 2**20,
-            "growth_mib": (peak - before) / 2**20, "mib_per_s": size / 2**20 / elapsed}
+    with PeakRss(pid) as rss:
+        started = time.monotonic()
+        subprocess.run(["curl", "-s", "-o", "/dev/null", f"http://127.0.0.1:{port}/big.bin"],
+                       check=True)
+        elapsed = time.monotonic() - started
+    return {"rss_before_mib": rss.before / 2**20, "rss_peak_mib": rss.peak / 2**20,
+            "growth_mib": rss.growth / 2**20, "mib_per_s": size / 2**20 / elapsed}
 
 
 def main(seconds: int = 5, connections: int = 50, rounds: int = 2) -> dict[str, Any]:

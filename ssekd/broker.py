@@ -18,7 +18,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Self
 
 
 class BrokerUnavailable(RuntimeError):
@@ -52,6 +52,18 @@ def port_open(host: str, port: int, timeout: float = 0.2) -> bool:
         return False
 
 
+def stop_process(process: subprocess.Popen[bytes], timeout: float = 10.0) -> int:
+    """SIGTERM, then SIGKILL if it has not exited within `timeout`; returns the exit status."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout)
+    return process.returncode
+
+
 @dataclass
 class Broker:
     """A running tansu process. `bootstrap` is the `host:port` to give Kafka clients."""
@@ -67,18 +79,12 @@ class Broker:
         return f"{self.host}:{self.port}"
 
     def stop(self, timeout: float = 5.0) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout)
+        stop_process(self.process, timeout)
         if self._log is not None:
             self._log.close()
             self._log = None
 
-    def __enter__(self) -> "Broker":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -102,7 +108,7 @@ def start_broker(
         "--storage-engine", "memory://tansu/",
         "--cluster-id", "dev",
     ]
-    log: IO[bytes] | None = open(log_path, "ab") if log_path else None
+    log: IO[bytes] | None = open(log_path, "ab") if log_path else None  # noqa: SIM115 - closed by stop()
     env = dict(os.environ)
     env.setdefault("RUST_LOG", "warn")
     process = subprocess.Popen(

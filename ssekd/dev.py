@@ -17,10 +17,10 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
-from ssekd.broker import Broker, port_open, start_broker
+from ssekd.broker import Broker, port_open, start_broker, stop_process
 from ssekd.config import ConfigError, load_config
 from ssekd.config.model import Config
 
@@ -117,12 +117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return daemon.wait()
     finally:
         for child in children:
-            if child.poll() is None:
-                child.terminate()
-                try:
-                    child.wait(10)
-                except subprocess.TimeoutExpired:
-                    child.kill()
+            stop_process(child)
         for broker in brokers:
             broker.stop()
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -13,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ssekd.broker import Broker, free_port, port_open, start_broker
+from ssekd.broker import Broker, free_port, port_open, start_broker, stop_process
 
 TWISTD = str(Path(sys.executable).with_name("twistd"))
 
@@ -37,14 +36,7 @@ class Daemon:
         self.process.send_signal(signum)
 
     def stop(self, timeout: float = 10.0) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout)
-        return self.process.returncode
+        return stop_process(self.process, timeout)
 
     def wait_output(self, text: str, timeout: float = 10.0) -> None:
         deadline = time.monotonic() + timeout
