@@ -9,8 +9,7 @@ On an HTTP/1.1 chunked response a write goes straight to the connection's transp
 pre-framed chunk (framed once per batch for every stream, `SseServer.chunk`) instead of through
 `Request.write`, which re-checks the response state and hands the transport four pieces per
 call: at a thousand streams per batch that per-write cost was most of the fan-out. The transport
-is the same one `Request.write` would reach, so its buffer still pauses this producer; on
-plain TCP the chunk is sent at once when nothing is queued for the connection (`eager`).
+is the same one `Request.write` would reach, so its buffer still pauses this producer.
 """
 
 from __future__ import annotations
@@ -22,7 +21,6 @@ from twisted.internet.interfaces import IPushProducer
 from twisted.web.server import Request
 from zope.interface import implementer
 
-from ssekd.bindings.sse.eager import eager_write
 from ssekd.bindings.sse.wire import KEEPALIVE
 
 if TYPE_CHECKING:
@@ -64,7 +62,7 @@ class SseStream:
         self.last_write = server.clock.seconds()
         self.written = 0
         self._timer: Any = None
-        #: Writes to the HTTP/1.1 connection's transport, once the response is chunked.
+        #: The HTTP/1.1 connection's `transport.write`, once the response is chunked.
         self._send: Callable[[bytes], None] | None = None
 
     def start(self, handle: EventsHandle, first: bytes) -> None:
@@ -75,7 +73,7 @@ class SseStream:
         self.request.write(first)  # sends the headers: Twisted decides on chunking here
         transport: Any = getattr(getattr(self.request, "channel", None), "transport", None)
         if getattr(self.request, "chunked", False) and transport is not None:
-            self._send = eager_write(transport)
+            self._send = transport.write
         self.last_write = self.server.clock.seconds()
         self._arm(self.server.max_idle)
 
