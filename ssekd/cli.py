@@ -10,11 +10,11 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from ssekd.config import ConfigError, binding_types, load_config
-from ssekd.config.model import Binding, Config
+from ssekd.config.model import Config
 from ssekd.config.schema import full_schema
 
 
@@ -124,9 +124,11 @@ class _NoReactor:
 
 
 def run(args: argparse.Namespace) -> int:
-    argv = ["twistd", "-n", "ssekd", "--config", args.config] + \
+    # The twistd beside this Python, so `.venv/bin/ssekd run` works without an activated venv.
+    twistd = str(Path(sys.executable).with_name("twistd"))
+    argv = [twistd, "-n", "ssekd", "--config", args.config] + \
         (["--watch"] if args.watch else [])
-    os.execvp(argv[0], argv)
+    os.execv(twistd, argv)
     return 1  # pragma: no cover
 
 
