@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import RESULTS  # noqa: E402
+from common import RESULTS
 
 #: In the order they run. Each module has `main() -> dict`.
 BENCHES = ["static", "fanout", "tls", "spark_snapshot"]

@@ -14,9 +14,10 @@ accepted before the reload go on with the graph they started with.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from twisted.application.service import IService, MultiService
 from twisted.internet import defer
@@ -42,7 +43,7 @@ class ListenSpec:
 
     host: str
     port: int
-    factory: "ConnectionFactory"
+    factory: ConnectionFactory
 
 
 class ConnectionFactory(Protocol):
@@ -59,7 +60,7 @@ class ListenerBinding(Protocol):
 class BuildContext:
     """What a binding's `build(ctx, binding)` may use. Exits are built on demand, once."""
 
-    def __init__(self, engine: "Engine", config: Config, previous: "Graph | None") -> None:
+    def __init__(self, engine: Engine, config: Config, previous: Graph | None) -> None:
         self.engine = engine
         self.config = config
         self.reactor: Any = engine.reactor

@@ -3,10 +3,10 @@ check every reference. `load_config` is the one entry point; it raises `ConfigEr
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import cache
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Mapping
 
 from ssekd.bindings import BindingType
 from ssekd.config.errors import ConfigError, ConfigIssue
@@ -14,8 +14,16 @@ from ssekd.config.load import Document, read_document
 from ssekd.config.model import Binding, Config, Route, build_model
 from ssekd.config.schema import validate
 
-__all__ = ["ConfigError", "ConfigIssue", "Config", "Binding", "Route", "load_config",
-           "binding_types", "check_references"]
+__all__ = [
+    "Binding",
+    "Config",
+    "ConfigError",
+    "ConfigIssue",
+    "Route",
+    "binding_types",
+    "check_references",
+    "load_config",
+]
 
 
 @cache

@@ -7,9 +7,10 @@ is typed, because the engine walks it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from ssekd.config.errors import ConfigIssue, format_path
 

@@ -9,9 +9,10 @@ The top level, vaults, guards, catalogs and telemetry are described by the JSON 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from functools import cache
 from importlib import resources
-from typing import Any, Mapping
+from typing import Any
 
 from jsonschema import Draft202012Validator, ValidationError
 from referencing import Registry, Resource

@@ -9,10 +9,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
-from ssekd.broker import free_port, port_open
 from twisted.internet.testing import MemoryReactorClock
 
+from ssekd.broker import free_port, port_open
 from ssekd.config import ConfigError, load_config
 from ssekd.engine import Engine
 from tests.conftest import TWISTD
@@ -186,9 +185,9 @@ def test_describes_in_plain_words() -> None:
         bindings:
           a: {type: tcp, kind: server, options: {port: "x"}, exit: a}
     """)
+    from ssekd.config import binding_types
     from ssekd.config.load import parse_text
     from ssekd.config.schema import validate
-    from ssekd.config import binding_types
 
     doc = parse_text(text, Path("inline.yaml"), {})
     issues = validate(doc, binding_types())

@@ -296,8 +296,8 @@ OTHER = """\
 
 
 def test_daemonized_with_twistd_pidfile_and_logfile(tmp_path: Path, port: int) -> None:
-    from tests.conftest import TWISTD
     from ssekd.broker import port_open
+    from tests.conftest import TWISTD
 
     config = write_site(tmp_path).read_text().replace("    out:\n      type: stdout\n", "")
     (tmp_path / "zilla.yaml").write_text(config.replace("exporters:\n", "exporters: {}\n"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
@@ -173,7 +174,9 @@ def test_stream_resumes_from_its_checkpoint_and_delivers_each_record_once(
                      [Change(f"new{i}".encode(), b"n", partition=i % 3) for i in range(150)])
     assert copy_available() >= 1
     copied = read_topic(spark_broker.bootstrap, sink)
-    key = lambda r: (r.partition, r.key, r.value, tuple(r.headers))
+
+    def key(r: Any) -> tuple[Any, ...]:
+        return (r.partition, r.key, r.value, tuple(r.headers))
     assert Counter(map(key, copied)) == Counter(map(key, first + second))
 
 

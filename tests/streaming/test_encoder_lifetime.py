@@ -13,7 +13,7 @@ from ssekd.telemetry.events import EventLog
 
 
 class FakeTopic:
-    class log:  # noqa: N801 - mimics TopicCache.log
+    class log:
         partition_count = 1
 
 

@@ -12,8 +12,6 @@ import ssl
 import time
 from typing import Any
 
-import pytest
-
 from tests.tls.conftest import Pki, run, s_client
 
 SEED_TLS = "{keys: [localhost], sni: [localhost], alpn: [http/1.1, h2]}"

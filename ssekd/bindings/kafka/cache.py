@@ -26,7 +26,6 @@ from ssekd.bindings.kafka.subscription import (
 from ssekd.bindings.kafka.topic_log import CacheBounds, TopicLog
 from ssekd.progress import ProgressState
 
-
 #: Topics one cache_server follows at most, unless `max-topics` says otherwise.
 DEFAULT_MAX_TOPICS = 100
 
