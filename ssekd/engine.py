@@ -14,7 +14,7 @@ accepted before the reload go on with the graph they started with.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -22,7 +22,7 @@ from typing import Any, Protocol, runtime_checkable
 from twisted.application.service import IService, MultiService
 from twisted.internet import defer
 from twisted.internet.interfaces import IAddress, IListeningPort, IProtocol, IReactorTCP
-from twisted.internet.protocol import Factory, ServerFactory
+from twisted.internet.protocol import ServerFactory
 from twisted.logger import Logger, LogLevel
 from twisted.python.failure import Failure
 
@@ -70,6 +70,8 @@ class BuildContext:
         self._reused: set[str] = set()
         self._building: list[str] = []
         self._failed: set[str] = set()
+        #: Stat of each vault's store files, taken once per build (compared on reload).
+        self.store_stamps = store_stamps(config)
         self.issues: list[ConfigIssue] = []
 
     def issue(self, path: tuple[str | int, ...], message: str) -> ConfigIssue:
@@ -90,8 +92,9 @@ class BuildContext:
         binding = self.config.bindings[name]
         self._building.append(name)
         try:
-            exits = [self.exit(e) for e in binding.exits]
-            runtime = self._reusable(binding, exits)
+            for e in binding.exits:  # exits first: reuse depends on theirs
+                self.exit(e)
+            runtime = self._reusable(binding)
             if runtime is None:
                 kind = self.engine.types[binding.type].kinds[binding.kind]
                 try:
@@ -114,7 +117,7 @@ class BuildContext:
         self._built[name] = runtime
         return runtime
 
-    def _reusable(self, binding: Binding, exits: list[object]) -> object | None:
+    def _reusable(self, binding: Binding) -> object | None:
         """The previous runtime of `binding` when nothing it depends on changed."""
         prev = self._previous
         if prev is None or binding.name not in prev.runtimes:
@@ -125,7 +128,7 @@ class BuildContext:
         if binding.vault and (prev.config.vaults.get(binding.vault) !=
                               self.config.vaults.get(binding.vault) or
                               prev.store_stamps.get(binding.vault) !=
-                              store_stamps(self.config).get(binding.vault)):
+                              self.store_stamps.get(binding.vault)):
             return None  # a renewed certificate on disk is a change, even with the same config
         return prev.runtimes[binding.name]
 
@@ -235,7 +238,7 @@ class Engine(MultiService):
                 issues.extend(i for i in e.issues if i not in issues)
         if issues:
             raise ConfigError(issues)
-        return Graph(config, dict(ctx.built), set(ctx.reused), store_stamps(config))
+        return Graph(config, dict(ctx.built), set(ctx.reused), ctx.store_stamps)
 
     # -- service lifecycle ----------------------------------------------------------------
 
@@ -324,9 +327,3 @@ class Engine(MultiService):
     def _log_failure(self, failure: Failure, what: str) -> None:
         log.failure("{what}", failure, what=what)
 
-
-def default_factory(build: Callable[[IAddress], IProtocol | None]) -> ConnectionFactory:
-    """A ConnectionFactory from a function; convenient for listener bindings."""
-    factory = Factory()
-    factory.buildProtocol = build  # type: ignore[method-assign,assignment]
-    return factory
