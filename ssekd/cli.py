@@ -13,7 +13,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from ssekd.config import ConfigError, binding_types, load_config
+from ssekd.bindings.api import Role
+from ssekd.bindings.registry import Registry, discover
+from ssekd.config import ConfigError
+from ssekd.config.load import load_config
 from ssekd.config.model import Config
 from ssekd.config.schema import full_schema
 
@@ -30,21 +33,19 @@ def describe_when(when: object) -> str:
     return str(when)
 
 
-def graph_lines(config: Config) -> list[str]:
+def graph_lines(config: Config, registry: Registry) -> list[str]:
     """The binding graph, from each listener down to the last exit.
 
     A binding with a single way out continues on the same line (`a -> b -> c`); routes branch
     onto indented lines; a binding already shown is named again but not expanded.
     """
-    types = binding_types()
     lines: list[str] = []
     shown: set[str] = set()
 
     def label(name: str) -> str:
         b = config.bindings[name]
-        extra = ""
-        if b.type == "tcp" and b.kind == "server":
-            extra = f" {b.options.get('host', '0.0.0.0')}:{b.options.get('port')}"
+        summary = registry.kind(b).summary
+        extra = f" {summary(b.options)}" if summary is not None else ""
         return f"{name} ({b.type} {b.kind}{extra})"
 
     def chain(name: str, prefix: str, indent: str) -> None:
@@ -69,7 +70,7 @@ def graph_lines(config: Config) -> list[str]:
             return
 
     for name, b in config.bindings.items():
-        if types[b.type].kinds[b.kind].role == "listener":
+        if registry.kind(b).role is Role.LISTENER:
             chain(name, "", "")
     for name in config.bindings:
         if name not in shown:
@@ -79,17 +80,17 @@ def graph_lines(config: Config) -> list[str]:
 
 def check(args: argparse.Namespace) -> int:
     if args.print_schema:
-        print(json.dumps(full_schema(binding_types()), indent=2))
+        print(json.dumps(full_schema(discover()), indent=2))
         return 0
     try:
-        config = load_config(Path(args.config))
+        config = load_config(Path(args.config), discover())
     except ConfigError as e:
         for issue in e.issues:
             print(issue, file=sys.stderr)
         return 1
     print(f"{args.config}: schema and references ok (namespace {config.namespace}, "
           f"{len(config.bindings)} bindings)")
-    for line in graph_lines(config):
+    for line in graph_lines(config, discover()):
         print(line)
     if args.schema_only:
         return 0

@@ -20,30 +20,35 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from ssekd.bindings import kafka
+from ssekd.bindings.api import Role
+from ssekd.bindings.registry import Registry, discover
 from ssekd.broker import Broker, port_open, start_broker, stop_process
-from ssekd.config import ConfigError, load_config
+from ssekd.config import ConfigError
+from ssekd.config.load import load_config
 from ssekd.config.model import Config
 
 LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1"}
 
 
-def local_servers(config: Config) -> list[tuple[str, int]]:
+def local_servers(config: Config, registry: Registry) -> list[tuple[str, int]]:
     """host:port of every kafka client binding whose servers are on this machine."""
     found = []
     for b in config.bindings.values():
-        if b.type == "kafka" and b.kind == "client":
-            for server in b.options.get("servers", []):
+        if registry.kind(b).role is Role.KAFKA_CLIENT:
+            for server in kafka.servers(b.options):
                 host, _, port = str(server).rpartition(":")
                 if host in LOCAL_HOSTS:
                     found.append(("127.0.0.1" if host == "localhost" else host, int(port)))
     return found
 
 
-def bootstrap_topics(config: Config) -> list[str]:
+def bootstrap_topics(config: Config, registry: Registry) -> list[str]:
+    """The topics the kafka caches consume from start-up: where the demo producer writes."""
     topics: list[str] = []
     for b in config.bindings.values():
-        if b.type == "kafka" and b.kind == "cache_server":
-            topics += [t for t in b.options.get("bootstrap", []) if t not in topics]
+        if registry.kind(b).role is Role.KAFKA_CACHE:
+            topics += [t for t in kafka.bootstrap_topics(b.options) if t not in topics]
     return topics
 
 
@@ -75,7 +80,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     ensure_dev_stores(args.config)
     try:
-        config = load_config(args.config)
+        registry = discover()
+        config = load_config(args.config, registry)
     except ConfigError as e:
         print(e, file=sys.stderr)
         return 1
@@ -85,12 +91,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     bin_dir = Path(sys.executable).parent
     try:
         if not args.no_broker:
-            for host, port in local_servers(config):
+            for host, port in local_servers(config, registry):
                 if not port_open(host, port):
                     brokers.append(start_broker(port, host))
                     print(f"ssekd.dev: development broker (tansu) on {host}:{port}",
                           file=sys.stderr)
-        topics = bootstrap_topics(config)
+        topics = bootstrap_topics(config, registry)
         if brokers and topics and not args.no_demo:
             for topic in topics:
                 children.append(subprocess.Popen(

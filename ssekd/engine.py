@@ -2,7 +2,7 @@
 the listeners, and swaps graphs on reload without dropping live connections.
 
 Each binding's module knows only its own config and the *role* of its exits (see
-`ssekd.bindings`); the engine walks the graph, builds every binding once (exits first), starts
+`ssekd.bindings.api`); the engine walks the graph, builds every binding once (exits first), starts
 the ones that are services, and owns the listening sockets.
 
 Reload keeps what it can. A binding whose config, vault and whole exit subtree are unchanged
@@ -17,7 +17,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from twisted.application.service import IService, MultiService
 from twisted.internet import defer
@@ -26,8 +26,17 @@ from twisted.internet.protocol import ServerFactory
 from twisted.logger import Logger, LogLevel
 from twisted.python.failure import Failure
 
-from ssekd.bindings import BindingType
-from ssekd.config import ConfigError, ConfigIssue, binding_types, load_config
+from ssekd.bindings.api import (
+    ROLE_PROTOCOLS,
+    ConnectionFactory,
+    ListenerBinding,
+    ListenSpec,
+    R,
+    Reactor,
+)
+from ssekd.bindings.registry import Registry, discover
+from ssekd.config.errors import ConfigError, ConfigIssue
+from ssekd.config.load import load_config
 from ssekd.config.model import Binding, Config
 from ssekd.telemetry.events import EventLog, stdout_stream
 
@@ -37,34 +46,19 @@ log = Logger()
 ENGINE = "ssekd"
 
 
-@dataclass(frozen=True)
-class ListenSpec:
-    """A socket a listener binding wants: `factory.buildProtocol` is called per connection."""
+class GraphBuilder:
+    """Builds one config's graph; it is the `BuildContext` each binding's `build` receives.
 
-    host: str
-    port: int
-    factory: ConnectionFactory
-
-
-class ConnectionFactory(Protocol):
-    def buildProtocol(self, addr: IAddress) -> IProtocol | None: ...
-
-
-@runtime_checkable
-class ListenerBinding(Protocol):
-    """A binding that owns sockets (tcp server)."""
-
-    def listen_specs(self) -> list[ListenSpec]: ...
-
-
-class BuildContext:
-    """What a binding's `build(ctx, binding)` may use. Exits are built on demand, once."""
+    Exits are built on demand, once, before the binding that names them (reuse after a reload
+    depends on theirs).
+    """
 
     def __init__(self, engine: Engine, config: Config, previous: Graph | None) -> None:
         self.engine = engine
         self.config = config
-        self.reactor: Any = engine.reactor
+        self.reactor: Reactor = engine.reactor
         self.events: EventLog = engine.events
+        self.registry = engine.registry
         self._previous = previous
         self._built: dict[str, object] = {}
         self._reused: set[str] = set()
@@ -72,15 +66,21 @@ class BuildContext:
         self._failed: set[str] = set()
         #: Stat of each vault's store files, taken once per build (compared on reload).
         self.store_stamps = store_stamps(config)
-        self.issues: list[ConfigIssue] = []
 
     def issue(self, path: tuple[str | int, ...], message: str) -> ConfigIssue:
         return self.config.issue(path, message)
 
-    def binding(self, name: str) -> Binding:
-        return self.config.bindings[name]
+    def exit(self, name: str, role: type[R]) -> R:
+        """The runtime of binding `name`, checked to provide `role` (see `api.BuildContext`)."""
+        runtime = self.build(name)
+        if role is not object and not isinstance(runtime, role):
+            b = self.config.bindings[name]
+            raise ConfigError([self.issue(("bindings", name),
+                                          f"binding {name!r} ({b.type} {b.kind}) cannot be used "
+                                          f"where a {role.__name__} is expected")])
+        return runtime  # type: ignore[return-value]  # checked just above
 
-    def exit(self, name: str) -> object:
+    def build(self, name: str) -> object:
         """The runtime object of binding `name`, built (or reused from before a reload) once."""
         if name in self._built:
             return self._built[name]
@@ -93,12 +93,13 @@ class BuildContext:
         self._building.append(name)
         try:
             for e in binding.exits:  # exits first: reuse depends on theirs
-                self.exit(e)
+                self.build(e)
             runtime = self._reusable(binding)
             if runtime is None:
-                kind = self.engine.types[binding.type].kinds[binding.kind]
+                kind = self.registry.kind(binding)
                 try:
                     runtime = kind.build(self, binding)
+                    self._check_role(binding, runtime)
                 except ConfigError:
                     self._failed.add(name)
                     raise
@@ -116,6 +117,15 @@ class BuildContext:
             self._building.pop()
         self._built[name] = runtime
         return runtime
+
+    def _check_role(self, binding: Binding, runtime: object) -> None:
+        """A binding type must build what its role promises; a plugin that does not is a bug,
+        reported where it is found rather than as an AttributeError at the first request."""
+        role = self.registry.kind(binding).role
+        protocol = ROLE_PROTOCOLS[role]
+        if not isinstance(runtime, protocol):
+            raise TypeError(f"{type(runtime).__name__} does not provide {protocol.__name__} "
+                            f"(role {role})")
 
     def _reusable(self, binding: Binding) -> object | None:
         """The previous runtime of `binding` when nothing it depends on changed."""
@@ -194,23 +204,22 @@ class SwitchFactory(ServerFactory):
 class Engine(MultiService):
     """The daemon: config file in, listening sockets and running bindings out."""
 
-    def __init__(self, config_path: Path, reactor: Any = None,
+    def __init__(self, config_path: Path, reactor: Any,
+                 registry: Registry | None = None,
                  environ: Mapping[str, str] | None = None,
                  events: EventLog | None = None, print_events: bool = True) -> None:
         super().__init__()
-        if reactor is None:
-            from twisted.internet import reactor as default_reactor
-            reactor = default_reactor
+        #: an IReactorTCP and `api.Reactor` (a MemoryReactorClock in tests)
         self.reactor = reactor
         self.config_path = config_path
         self.environ = environ
-        self.types: Mapping[str, BindingType] = binding_types()
+        self.registry = registry or discover()
         self.graph: Graph | None = None
         self._ports: dict[tuple[str, int], tuple[IListeningPort, SwitchFactory]] = {}
         self.events = events or EventLog("ssekd")
         self.print_events = print_events
         # Build the first graph now, so a bad config fails before twistd daemonizes or listens.
-        config = load_config(config_path, environ)
+        config = load_config(config_path, self.registry, environ)
         self._configure_events(config)
         self._pending: Graph | None = self._build(config, previous=None)
 
@@ -229,11 +238,11 @@ class Engine(MultiService):
                        for g in config.guards.values()]
         if unsupported:
             raise ConfigError(unsupported)
-        ctx = BuildContext(self, config, previous)
+        ctx = GraphBuilder(self, config, previous)
         issues: list[ConfigIssue] = []
         for name in config.bindings:
             try:
-                ctx.exit(name)
+                ctx.build(name)
             except ConfigError as e:
                 issues.extend(i for i in e.issues if i not in issues)
         if issues:
@@ -242,10 +251,18 @@ class Engine(MultiService):
 
     # -- service lifecycle ----------------------------------------------------------------
 
+    def privilegedStartService(self) -> None:
+        """Open the listening sockets. twistd calls this before it drops privileges (`--uid`),
+        as Twisted's own endpoint services do, so a port under 1024 works for a daemon that
+        then runs unprivileged; connections are not accepted before the reactor runs."""
+        assert self._pending is not None, "Engine started twice"
+        super().privilegedStartService()
+        self._listen(self._pending)
+
     def startService(self) -> None:
         graph, self._pending = self._pending, None
         assert graph is not None, "Engine started twice"
-        super().startService()
+        super().startService()  # when privilegedStartService was skipped, _activate listens
         self._activate(graph, previous=None)
         self.events.emit(ENGINE, "ENGINE_STARTED", f"{self.config_path} pid {os.getpid()}")
 
@@ -308,7 +325,7 @@ class Engine(MultiService):
     def reload(self) -> bool:
         """Re-read the config. A bad one leaves everything as it was and says why."""
         try:
-            config = load_config(self.config_path, self.environ)
+            config = load_config(self.config_path, self.registry, self.environ)
             graph = self._build(config, previous=self.graph)
             self._activate(graph, previous=self.graph)
         except ConfigError as e:

@@ -14,13 +14,10 @@ from typing import Any
 
 from twisted.application.internet import TimerService
 from twisted.application.service import IService, MultiService, Service
-from twisted.logger import Logger
 from twisted.python import usage
 
 from ssekd.config import ConfigError
 from ssekd.engine import Engine
-
-log = Logger()
 
 DEFAULT_CONFIG = "etc/zilla.yaml"
 
@@ -109,8 +106,17 @@ class ExitCleanlyOnTerm(Service):
             self.reactor._exitSignal = None
 
 
-def makeService(options: Options | dict[str, Any], reactor: Any = None) -> IService:
-    """The service tree: the engine, SIGHUP handling, and the optional file watcher."""
+def makeService(options: Options | dict[str, Any], reactor: Any = None,
+                whole_process: bool = True) -> IService:
+    """The service tree: the engine, SIGHUP handling, and the optional file watcher.
+
+    `reactor` defaults to Twisted's global one. `whole_process` says the daemon owns this
+    process (as under twistd): it then handles SIGHUP, exits 0 on SIGTERM and tunes the garbage
+    collector. Tests that build the tree in their own process pass False (and a clock).
+    """
+    if reactor is None:
+        from twisted.internet import reactor as global_reactor
+        reactor = global_reactor
     config_path = Path(options["config"])
     try:
         engine = Engine(config_path, reactor=reactor)
@@ -121,7 +127,7 @@ def makeService(options: Options | dict[str, Any], reactor: Any = None) -> IServ
         raise SystemExit(1) from None
     top = MultiService()
     engine.setServiceParent(top)
-    if reactor is None:
+    if whole_process:
         gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
         ReloadOnSignal(engine).setServiceParent(top)
         ExitCleanlyOnTerm(engine.reactor).setServiceParent(top)

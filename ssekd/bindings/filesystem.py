@@ -21,9 +21,8 @@ from twisted.web import http
 from twisted.web.server import NOT_DONE_YET, Request
 from twisted.web.static import NoRangeStaticProducer, SingleRangeStaticProducer
 
-from ssekd.bindings import BindingType, KindSpec
+from ssekd.bindings.api import BindingType, BuildContext, KindSpec, Role
 from ssekd.config.model import Binding
-from ssekd.engine import BuildContext
 
 INDEX = "index.html"
 FOLDER = "folder"
@@ -211,7 +210,7 @@ def _build(ctx: BuildContext, binding: Binding) -> FileServer:
 
 BINDING = BindingType("filesystem", {
     "server": KindSpec(
-        role="files", build=_build,
+        role=Role.FILES, build=_build,
         options={"type": "object", "additionalProperties": False, "required": ["location"],
                  "properties": {"location": {"type": "string", "minLength": 1},
                                 "symlinks": {"enum": ["follow", "ignore"]}}},

@@ -2,54 +2,42 @@
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
 
 from twisted.web import http
 from twisted.web.server import Request
 
-from ssekd.bindings import BindingType, HttpContext, KindSpec
 from ssekd.bindings._schemas import PATH_WHEN
+from ssekd.bindings.api import (
+    BindingType,
+    BuildContext,
+    Exit,
+    FileServing,
+    HttpContext,
+    KindSpec,
+    Role,
+)
+from ssekd.config.errors import ConfigError
 from ssekd.config.model import Binding
-from ssekd.engine import BuildContext
+from ssekd.patterns import Pattern, missing_captures, substitute
 
-_PARAM = re.compile(r"\{([a-zA-Z_][a-zA-Z0-9_]*)\}")
-_REFERENCE = re.compile(r"\$\{params\.([a-zA-Z_][a-zA-Z0-9_]*)\}")
-
-
-class FileServing(Protocol):
-    def serve(self, request: Request, path: str) -> bytes | int: ...
-
-
-def compile_path(pattern: str) -> re.Pattern[str]:
-    """`/{path}` -> a regex. The last parameter takes the rest of the path, slashes included
-    (`/{path}` serves `/css/app.css`); earlier ones take one segment."""
-    parts, pos = [], 0
-    matches = list(_PARAM.finditer(pattern))
-    for i, m in enumerate(matches):
-        parts.append(re.escape(pattern[pos:m.start()]))
-        rest = i == len(matches) - 1 and m.end() == len(pattern)
-        parts.append(f"(?P<{m.group(1)}>{'.*' if rest else '[^/]*'})")
-        pos = m.end()
-    parts.append(re.escape(pattern[pos:]))
-    return re.compile("".join(parts), re.DOTALL)
-
-
-def substitute(template: str, params: Mapping[str, str]) -> str:
-    return _REFERENCE.sub(lambda m: params.get(m.group(1), ""), template)
+#: Without routes, or after them, a request path maps to the same path below the root.
+DEFAULT_WHEN = "/{path}"
+DEFAULT_PATH = "${params.path}"
 
 
 @dataclass(frozen=True)
 class FilesRoute:
-    patterns: tuple[re.Pattern[str], ...]
+    patterns: tuple[Pattern, ...]
     path: str  # the `with.path` template
     exit: FileServing
 
 
 class HttpFilesystemProxy:
     """Matches the request path (query ignored) and asks the filesystem for the mapped path."""
+
+    #: Responses are whole files, never held open (see `api.HttpBinding.max_idle`).
+    max_idle: float | None = None
 
     def __init__(self, name: str, routes: list[FilesRoute]) -> None:
         self.name = name
@@ -59,9 +47,8 @@ class HttpFilesystemProxy:
         path = request.path.decode("latin-1")
         for route in self.routes:
             for pattern in route.patterns:
-                m = pattern.fullmatch(path)
-                if m is not None:
-                    params = {k: v for k, v in m.groupdict().items() if v is not None}
+                params = pattern.match(path)
+                if params is not None:
                     return route.exit.serve(request, substitute(route.path, params))
         request.setResponseCode(http.NOT_FOUND)
         return b""
@@ -69,22 +56,27 @@ class HttpFilesystemProxy:
 
 def _build(ctx: BuildContext, binding: Binding) -> HttpFilesystemProxy:
     routes = []
-    for route in binding.routes:
+    for i, route in enumerate(binding.routes):
         assert route.exit is not None
-        exit_: Any = ctx.exit(route.exit)
-        template = str((route.with_ or {}).get("path", "${params.path}"))
-        patterns = tuple(compile_path(str(w["path"])) for w in route.when) or \
-            (compile_path("/{path}"),)
-        routes.append(FilesRoute(patterns, template, exit_))
+        template = str((route.with_ or {}).get("path", DEFAULT_PATH))
+        patterns = tuple(Pattern.compile(str(w["path"]), rest=True) for w in route.when) or \
+            (Pattern.compile(DEFAULT_WHEN, rest=True),)
+        missing = missing_captures([template], patterns)
+        if missing:
+            raise ConfigError([ctx.issue(
+                ("bindings", binding.name, "routes", i, "with", "path"),
+                f"expected references to what every `when.path` captures; "
+                f"{', '.join(missing)} is not captured by all of them")])
+        routes.append(FilesRoute(patterns, template, ctx.exit(route.exit, FileServing)))
     if binding.exit:
-        routes.append(FilesRoute((compile_path("/{path}"),), "${params.path}",
-                                 ctx.exit(binding.exit)))  # type: ignore[arg-type]
+        routes.append(FilesRoute((Pattern.compile(DEFAULT_WHEN, rest=True),), DEFAULT_PATH,
+                                 ctx.exit(binding.exit, FileServing)))
     return HttpFilesystemProxy(binding.name, routes)
 
 
 BINDING = BindingType("http-filesystem", {
     "proxy": KindSpec(
-        role="http", build=_build, exit="required", exit_roles=("files",),
+        role=Role.HTTP, build=_build, exit=Exit.REQUIRED, exit_roles=(Role.FILES,),
         options={"type": "object"},
         when=PATH_WHEN,
         with_={"type": "object", "additionalProperties": False,

@@ -11,13 +11,24 @@ from typing import Any
 from twisted.internet.address import IPv4Address, IPv6Address
 from twisted.internet.interfaces import IAddress, IProtocol
 
-from ssekd.bindings import BindingType, ConnectionInfo, KindSpec, StreamBinding
 from ssekd.bindings._schemas import PORT, PORTS
+from ssekd.bindings.api import (
+    BindingType,
+    BuildContext,
+    ConnectionInfo,
+    Exit,
+    KindSpec,
+    ListenSpec,
+    Role,
+    StreamBinding,
+)
 from ssekd.config import ConfigError
 from ssekd.config.model import Binding
-from ssekd.engine import BuildContext, ListenSpec
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+#: Where a tcp server listens when its options name no host.
+DEFAULT_HOST = "0.0.0.0"
 
 
 def expand_ports(value: Any) -> list[int]:
@@ -127,12 +138,10 @@ def _build_server(ctx: BuildContext, binding: Binding) -> TcpServer:
                     from e
             conditions.append(Condition(route_ports, network))
         assert route.exit is not None  # required by the schema
-        exit_ = ctx.exit(route.exit)
-        assert isinstance(exit_, StreamBinding)
+        exit_ = ctx.exit(route.exit, StreamBinding)
         routes.append(TcpRoute(tuple(conditions) or (Condition(None, None),), exit_))
-    default = ctx.exit(binding.exit) if binding.exit else None
-    assert default is None or isinstance(default, StreamBinding)
-    return TcpServer(binding.name, options.get("host", "0.0.0.0"), ports, routes, default)
+    default = ctx.exit(binding.exit, StreamBinding) if binding.exit else None
+    return TcpServer(binding.name, options.get("host", DEFAULT_HOST), ports, routes, default)
 
 
 class TcpClient:
@@ -147,14 +156,13 @@ _WHEN = {"type": "object", "additionalProperties": False, "properties": {
 
 BINDING = BindingType("tcp", {
     "server": KindSpec(
-        role="listener", build=_build_server, exit="required", exit_roles=("stream",),
-        when=_WHEN,
+        role=Role.LISTENER, build=_build_server, exit=Exit.REQUIRED, exit_roles=(Role.STREAM,),
+        when=_WHEN, summary=lambda o: f"{o.get('host', DEFAULT_HOST)}:{o.get('port')}",
         options={"type": "object", "additionalProperties": False, "required": ["port"],
                  "properties": {"host": {"type": "string", "minLength": 1}, "port": PORTS}},
     ),
     "client": KindSpec(
-        role="outbound", build=lambda ctx, b: TcpClient(b),
-        when=_WHEN, exit="none",
+        role=Role.OUTBOUND, build=lambda ctx, b: TcpClient(b), when=_WHEN,
         options={"type": "object", "additionalProperties": False,
                  "properties": {"host": {"type": "string"}, "port": PORT}},
     ),

@@ -20,7 +20,6 @@ one `BINDING_TLS_HANDSHAKE_FAILED` event line.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -38,11 +37,19 @@ from twisted.protocols.tls import TLSMemoryBIOFactory, TLSMemoryBIOProtocol
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from ssekd.bindings import BindingType, ConnectionInfo, KindSpec, StreamBinding
 from ssekd.bindings._schemas import STRING_LIST
+from ssekd.bindings.api import (
+    BindingType,
+    BuildContext,
+    ConnectionInfo,
+    Exit,
+    KindSpec,
+    Role,
+    StreamBinding,
+)
 from ssekd.config.errors import ConfigError, ConfigIssue
 from ssekd.config.model import Binding
-from ssekd.engine import BuildContext
+from ssekd.patterns import Pattern
 from ssekd.telemetry.events import EventLog
 from ssekd.vaults import FilesystemVault, StoreEntry, open_vault
 
@@ -57,21 +64,21 @@ HANDSHAKE_FAILED = "BINDING_TLS_HANDSHAKE_FAILED"
 _log = Logger()
 
 
-def _pattern(value: str) -> re.Pattern[str]:
-    """A `when` value: `*` matches anything, the rest literally, case-insensitively."""
-    return re.compile("^" + ".*".join(re.escape(p) for p in value.split("*")) + "$", re.IGNORECASE)
+def _pattern(value: str) -> Pattern:
+    """A `when` value (`ssekd.patterns`); host names and protocol ids ignore case."""
+    return Pattern.compile(value, ignore_case=True)
 
 
 @dataclass(frozen=True)
 class TlsCondition:
-    authority: re.Pattern[str] | None
-    alpn: re.Pattern[str] | None
+    authority: Pattern | None
+    alpn: Pattern | None
 
     def matches(self, authority: str | None, alpn: str | None) -> bool:
         if self.authority is not None and (authority is None
-                                           or not self.authority.match(authority)):
+                                           or self.authority.match(authority) is None):
             return False
-        return self.alpn is None or (alpn is not None and bool(self.alpn.match(alpn)))
+        return self.alpn is None or (alpn is not None and self.alpn.match(alpn) is not None)
 
 
 @dataclass(frozen=True)
@@ -138,6 +145,11 @@ class TlsServer:
         wrapped: Any = Factory()
         self._factory = TLSMemoryBIOFactory(creator, False, wrapped, clock=reactor)
 
+    @property
+    def versions(self) -> None:
+        """TLS carries whatever its exits speak; ALPN is negotiated per exit (`_select_alpn`)."""
+        return None
+
     # -- per connection ------------------------------------------------------------------
 
     def build_protocol(self, conn: ConnectionInfo) -> IProtocol | None:
@@ -177,8 +189,7 @@ class TlsServer:
             if proto not in self.alpn:
                 continue
             exit_ = self.route(authority, proto)
-            versions = getattr(exit_, "versions", None)
-            if exit_ is not None and (versions is None or proto in versions):
+            if exit_ is not None and (exit_.versions is None or proto in exit_.versions):
                 return raw
         return SSL.NO_OVERLAPPING_PROTOCOLS
 
@@ -388,16 +399,10 @@ def _build(ctx: BuildContext, binding: Binding) -> TlsServer:
                          _pattern(w["alpn"]) if "alpn" in w else None)
             for w in route.when)
         assert route.exit is not None
-        routes.append(TlsRoute(conditions, _stream_exit(ctx, route.exit)))
-    default = _stream_exit(ctx, binding.exit) if binding.exit else None
+        routes.append(TlsRoute(conditions, ctx.exit(route.exit, StreamBinding)))
+    default = ctx.exit(binding.exit, StreamBinding) if binding.exit else None
     return TlsServer(binding.name, server_keys, options.get("sni"), options.get("alpn"),
                      routes, default, ctx.events, ctx.reactor)
-
-
-def _stream_exit(ctx: BuildContext, name: str) -> StreamBinding:
-    exit_ = ctx.exit(name)
-    assert isinstance(exit_, StreamBinding)
-    return exit_
 
 
 OPTIONS = {"type": "object", "additionalProperties": False, "properties": {
@@ -412,7 +417,8 @@ OPTIONS = {"type": "object", "additionalProperties": False, "properties": {
 
 BINDING = BindingType("tls", {
     "server": KindSpec(
-        role="stream", build=_build, exit="required", exit_roles=("stream",), vault=True,
+        role=Role.STREAM, build=_build, exit=Exit.REQUIRED, exit_roles=(Role.STREAM,),
+        vault=True,
         options=OPTIONS,
         when={"type": "object", "additionalProperties": False, "properties": {
             "authority": {"type": "string"}, "alpn": {"type": "string"}}},

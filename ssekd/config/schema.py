@@ -2,7 +2,7 @@
 
 The top level, vaults, guards, catalogs and telemetry are described by the JSON files in
 `schema/`. Each binding is then checked against the schema its type registers for its kind
-(`ssekd.bindings.KindSpec`), so an error in one binding points into that binding, not at a
+(`ssekd.bindings.api.KindSpec`), so an error in one binding points into that binding, not at a
 `oneOf` over every type.
 """
 
@@ -17,9 +17,10 @@ from typing import Any
 from jsonschema import Draft202012Validator, ValidationError
 from referencing import Registry, Resource
 
-from ssekd.bindings import BindingType, KindSpec
+from ssekd.bindings.api import Exit, KindSpec
+from ssekd.bindings.registry import Registry as BindingTypes
+from ssekd.config.document import Document
 from ssekd.config.errors import ConfigIssue
-from ssekd.config.load import Document
 
 NAME = {"type": "string", "pattern": "^[a-zA-Z]+[a-zA-Z0-9._-]*$",
         "x-expected": "a name matching ^[a-zA-Z]+[a-zA-Z0-9._-]*$"}
@@ -59,7 +60,7 @@ def binding_schema(kind: KindSpec, type_name: str, kind_name: str) -> dict[str, 
     }
     if kind.vault:
         props["vault"] = NAME
-    if kind.exit != "none":
+    if kind.exit is not Exit.NONE:
         props["exit"] = NAME
     if kind.when is not None:
         route: dict[str, Any] = {
@@ -71,7 +72,7 @@ def binding_schema(kind: KindSpec, type_name: str, kind_name: str) -> dict[str, 
                                                      "items": {"type": "string"}}},
             },
         }
-        if kind.exit != "none":
+        if kind.exit is not Exit.NONE:
             route["properties"]["exit"] = NAME
             route["required"] = ["exit"]
         if kind.with_ is not None:
@@ -81,7 +82,7 @@ def binding_schema(kind: KindSpec, type_name: str, kind_name: str) -> dict[str, 
         "type": "object", "additionalProperties": False,
         "required": ["type", "kind"], "properties": props,
     }
-    if kind.exit == "required":
+    if kind.exit is Exit.REQUIRED:
         # A binding that must lead somewhere needs a default exit or at least one route.
         schema["anyOf"] = [{"required": ["exit"], "x-expected": "an exit"},
                            {"required": ["routes"], "x-expected": "routes with exits"}]
@@ -176,7 +177,7 @@ def _deepest(error: ValidationError) -> ValidationError:
     return error
 
 
-def validate(doc: Document, types: Mapping[str, BindingType]) -> list[ConfigIssue]:
+def validate(doc: Document, registry: BindingTypes) -> list[ConfigIssue]:
     """Every schema problem in `doc`, each with file, line, path and what was expected."""
     data = doc.data
     if not isinstance(data, dict):
@@ -195,23 +196,22 @@ def validate(doc: Document, types: Mapping[str, BindingType]) -> list[ConfigIssu
     bindings = data.get("bindings")
     if isinstance(bindings, dict):
         for name, binding in bindings.items():
-            issues += _binding_issues(doc, name, binding, types)
+            issues += _binding_issues(doc, name, binding, registry)
     return issues
 
 
 def _binding_issues(doc: Document, name: str, binding: Any,
-                    types: Mapping[str, BindingType]) -> list[ConfigIssue]:
+                    registry: BindingTypes) -> list[ConfigIssue]:
     if not isinstance(binding, dict):
         return []  # the top-level schema already said so
     path: tuple[str | int, ...] = ("bindings", name)
     type_name, kind_name = binding.get("type"), binding.get("kind")
     if not isinstance(type_name, str) or not isinstance(kind_name, str):
         return []
+    types = registry.types
     binding_type = types.get(type_name)
     if binding_type is None:
-        from ssekd.config import broken_binding_types
-
-        reason = broken_binding_types().get(type_name)
+        reason = registry.broken.get(type_name)
         if reason:
             return [doc.issue(path + ("type",), f"binding type {type_name!r} is installed but "
                               f"failed to load: {reason}")]
@@ -224,12 +224,12 @@ def _binding_issues(doc: Document, name: str, binding: Any,
     return _issues(doc, path, binding, binding_schema(kind, type_name, kind_name))
 
 
-def full_schema(types: Mapping[str, BindingType]) -> dict[str, Any]:
+def full_schema(registry: BindingTypes) -> dict[str, Any]:
     """One JSON Schema document for the whole file (`ssekd check --print-schema`)."""
     files = schema_files()
     top: dict[str, Any] = json.loads(json.dumps(files["ssekd:zilla"]))
     alternatives: list[Any] = []
-    for type_name, binding_type in sorted(types.items()):
+    for type_name, binding_type in sorted(registry.types.items()):
         for kind_name, kind in binding_type.kinds.items():
             alternatives.append(binding_schema(kind, type_name, kind_name))
     top["properties"]["bindings"]["additionalProperties"] = {"oneOf": alternatives}

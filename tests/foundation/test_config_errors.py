@@ -11,8 +11,10 @@ from pathlib import Path
 import pytest
 from twisted.internet.testing import MemoryReactorClock
 
+from ssekd.bindings.registry import discover
 from ssekd.broker import free_port, port_open
-from ssekd.config import ConfigError, load_config
+from ssekd.config import ConfigError
+from ssekd.config.load import load_config
 from ssekd.engine import Engine
 from tests.conftest import TWISTD
 
@@ -112,7 +114,7 @@ def broken(tmp_path: Path, case: tuple[str, str, str, int, str, str], port: int)
 def test_the_base_config_is_good(tmp_path: Path) -> None:
     config = tmp_path / "zilla.yaml"
     config.write_text(GOOD.format(port=free_port()))
-    load_config(config)
+    load_config(config, discover())
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
@@ -153,14 +155,14 @@ def test_all_issues_are_reported_at_once(tmp_path: Path) -> None:
     config = tmp_path / "zilla.yaml"
     config.write_text(text.format(port=7114))
     with pytest.raises(ConfigError) as caught:
-        load_config(config)
+        load_config(config, discover())
     assert [i.path for i in caught.value.issues] == ["bindings.files.options.location"], \
         "schema problems are reported before references are resolved"
 
 
 def test_seed_example_is_accepted(tmp_path: Path) -> None:
     seed = Path(__file__).resolve().parents[2].parent / "shared" / "examples" / "zilla.yaml"
-    config = load_config(seed, environ={"KEYSTORE_PASSWORD": "x"})
+    config = load_config(seed, discover(), environ={"KEYSTORE_PASSWORD": "x"})
     assert config.namespace == "example"
     assert set(config.bindings) >= {"north_tcp_server", "north_tls_server", "south_kafka_client"}
 
@@ -169,13 +171,13 @@ def test_env_substitution_allows_spaces(tmp_path: Path) -> None:
     config = tmp_path / "zilla.yaml"
     config.write_text(GOOD.replace("location: www", "location: ${{{{  env.WWW  }}}}")
                       .format(port=7114))
-    loaded = load_config(config, environ={"WWW": "public"})
+    loaded = load_config(config, discover(), environ={"WWW": "public"})
     assert loaded.bindings["files"].options["location"] == "public"
 
 
 def test_unreadable_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as caught:
-        load_config(tmp_path / "missing.yaml")
+        load_config(tmp_path / "missing.yaml", discover())
     assert "cannot read config" in str(caught.value)
 
 
@@ -185,12 +187,12 @@ def test_describes_in_plain_words() -> None:
         bindings:
           a: {type: tcp, kind: server, options: {port: "x"}, exit: a}
     """)
-    from ssekd.config import binding_types
-    from ssekd.config.load import parse_text
+    from ssekd.bindings.registry import discover
+    from ssekd.config.document import parse_text
     from ssekd.config.schema import validate
 
     doc = parse_text(text, Path("inline.yaml"), {})
-    issues = validate(doc, binding_types())
+    issues = validate(doc, discover())
     assert any("expected a port" in i.message and i.line == 3 for i in issues), issues
 
 

@@ -9,7 +9,6 @@ from ssekd.bindings.filesystem import safe_segments
 from ssekd.bindings.http.channel import LimitedHTTPChannel, Limits
 from ssekd.bindings.http.cors import same_origin
 from ssekd.bindings.http.routing import Condition, HeaderPattern, match_any
-from ssekd.bindings.http_filesystem import compile_path
 from ssekd.bindings.tcp import expand_ports
 
 
@@ -63,12 +62,6 @@ def test_expand_ports() -> None:
 ])
 def test_safe_segments(path: str, ok: bool) -> None:
     assert (safe_segments(path) is not None) == ok
-
-
-def test_filesystem_path_pattern_takes_the_rest() -> None:
-    assert compile_path("/{path}").fullmatch("/css/app.css").group("path") == "css/app.css"
-    m = compile_path("/{site}/{path}").fullmatch("/a/b/c")
-    assert m.group("site") == "a" and m.group("path") == "b/c"
 
 
 def channel(clock: MemoryReactorClock, **limits: float) -> tuple[LimitedHTTPChannel,

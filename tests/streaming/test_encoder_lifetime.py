@@ -6,9 +6,10 @@ from __future__ import annotations
 import gc
 from typing import Any
 
+from ssekd.bindings.api import StreamRequest
 from ssekd.bindings.kafka.subscription import Start
-from ssekd.bindings.sse.server import StreamRequest
-from ssekd.bindings.sse_kafka.proxy import PathPattern, SseKafkaProxy, SseKafkaRoute
+from ssekd.bindings.sse_kafka.proxy import SseKafkaProxy, SseKafkaRoute
+from ssekd.patterns import Pattern
 from ssekd.telemetry.events import EventLog
 
 
@@ -33,7 +34,7 @@ class FakeCache:
 
 def test_encoders_live_as_long_as_their_streams() -> None:
     cache = FakeCache()
-    route = SseKafkaRoute((PathPattern("/bykey/{topic}/{key}"),), "cc",
+    route = SseKafkaRoute((Pattern.compile("/bykey/{topic}/{key}"),), "cc",
                           {"topic": "${params.topic}", "filters": [{"key": "${params.key}"}]})
     proxy = SseKafkaProxy("p", (route,), {"cc": cache}, EventLog("t"))
     for i in range(100):

@@ -14,7 +14,7 @@ from twisted.internet.defer import Deferred
 from twisted.internet.testing import MemoryReactorClock
 from twisted.web.test.requesthelper import DummyRequest
 
-from ssekd.bindings import HttpContext
+from ssekd.bindings.api import HttpContext
 from ssekd.bindings.kafka.cache import CacheServer
 from ssekd.bindings.kafka.client import FetchResult
 from ssekd.bindings.kafka.message import Message

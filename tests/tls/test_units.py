@@ -12,7 +12,7 @@ from twisted.web.http import _GenericHTTPChannelProtocol
 from twisted.web.resource import Resource
 from twisted.web.server import Site
 
-from ssekd.bindings import ConnectionInfo
+from ssekd.bindings.api import ConnectionInfo
 from ssekd.bindings.http.h2c import PREFACE, PrefaceSniffer, protocol_for
 from ssekd.bindings.tls import ServerKey, TlsServer, build_context, certificate_names
 from ssekd.devcert import issue, make_ca

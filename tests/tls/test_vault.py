@@ -7,8 +7,11 @@ from typing import Any
 
 import pytest
 from cryptography.hazmat.primitives.serialization import PrivateFormat, pkcs12
+from twisted.internet.testing import MemoryReactorClock
 
-from ssekd.config import ConfigError, load_config
+from ssekd.bindings.registry import discover
+from ssekd.config import ConfigError
+from ssekd.config.load import load_config
 from ssekd.devcert import DEV_PASSWORD, ensure_dev_store, issue, make_ca, write_store
 from ssekd.engine import Engine
 from ssekd.vaults import open_vault
@@ -70,7 +73,7 @@ def test_unreadable_store_names_vault_and_store(tmp_path: Path, pki: Pki, case: 
         env["KEYSTORE_PASSWORD"] = "wrong"
     else:
         store = tmp_path / "nowhere.p12"
-    config = load_config(_config(tmp_path, pki, store=store), env)
+    config = load_config(_config(tmp_path, pki, store=store), discover(), env)
     with pytest.raises(ConfigError) as err:
         open_vault(config, "server")
     [issue_] = err.value.issues
@@ -83,7 +86,7 @@ def test_unreadable_store_names_vault_and_store(tmp_path: Path, pki: Pki, case: 
 def test_unknown_alias_names_vault_alias_and_what_is_there(tmp_path: Path, pki: Pki) -> None:
     path = tls_config(tmp_path, pki, "{keys: [localhost, nosuch]}")[0]
     with pytest.raises(ConfigError) as err:
-        Engine(path, environ=ENV)
+        Engine(path, MemoryReactorClock(), environ=ENV)
     [issue_] = err.value.issues
     assert issue_.path == "bindings.tls_in.options.keys[1]"
     assert "alias 'nosuch' is not in vault 'server'" in issue_.message
@@ -93,7 +96,7 @@ def test_unknown_alias_names_vault_alias_and_what_is_there(tmp_path: Path, pki: 
 def test_a_certificate_alias_is_not_a_key(tmp_path: Path, pki: Pki) -> None:
     path = tls_config(tmp_path, pki, "{keys: [ca]}")[0]
     with pytest.raises(ConfigError, match="'ca' .* is a certificate without a private key"):
-        Engine(path, environ=ENV)
+        Engine(path, MemoryReactorClock(), environ=ENV)
 
 
 @pytest.mark.parametrize("options, env, words", [

@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from ssekd.bindings import BindingType, HttpBinding, KindSpec
 from ssekd.bindings._schemas import STRING_LIST
+from ssekd.bindings.api import BindingType, BuildContext, Exit, HttpBinding, KindSpec, Role
 from ssekd.bindings.http.channel import LIMITS_SCHEMA, Limits
 from ssekd.bindings.http.cors import AccessControl
 from ssekd.bindings.http.routing import Condition, HeaderPattern
 from ssekd.bindings.http.server import HttpRoot, HttpRoute, HttpServer, HttpSite
 from ssekd.config import ConfigError
 from ssekd.config.model import Binding
-from ssekd.engine import BuildContext
 
 DEFAULT_VERSIONS = ("http/1.1", "h2")
 
@@ -27,18 +24,15 @@ def _build(ctx: BuildContext, binding: Binding) -> HttpServer:
             for when in route.when
         )
         assert route.exit is not None
-        exit_ = ctx.exit(route.exit)
-        assert isinstance(exit_, HttpBinding)
-        routes.append(HttpRoute(conditions, exit_))
-    default = ctx.exit(binding.exit) if binding.exit else None
-    assert default is None or isinstance(default, HttpBinding)
+        routes.append(HttpRoute(conditions, ctx.exit(route.exit, HttpBinding)))
+    default = ctx.exit(binding.exit, HttpBinding) if binding.exit else None
     limits = Limits.from_options(options.get("limits"))
     _check_keepalive(ctx, binding, limits)
     root = HttpRoot(binding.name, routes, default,
                     AccessControl.from_options(options.get("access-control")), ctx.events)
     site = HttpSite(root, limits, ctx.reactor)
     versions = tuple(options.get("versions", DEFAULT_VERSIONS))
-    return HttpServer(binding.name, site, versions, protocol_for=_h2c_hook())
+    return HttpServer(binding.name, site, versions)
 
 
 def _check_keepalive(ctx: BuildContext, binding: Binding, limits: Limits) -> None:
@@ -46,8 +40,8 @@ def _check_keepalive(ctx: BuildContext, binding: Binding, limits: Limits) -> Non
     idle timeout, or HTTP/2 connections carrying only quiet streams are closed under them."""
     issues = []
     for name in binding.exits:
-        max_idle = getattr(ctx.exit(name), "max_idle", None)
-        if isinstance(max_idle, (int, float)) and max_idle >= limits.idle_timeout:
+        max_idle = ctx.exit(name, HttpBinding).max_idle
+        if max_idle is not None and max_idle >= limits.idle_timeout:
             issues.append(ctx.issue(
                 ("bindings", name, "options", "max-idle-time"),
                 f"expected less than the idle-timeout of http binding {binding.name!r} "
@@ -55,15 +49,6 @@ def _check_keepalive(ctx: BuildContext, binding: Binding, limits: Limits) -> Non
                 f"long; got {max_idle:g}"))
     if issues:
         raise ConfigError(issues)
-
-
-def _h2c_hook() -> Any:
-    """Cleartext HTTP/2 (prior knowledge) lives in `h2c.py` when present."""
-    try:
-        from ssekd.bindings.http import h2c
-    except ImportError:
-        return None
-    return getattr(h2c, "protocol_for", None)
 
 
 _CREDENTIALS = {"type": "object", "additionalProperties": False, "properties": {
@@ -97,6 +82,7 @@ WHEN = {"type": "object", "additionalProperties": False, "properties": {
                 "additionalProperties": {"type": "string"}}}}
 
 BINDING = BindingType("http", {
-    "server": KindSpec(role="stream", build=_build, exit="required", exit_roles=("http",),
+    "server": KindSpec(role=Role.STREAM, build=_build, exit=Exit.REQUIRED,
+                       exit_roles=(Role.HTTP,),
                        options=OPTIONS, when=WHEN),
 })

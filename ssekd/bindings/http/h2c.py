@@ -17,18 +17,27 @@ the tls binding only negotiates protocols its exit lists in `versions` (it reads
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, cast
+import typing
+from collections.abc import Collection
+from typing import Any, cast
 
 from twisted.internet.interfaces import IProtocol
 from twisted.internet.protocol import Protocol
 from twisted.python.failure import Failure
 
-from ssekd.bindings import ConnectionInfo
+from ssekd.bindings.api import ConnectionInfo
 from ssekd.bindings.http.h2 import BatchingH2Connection
 from ssekd.bindings.http.h2 import h2_connection as _batching_h2_connection
 
-if TYPE_CHECKING:
-    from ssekd.bindings.http.server import HttpServer
+
+class HttpServer(typing.Protocol):
+    """What the sniffer needs of the http binding (`server.HttpServer`)."""
+
+    @property
+    def versions(self) -> Collection[str]: ...
+
+    @property
+    def site(self) -> Any: ...
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 

@@ -1,40 +1,33 @@
 """Matching requests to http routes by pseudo-headers and headers (SPEC §4).
 
-A pattern matches the whole value; `*` is a wildcard and `{name}` captures. A `:path` pattern that
-does not end in `*` also matches with any query string. Patterns are compiled once, at build.
+A pattern matches the whole value, with the rules of `ssekd.patterns` (`*` a wildcard, `{name}`
+a capture). A `:path` pattern that does not end in `*` also matches with any query string.
+Patterns are compiled once, at build.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from twisted.web.server import Request
 
-_TOKEN = re.compile(r"\{([a-zA-Z_][a-zA-Z0-9_]*)\}|\*")
+from ssekd.patterns import Pattern
 
 
 @dataclass(frozen=True)
 class HeaderPattern:
     name: str
-    regex: re.Pattern[str]
+    pattern: Pattern
 
     @classmethod
     def compile(cls, name: str, pattern: str) -> HeaderPattern:
-        name = name.lower()
-        # In a path, a capture stops at / and ?; in other headers it takes what it can.
-        capture = r"[^/?]*" if name == ":path" else r".*?"
-        parts, pos = [], 0
-        for m in _TOKEN.finditer(pattern):
-            parts.append(re.escape(pattern[pos:m.start()]))
-            parts.append(f"(?P<{m.group(1)}>{capture})" if m.group(1) else ".*")
-            pos = m.end()
-        parts.append(re.escape(pattern[pos:]))
-        body = "".join(parts)
-        if name == ":path" and not pattern.endswith("*"):
-            body += r"(?:\?.*)?"
-        return cls(name, re.compile(body, re.DOTALL))
+        return cls(name.lower(), Pattern.compile(pattern))
+
+    def match(self, value: str) -> dict[str, str] | None:
+        if self.name == ":path" and not self.pattern.open_ended:
+            value = value.partition("?")[0]
+        return self.pattern.match(value)
 
 
 @dataclass(frozen=True)
@@ -49,10 +42,10 @@ class Condition:
             value = headers.get(p.name)
             if value is None:
                 return None
-            m = p.regex.fullmatch(value)
-            if m is None:
+            captured = p.match(value)
+            if captured is None:
                 return None
-            params.update({k: v for k, v in m.groupdict().items() if v is not None})
+            params.update(captured)
         return params
 
 

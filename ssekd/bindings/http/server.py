@@ -6,7 +6,7 @@ when TLS negotiates `h2`, see `h2.py`); CORS and routing happen here, once, befo
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,7 +15,8 @@ from twisted.web import http
 from twisted.web.resource import Resource
 from twisted.web.server import Request, Site
 
-from ssekd.bindings import ConnectionInfo, HttpBinding, HttpContext
+from ssekd.bindings.api import ConnectionInfo, HttpBinding, HttpContext
+from ssekd.bindings.http import h2c
 from ssekd.bindings.http.channel import LimitedHTTPChannel, Limits
 from ssekd.bindings.http.cors import AccessControl
 from ssekd.bindings.http.h2 import SwitchingChannelProtocol
@@ -103,15 +104,11 @@ class HttpSite(Site):
 class HttpServer:
     """Runtime of an http server binding."""
 
-    def __init__(self, name: str, site: HttpSite, versions: tuple[str, ...],
-                 protocol_for: Callable[[HttpServer, ConnectionInfo], IProtocol | None]
-                 | None = None) -> None:
+    def __init__(self, name: str, site: HttpSite, versions: tuple[str, ...]) -> None:
         self.name = name
         self.site = site
         self.versions = versions
-        self._protocol_for = protocol_for
 
     def build_protocol(self, conn: ConnectionInfo) -> IProtocol | None:
-        if self._protocol_for is not None:
-            return self._protocol_for(self, conn)
-        return self.site.buildProtocol(conn.peer)  # type: ignore[no-any-return]
+        """HTTP/1.1 or HTTP/2 as TLS negotiated, or as the first bytes say in cleartext."""
+        return h2c.protocol_for(self, conn)

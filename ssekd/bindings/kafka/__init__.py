@@ -16,31 +16,45 @@ waiting fetch early).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any
 
-from ssekd.bindings import BindingType, KindSpec
+from ssekd.bindings.api import (
+    BindingType,
+    BuildContext,
+    Exit,
+    KindSpec,
+    Role,
+)
 from ssekd.bindings.kafka.cache import DEFAULT_MAX_TOPICS, CacheClient, CacheServer
 from ssekd.bindings.kafka.client import ClientSettings, KafkaClient
 from ssekd.bindings.kafka.topic_log import CacheBounds
+from ssekd.config.model import Binding
 
-if TYPE_CHECKING:
-    from ssekd.config.model import Binding
-
-__all__ = ["BINDING", "CacheBounds", "CacheClient", "CacheServer", "ClientSettings",
-           "KafkaClient"]
+__all__ = ["BINDING", "bootstrap_topics", "servers"]
 
 DEFAULT_SERVERS = ("localhost:9092",)
 
 
-def _build_client(ctx: Any, binding: Binding) -> KafkaClient:
+def servers(options: Mapping[str, Any]) -> tuple[str, ...]:
+    """The `host:port` bootstrap servers of a client binding's options."""
+    return tuple(str(s) for s in options.get("servers", DEFAULT_SERVERS))
+
+
+def bootstrap_topics(options: Mapping[str, Any]) -> tuple[str, ...]:
+    """The topics a cache_server consumes from start-up (none for a cache_client)."""
+    return tuple(str(t) for t in options.get("bootstrap", ()))
+
+
+def _build_client(ctx: BuildContext, binding: Binding) -> KafkaClient:
     opts = binding.options
-    settings = ClientSettings(servers=tuple(opts.get("servers", DEFAULT_SERVERS)),
+    settings = ClientSettings(servers=servers(opts),
                               sasl=opts.get("sasl"), properties=dict(opts.get("properties", {})))
     return KafkaClient(ctx.reactor, settings, binding.name,
                        lambda name, detail: ctx.events.emit(binding.name, name, detail))
 
 
-def _build_cache_server(ctx: Any, binding: Binding) -> CacheServer:
+def _build_cache_server(ctx: BuildContext, binding: Binding) -> CacheServer:
     assert binding.exit is not None
     opts = binding.options
     c = opts.get("cache", {})
@@ -49,21 +63,23 @@ def _build_cache_server(ctx: Any, binding: Binding) -> CacheServer:
                          max_bytes=int(c.get("max-bytes", defaults.max_bytes)),
                          max_age_seconds=float(c.get("max-age", defaults.max_age_seconds)))
     live = [t["name"] for t in opts.get("topics", ()) if t.get("defaultOffset") == "live"]
-    return CacheServer(ctx.reactor, ctx.exit(binding.exit), binding.name, ctx.events,
-                       bootstrap=opts.get("bootstrap", ()), live_topics=live, bounds=bounds,
+    return CacheServer(ctx.reactor, ctx.exit(binding.exit, KafkaClient), binding.name, ctx.events,
+                       bootstrap=bootstrap_topics(opts), live_topics=live, bounds=bounds,
                        max_topics=int(opts.get("max-topics", DEFAULT_MAX_TOPICS)))
 
 
-def _build_cache_client(ctx: Any, binding: Binding) -> CacheClient:
+def _build_cache_client(ctx: BuildContext, binding: Binding) -> CacheClient:
     assert binding.exit is not None
-    return CacheClient(ctx.exit(binding.exit))
+    return CacheClient(ctx.exit(binding.exit, CacheServer))
 
 
 BINDING = BindingType("kafka", {
-    "cache_client": KindSpec(role="kafka", build=_build_cache_client, exit="required",
-                             exit_roles=("kafka",), options={"type": "object"}),
+    "cache_client": KindSpec(role=Role.KAFKA_CACHE, build=_build_cache_client,
+                             exit=Exit.REQUIRED, exit_roles=(Role.KAFKA_CACHE,),
+                             options={"type": "object"}),
     "cache_server": KindSpec(
-        role="kafka", build=_build_cache_server, exit="required", exit_roles=("kafka",),
+        role=Role.KAFKA_CACHE, build=_build_cache_server, exit=Exit.REQUIRED,
+        exit_roles=(Role.KAFKA_CLIENT,),
         options={"type": "object", "additionalProperties": False, "properties": {
             "bootstrap": {"type": "array", "items": {"type": "string", "minLength": 1}},
             "topics": {"type": "array", "items": {
@@ -78,7 +94,8 @@ BINDING = BindingType("kafka", {
             }},
         }}),
     "client": KindSpec(
-        role="kafka", build=_build_client, exit="optional", exit_roles=("outbound",),
+        role=Role.KAFKA_CLIENT, build=_build_client, exit=Exit.OPTIONAL,
+        exit_roles=(Role.OUTBOUND,), summary=lambda o: ",".join(servers(o)),
         options={"type": "object", "additionalProperties": False, "properties": {
             "servers": {"type": "array", "minItems": 1,
                         "items": {"type": "string", "pattern": r"^[^:\s]+:[0-9]{1,5}$",

@@ -2,47 +2,24 @@
 
 It owns the HTTP side of a stream - method check, last event id (header, else `lastEventId`
 query parameter, at most 254 characters), response headers, `retry:`, keepalive - and hands the
-rest to its exit, an *events* binding (sse-kafka), through `EventStreams.open`.
+rest to its exit, a *stream source* (sse-kafka), through `StreamSource.open`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 from urllib.parse import unquote_to_bytes
 
 from twisted.application.service import Service
 from twisted.web.server import NOT_DONE_YET, Request
 
-from ssekd.bindings import HttpContext
-from ssekd.bindings.sse.stream import EventsHandle, SseStream
+from ssekd.bindings.api import HttpContext, StreamRequest, StreamSource
+from ssekd.bindings.sse.stream import SseStream
 from ssekd.bindings.sse.wire import http_chunk, retry_field
 from ssekd.progress import MAX_ID_LENGTH
+from ssekd.telemetry.events import EventLog
 
 DEFAULT_MAX_IDLE = 15.0
-
-
-@dataclass
-class StreamRequest:
-    """What an events binding needs to open a stream."""
-
-    #: The request path without its query string (still percent-encoded).
-    path: str
-    #: Last event id from the `Last-Event-ID` header or `lastEventId` query parameter, or None.
-    last_event_id: str | None
-    #: Decoded query parameters (first value of each).
-    query: Mapping[str, str] = field(default_factory=dict)
-    context: HttpContext | None = None
-    #: Short description for events: "GET /path".
-    describe: str = ""
-
-
-class EventStreams(Protocol):
-    """An events binding (role `events`)."""
-
-    def open(self, request: StreamRequest, sink: SseStream) -> EventsHandle | int:
-        """Start feeding `sink`, or return an HTTP status to answer instead (400, 404)."""
 
 
 def _text(raw: bytes) -> str:
@@ -69,12 +46,12 @@ def query_params(uri: bytes) -> dict[str, str]:
 class SseServer(Service):
     """Runtime of an `sse` binding of kind `server`."""
 
-    def __init__(self, name: str, events: EventStreams, clock: Any, log: Any,
+    def __init__(self, name: str, source: StreamSource, clock: Any, events: EventLog,
                  retry: int | None = None, max_idle: float = DEFAULT_MAX_IDLE) -> None:
         self.name = name
-        self.events = events
+        self.source = source
         self.clock: Any = clock  # an IReactorTime (a MemoryReactorClock in tests)
-        self.log = log
+        self.events = events
         self.retry = retry
         self.max_idle = max_idle
         #: Open streams (insertion-ordered), to end them all on stop.
@@ -111,7 +88,7 @@ class SseServer(Service):
         if last_id is not None and len(last_id) > MAX_ID_LENGTH:
             return self._reject(request, 400, f"GET {path} last event id of {len(last_id)} chars")
         stream = SseStream(self, request)
-        result = self.events.open(
+        result = self.source.open(
             StreamRequest(path, last_id, query, ctx, f"GET {path}"), stream)
         if isinstance(result, int):
             return self._reject(request, result, f"GET {path}")
@@ -129,7 +106,7 @@ class SseServer(Service):
         for name, value in headers:
             request.setHeader(name, value)
         request.setHeader(b"Content-Length", b"0")
-        self.log.emit(self.name, "BINDING_SSE_REQUEST_REJECTED", f"{code} {detail}")
+        self.events.emit(str(self.name), "BINDING_SSE_REQUEST_REJECTED", f"{code} {detail}")
         return b""
 
     def stopService(self) -> None:

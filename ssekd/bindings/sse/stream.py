@@ -1,7 +1,7 @@
 """One open text/event-stream response: writes, keepalive, backpressure, ending.
 
 `SseStream` sits between a Twisted request and whatever produces events for it (an
-`EventsHandle`, e.g. a kafka subscription). It registers itself as the request's streaming
+`StreamHandle`, e.g. a kafka subscription). It registers itself as the request's streaming
 producer, so when the client's transport buffer fills (HTTP/1.1 TCP, or an HTTP/2 flow-control
 window) Twisted pauses it and it pauses its source: nothing more is buffered for that client.
 
@@ -15,31 +15,31 @@ is the same one `Request.write` would reach, so its buffer still pauses this pro
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from twisted.internet.interfaces import IPushProducer
 from twisted.web.server import Request
 from zope.interface import implementer
 
+from ssekd.bindings.api import StreamHandle
 from ssekd.bindings.sse.wire import KEEPALIVE
 
-if TYPE_CHECKING:
-    from ssekd.bindings.sse.server import SseServer
 
+class StreamOwner(Protocol):
+    """What a stream needs of its sse server (`server.SseServer`)."""
 
-class EventsHandle(Protocol):
-    """What an events binding returns for an opened stream."""
+    clock: Any  # an IReactorTime
+    max_idle: float
+    #: open streams, insertion-ordered; a stream removes itself when it ends
+    streams: dict[SseStream, None]
 
-    def pause(self) -> None: ...
-
-    def resume(self) -> None: ...
-
-    def close(self) -> None: ...
+    def chunk(self, data: bytes) -> bytes:
+        """`data` framed as an HTTP/1.1 chunk (framed once per batch for every stream)."""
 
 
 @implementer(IPushProducer)
 class SseStream:
-    """The sink an events binding writes SSE bytes to."""
+    """The `EventSink` a stream source writes SSE bytes to."""
 
     __slots__ = (
         "__weakref__",
@@ -53,11 +53,11 @@ class SseStream:
         "written",
     )
 
-    def __init__(self, server: SseServer, request: Request) -> None:
+    def __init__(self, server: StreamOwner, request: Request) -> None:
         self.server = server
         # Twisted's Request and IReactorTime are untyped for mypy: keep them as Any here
         self.request: Any = request
-        self.handle: EventsHandle | None = None
+        self.handle: StreamHandle | None = None
         self.done = False
         self.last_write = server.clock.seconds()
         self.written = 0
@@ -65,7 +65,7 @@ class SseStream:
         #: The HTTP/1.1 connection's `transport.write`, once the response is chunked.
         self._send: Callable[[bytes], None] | None = None
 
-    def start(self, handle: EventsHandle, first: bytes) -> None:
+    def start(self, handle: StreamHandle, first: bytes) -> None:
         """Send the headers (and `retry:`), become the request's producer, arm the keepalive."""
         self.handle = handle
         self.request.registerProducer(self, True)

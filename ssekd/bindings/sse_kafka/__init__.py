@@ -7,36 +7,42 @@ stream at a time when it has no last event id.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-from ssekd.bindings import BindingType, KindSpec
 from ssekd.bindings._schemas import PATH_WHEN
-from ssekd.bindings.sse_kafka.encoder import Filter, KafkaEventEncoder
-from ssekd.bindings.sse_kafka.proxy import PathPattern, SseKafkaProxy, SseKafkaRoute
+from ssekd.bindings.api import BindingType, BuildContext, Exit, KindSpec, Role
+from ssekd.bindings.sse_kafka.proxy import Cache, SseKafkaProxy, SseKafkaRoute, with_templates
+from ssekd.config.errors import ConfigError, ConfigIssue
+from ssekd.config.model import Binding
+from ssekd.patterns import Pattern, missing_captures
 from ssekd.progress import ETAG_FORMAT as ETAG_ID
 from ssekd.progress import KEY_ETAG_FORMAT as KEY_ETAG_ID
 
-if TYPE_CHECKING:
-    from ssekd.config.model import Binding
-
-__all__ = ["BINDING", "ETAG_ID", "KEY_ETAG_ID", "Filter", "KafkaEventEncoder", "SseKafkaProxy"]
+__all__ = ["BINDING"]
 
 
-def _build(ctx: Any, binding: Binding) -> SseKafkaProxy:
+def _build(ctx: BuildContext, binding: Binding) -> SseKafkaProxy:
     routes = []
-    for r in binding.routes:
+    issues: list[ConfigIssue] = []
+    for i, r in enumerate(binding.routes):
         exit_name = r.exit or binding.exit
         if exit_name is None:
             continue
-        patterns = tuple(PathPattern(w["path"]) for w in r.when) or (PathPattern("*"),)
+        patterns = tuple(Pattern.compile(w["path"]) for w in r.when) or (Pattern.compile("*"),)
+        missing = missing_captures(with_templates(r.with_), patterns)
+        if missing:
+            issues.append(ctx.issue(("bindings", binding.name, "routes", i, "with"),
+                                    f"expected references to what every `when.path` captures; "
+                                    f"{', '.join(missing)} is not captured by all of them"))
         routes.append(SseKafkaRoute(patterns, exit_name, r.with_))
-    caches = {name: ctx.exit(name) for name in binding.exits}
+    if issues:
+        raise ConfigError(issues)
+    caches = {name: ctx.exit(name, Cache) for name in binding.exits}
     return SseKafkaProxy(binding.name, tuple(routes), caches, ctx.events)
 
 
 BINDING = BindingType("sse-kafka", {
     "proxy": KindSpec(
-        role="events", build=_build, exit="required", exit_roles=("kafka",),
+        role=Role.STREAM_SOURCE, build=_build, exit=Exit.REQUIRED,
+        exit_roles=(Role.KAFKA_CACHE,),
         when=PATH_WHEN,
         with_={"type": "object", "additionalProperties": False, "required": ["topic"],
                "properties": {

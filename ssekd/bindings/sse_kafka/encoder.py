@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from ssekd.bindings.kafka.message import Message
 from ssekd.bindings.kafka.subscription import CatchUp
-from ssekd.bindings.sse.wire import event_bytes
+from ssekd.bindings.sse.wire import CR, END, ID, ID_DATA, LF, event_bytes, id_data_event
 from ssekd.progress import (
     ETAG_FORMAT,
     MAX_ID_LENGTH,
@@ -77,15 +77,15 @@ class KafkaEventEncoder:
             if pos is not None and m.offset < pos:
                 continue  # already passed: never twice
             value = m.value
-            if m.headers or value is None or 10 in value or 13 in value:
+            if m.headers or value is None or LF in value or CR in value:
                 progress.set(p, m.offset + 1)
                 append(self._event(m, progress))
                 continue
-            append(b"id:")
+            append(ID)
             append(advance(p, m.offset + 1))
-            append(b"\ndata:")
+            append(ID_DATA)
             append(value)
-            append(b"\n\n")
+            append(END)
         return b"".join(out)
 
     def _encode_filtered(self, records: Sequence[Message], progress: ProgressState,
@@ -106,8 +106,8 @@ class KafkaEventEncoder:
                 continue
             value = m.value
             if plain_ids and not m.headers and value is not None \
-                    and 10 not in value and 13 not in value:
-                out.append(b"id:" + progress.token_bytes() + b"\ndata:" + value + b"\n\n")
+                    and LF not in value and CR not in value:
+                out.append(id_data_event(progress.token_bytes(), value))
                 continue
             out.append(self._event(m, progress))
         return b"".join(out)

@@ -1,7 +1,7 @@
 """sse-kafka proxy: which topic, filters and id format a stream gets, and where it starts.
 
-Routes match the path (query string already removed by sse): `{name}` captures one segment,
-`*` matches anything. `with` values may use `${params.name}` and
+Routes match the path (query string already removed by sse) with the rules of `ssekd.patterns`;
+captures are percent-decoded. `with` values may use `${params.name}` and
 `${guarded['guard'].identity}`. The first matching route wins; none is 404.
 """
 
@@ -12,23 +12,40 @@ import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 from urllib.parse import unquote
 
+from ssekd.bindings.api import EventSink, StreamRequest
 from ssekd.bindings.kafka.cache import TopicLimitReached
-from ssekd.bindings.kafka.subscription import EventEncoder, EventSink, Start, Subscription
-from ssekd.bindings.sse.server import StreamRequest
+from ssekd.bindings.kafka.subscription import EventEncoder, Start, Subscription
 from ssekd.bindings.sse_kafka.encoder import Filter, KafkaEventEncoder
+from ssekd.patterns import Pattern, Unresolvable
+from ssekd.patterns import substitute as substitute_params
 from ssekd.progress import ETAG_FORMAT, UndecodableId, parse_last_event_id
+from ssekd.telemetry.events import EventLog
 
 #: Kafka's own rule for topic names; anything else from a path is a 404, not a consumer.
 _TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
-_PARAM = re.compile(r"\$\{params\.([A-Za-z0-9_]+)\}")
 _GUARDED = re.compile(r"""\$\{guarded\[['"]([A-Za-z0-9._-]+)['"]\]\.identity\}""")
 
 
+#: The topic of a route without `with`: what its path captured as `{topic}`.
+DEFAULT_TOPIC = "${params.topic}"
+
+
+def with_templates(with_: Mapping[str, Any] | None) -> list[str]:
+    """Every value of a route's `with` that may hold references, the topic first."""
+    w = with_ or {}
+    out = [str(w.get("topic", DEFAULT_TOPIC))]
+    for f in w.get("filters", ()):
+        out += [str(f["key"])] if "key" in f else []
+        out += [str(v) for v in (f.get("headers") or {}).values()]
+    return out
+
+
+@runtime_checkable
 class Cache(Protocol):
-    """The kafka cache_client, as sse-kafka uses it."""
+    """The kafka cache (role KAFKA_CACHE), with the kafka types sse-kafka trades with it."""
 
     def subscribe(self, topic: str, encoder: EventEncoder, sink: EventSink,
                   start: Start) -> Subscription: ...
@@ -36,45 +53,23 @@ class Cache(Protocol):
     def topic(self, name: str) -> Any: ...
 
 
-class PathPattern:
-    """A route's `when.path`: literal text, `{name}` one segment, `*` anything."""
-
-    def __init__(self, pattern: str) -> None:
-        self.pattern = pattern
-        parts: list[str] = []
-        for token in re.split(r"(\{[A-Za-z0-9_]+\}|\*)", pattern):
-            if token == "*":
-                parts.append(".*")
-            elif token.startswith("{") and token.endswith("}"):
-                parts.append(f"(?P<{token[1:-1]}>[^/]+)")
-            else:
-                parts.append(re.escape(token))
-        self.regex = re.compile("^" + "".join(parts) + "$", re.DOTALL)
-
-    def match(self, path: str) -> dict[str, str] | None:
-        m = self.regex.match(path)
-        if m is None:
-            return None
-        return {k: unquote(v) for k, v in m.groupdict().items()}
-
-
 @dataclass(frozen=True)
 class SseKafkaRoute:
-    patterns: tuple[PathPattern, ...]
+    patterns: tuple[Pattern, ...]
     exit: str
     with_: Mapping[str, Any] | None
 
-
-class Unresolvable(ValueError):
-    """A `with` value refers to something this request does not have."""
+    def match(self, path: str) -> dict[str, str] | None:
+        """The decoded captures of the first pattern that matches `path`, else None."""
+        for pattern in self.patterns:
+            params = pattern.match(path)
+            if params is not None:
+                return {k: unquote(v) for k, v in params.items()}
+        return None
 
 
 def substitute(value: str, params: Mapping[str, str], sessions: Mapping[str, Any]) -> str:
-    def param(m: re.Match[str]) -> str:
-        if m.group(1) not in params:
-            raise Unresolvable(f"no path parameter {m.group(1)}")
-        return params[m.group(1)]
-
+    """`${params.x}` (see `ssekd.patterns`), then `${guarded['guard'].identity}`."""
     def identity(m: re.Match[str]) -> str:
         session = sessions.get(m.group(1))
         ident = getattr(session, "identity", None)
@@ -82,7 +77,7 @@ def substitute(value: str, params: Mapping[str, str], sessions: Mapping[str, Any
             raise Unresolvable(f"no identity for guard {m.group(1)}")
         return str(ident)
 
-    return _GUARDED.sub(identity, _PARAM.sub(param, value))
+    return _GUARDED.sub(identity, substitute_params(value, params))
 
 
 def parse_since(text: str) -> int:
@@ -97,35 +92,33 @@ def parse_since(text: str) -> int:
 
 
 class SseKafkaProxy:
-    """Runtime of an `sse-kafka` binding of kind `proxy` (an events binding for sse)."""
+    """Runtime of an `sse-kafka` binding of kind `proxy` (the stream source of an sse server)."""
 
     def __init__(self, name: str, routes: tuple[SseKafkaRoute, ...],
-                 caches: Mapping[str, Cache], log: Any) -> None:
+                 caches: Mapping[str, Cache], events: EventLog) -> None:
         self.name = name
         self.routes = routes
         self.caches = caches
-        self.log = log
+        self.events = events
         # Weak: with filters from `{params}`, every distinct path would otherwise leave an
         # encoder behind forever; one lives exactly as long as a stream uses it.
         self._encoders: weakref.WeakValueDictionary[Any, KafkaEventEncoder] = \
             weakref.WeakValueDictionary()
 
-    def open(self, request: StreamRequest, sink: Any) -> Subscription | int:
+    def open(self, request: StreamRequest, sink: EventSink) -> Subscription | int:
         for route in self.routes:
-            for pattern in route.patterns:
-                params = pattern.match(request.path)
-                if params is not None:
-                    return self._open(route, params, request, sink)
-        self.log.emit(self.name, "BINDING_SSE_KAFKA_NO_ROUTE", request.describe)
+            params = route.match(request.path)
+            if params is not None:
+                return self._open(route, params, request, sink)
+        self.events.emit(self.name, "BINDING_SSE_KAFKA_NO_ROUTE", request.describe)
         return 404
 
     def _open(self, route: SseKafkaRoute, params: dict[str, str], request: StreamRequest,
-              sink: Any) -> Subscription | int:
+              sink: EventSink) -> Subscription | int:
         sessions = request.context.sessions if request.context is not None else {}
         w = route.with_ or {}
         try:
-            topic = substitute(w["topic"], params, sessions) if "topic" in w \
-                else params["topic"]
+            topic = substitute(w.get("topic", DEFAULT_TOPIC), params, sessions)
             filters = tuple(
                 Filter(
                     key=None if "key" not in f
@@ -133,11 +126,11 @@ class SseKafkaProxy:
                     headers=tuple((n, substitute(v, params, sessions).encode("utf-8"))
                                   for n, v in sorted(f.get("headers", {}).items())))
                 for f in w.get("filters", ()))
-        except (Unresolvable, KeyError) as e:
-            self.log.emit(self.name, "BINDING_SSE_KAFKA_NO_ROUTE", f"{request.describe}: {e}")
+        except Unresolvable as e:
+            self.events.emit(self.name, "BINDING_SSE_KAFKA_NO_ROUTE", f"{request.describe}: {e}")
             return 404
         if not _TOPIC.match(topic):
-            self.log.emit(self.name, "BINDING_SSE_KAFKA_NO_ROUTE",
+            self.events.emit(self.name, "BINDING_SSE_KAFKA_NO_ROUTE",
                           f"{request.describe}: not a topic name")
             return 404
         id_format = (w.get("event") or {}).get("id", ETAG_FORMAT)
@@ -154,7 +147,7 @@ class SseKafkaProxy:
         except TopicLimitReached as e:
             # Not overload that passes (which ends a 200 so the browser comes back), but a
             # policy: this daemon will not follow more topics until its config says so.
-            self.log.emit(self.name, "BINDING_SSE_KAFKA_TOPIC_LIMIT", f"{request.describe}: {e}")
+            self.events.emit(self.name, "BINDING_SSE_KAFKA_TOPIC_LIMIT", f"{request.describe}: {e}")
             return 503
 
     def _start(self, request: StreamRequest, cache: Cache, topic: str) -> Start | int:
@@ -163,14 +156,14 @@ class SseKafkaProxy:
             try:
                 positions = parse_last_event_id(last_id)
             except UndecodableId as e:
-                self.log.emit(self.name, "BINDING_SSE_KAFKA_LAST_EVENT_ID_UNREADABLE",
+                self.events.emit(self.name, "BINDING_SSE_KAFKA_LAST_EVENT_ID_UNREADABLE",
                               f"{request.describe} {e}: {last_id[:80]!r}")
                 return Start(positions={})  # historical start, even on a `live` topic
             count = cache.topic(topic).log.partition_count
             if count is not None:
                 unknown = [p for p in positions if p >= count]
                 if unknown:
-                    self.log.emit(self.name, "BINDING_SSE_KAFKA_LAST_EVENT_ID_UNREADABLE",
+                    self.events.emit(self.name, "BINDING_SSE_KAFKA_LAST_EVENT_ID_UNREADABLE",
                                   f"{request.describe} partitions {unknown[:5]} not in {topic}")
                     for p in unknown:
                         del positions[p]
@@ -180,7 +173,7 @@ class SseKafkaProxy:
             try:
                 return Start(since_ms=parse_since(since))
             except (ValueError, OverflowError, OSError):
-                self.log.emit(self.name, "BINDING_SSE_KAFKA_SINCE_INVALID",
+                self.events.emit(self.name, "BINDING_SSE_KAFKA_SINCE_INVALID",
                               f"{request.describe} since={since[:40]!r}")
                 return 400
         return Start()

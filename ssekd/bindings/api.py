@@ -1,0 +1,307 @@
+"""The binding contract: what a binding type declares, what it may use while it is built, and
+what the runtime objects of each role offer the bindings that exit to them.
+
+A binding *type* (tcp, tls, http, ...) is one module that exposes `BINDING`, a `BindingType`,
+registered under the `ssekd.bindings` entry point group (see `ssekd.bindings.registry`). For each
+`kind` it says, in a `KindSpec`, the JSON Schema of its `options`, of one `when` condition and of
+`with`, whether it takes an `exit` and a `vault`, which `Role` its runtime object plays and which
+roles its exits must play. The config loader composes the schema from these and checks every
+exit's role; `ssekd.engine` builds the graph. Nothing else in the tree needs a type's name.
+
+This module is a leaf: it imports nothing of ssekd but the config model, its errors and the event
+log, so every binding, the engine and the config loader can import it without an import circle.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar, runtime_checkable
+
+from twisted.internet.interfaces import IAddress, IDelayedCall, IProtocol
+from twisted.web.server import Request
+
+from ssekd.config.errors import ConfigIssue
+from ssekd.config.model import Binding, Config
+from ssekd.telemetry.events import EventLog
+
+JsonSchema = Mapping[str, Any]
+
+
+class Role(enum.Enum):
+    """The layers of the binding graph, outermost first; each has its protocol below."""
+
+    #: owns listening sockets (tcp server): `ListenerBinding`
+    LISTENER = "listener"
+    #: takes over an accepted byte stream (tls, http server): `StreamBinding`
+    STREAM = "stream"
+    #: answers one routed HTTP request (sse, http-filesystem): `HttpBinding`
+    HTTP = "http"
+    #: opens the event streams of an sse server (sse-kafka): `StreamSource`
+    STREAM_SOURCE = "stream source"
+    #: serves files for http-filesystem (filesystem): `FileServing`
+    FILES = "files"
+    #: per-topic caches that sse-kafka subscribes to (kafka cache_server, cache_client):
+    #: `KafkaCache`
+    KAFKA_CACHE = "kafka cache"
+    #: the connection to the Kafka cluster that caches consume through (kafka client):
+    #: `KafkaClientBinding`
+    KAFKA_CLIENT = "kafka client"
+    #: an outbound connection's settings (tcp client): validated, no behaviour of its own
+    OUTBOUND = "outbound"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Exit(enum.Enum):
+    """Whether a binding (and its routes) may or must name an `exit`."""
+
+    REQUIRED = "required"
+    OPTIONAL = "optional"
+    NONE = "none"
+
+
+# -- the reactor and the build context ----------------------------------------------------------
+
+
+class Reactor(Protocol):
+    """The part of Twisted's reactor a binding may use: timers, time, and hand-over from its
+    own threads. Tests pass a `twisted.internet.testing.MemoryReactorClock`."""
+
+    def callLater(self, delay: float, callable: Callable[..., Any], *args: Any,
+                  **kw: Any) -> IDelayedCall: ...
+
+    def seconds(self) -> float: ...
+
+    def callFromThread(self, callable: Callable[..., Any], *args: Any, **kw: Any) -> None: ...
+
+
+R = TypeVar("R")
+
+
+class BuildContext(Protocol):
+    """What a binding's `build(ctx, binding)` may use. Exits are built on demand, once."""
+
+    @property
+    def config(self) -> Config: ...
+
+    @property
+    def reactor(self) -> Reactor: ...
+
+    @property
+    def events(self) -> EventLog: ...
+
+    def issue(self, path: tuple[str | int, ...], message: str) -> ConfigIssue:
+        """A problem at `path` of the config, with its line, to raise in a `ConfigError`."""
+
+    def exit(self, name: str, role: type[R]) -> R:
+        """The runtime object of binding `name`, built once (or kept from before a reload).
+
+        `role` is the protocol the caller needs (e.g. `HttpBinding`); an exit that does not
+        provide it is a `ConfigError` naming both bindings, never an `AttributeError` later.
+        """
+
+
+@dataclass(frozen=True)
+class KindSpec:
+    """One `kind` of a binding type: its config shape and how to build it."""
+
+    role: Role
+    build: Callable[[BuildContext, Binding], object]
+    options: JsonSchema = field(default_factory=lambda: {"type": "object",
+                                                         "additionalProperties": False})
+    #: Schema of one item of a route's `when` list; None when this kind has no routes.
+    when: JsonSchema | None = None
+    #: Schema of a route's `with`; None when routes take no `with`.
+    with_: JsonSchema | None = None
+    exit: Exit = Exit.NONE
+    #: Roles an exit of this binding may play (checked when references are resolved).
+    exit_roles: tuple[Role, ...] = ()
+    #: Does the binding take a `vault`?
+    vault: bool = False
+    #: A few words on where a binding of this kind listens or connects, from its options, for
+    #: `ssekd check`'s graph (e.g. `0.0.0.0:7114`); None when there is nothing to say.
+    summary: Callable[[Mapping[str, Any]], str] | None = None
+
+
+@dataclass(frozen=True)
+class BindingType:
+    """What a binding module registers: its type name and its kinds."""
+
+    name: str
+    kinds: Mapping[str, KindSpec]
+
+
+# -- listener -------------------------------------------------------------------------------------
+
+
+class ConnectionFactory(Protocol):
+    def buildProtocol(self, addr: IAddress) -> IProtocol | None: ...
+
+
+@dataclass(frozen=True)
+class ListenSpec:
+    """A socket a listener binding wants: `factory.buildProtocol` is called per connection."""
+
+    host: str
+    port: int
+    factory: ConnectionFactory
+
+
+@runtime_checkable
+class ListenerBinding(Protocol):
+    """Role LISTENER: a binding that owns sockets; the engine opens what it asks for."""
+
+    def listen_specs(self) -> list[ListenSpec]: ...
+
+
+# -- stream ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ConnectionInfo:
+    """What the outer layers know about an accepted connection, for routing inside."""
+
+    local: IAddress
+    peer: IAddress
+    secure: bool = False
+    server_name: str | None = None  # TLS SNI
+    alpn: str | None = None  # negotiated ALPN protocol
+
+
+@runtime_checkable
+class StreamBinding(Protocol):
+    """Role STREAM: takes over an accepted connection (tls, http server)."""
+
+    @property
+    def versions(self) -> Collection[str] | None:
+        """The ALPN protocols it speaks, or None when it takes any (tls offers only these)."""
+
+    def build_protocol(self, conn: ConnectionInfo) -> IProtocol | None:
+        """The protocol for this connection, or None to close it."""
+
+
+# -- http -----------------------------------------------------------------------------------------
+
+
+@dataclass
+class HttpContext:
+    """Per-request facts decided by the http binding, handed to its exit."""
+
+    binding: str
+    params: Mapping[str, str] = field(default_factory=dict)
+    #: guard name -> authenticated session object, when the request carried credentials for a
+    #: guard named in the http binding's `options.authorization`.
+    sessions: dict[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class HttpBinding(Protocol):
+    """Role HTTP: answers requests routed to it by the http server.
+
+    `render` behaves like `twisted.web.resource.Resource.render`: return the body bytes, or
+    `twisted.web.server.NOT_DONE_YET` and finish the request later.
+    """
+
+    @property
+    def max_idle(self) -> float | None:
+        """Seconds a response of this binding may stay quiet (keepalive interval), or None when
+        it holds no long-lived responses. The http binding refuses one its idle timeout would
+        cut."""
+
+    def render(self, request: Request, ctx: HttpContext) -> bytes | int: ...
+
+
+# -- stream source --------------------------------------------------------------------------------
+
+
+@dataclass
+class StreamRequest:
+    """What a stream source needs to open a stream (decided by the sse binding)."""
+
+    #: The request path without its query string (still percent-encoded).
+    path: str
+    #: Last event id from the `Last-Event-ID` header or `lastEventId` query parameter, or None.
+    last_event_id: str | None
+    #: Decoded query parameters (first value of each).
+    query: Mapping[str, str] = field(default_factory=dict)
+    context: HttpContext | None = None
+    #: Short description for events: "GET /path".
+    describe: str = ""
+
+
+class EventSink(Protocol):
+    """Where a stream source writes SSE bytes (the sse binding's open response)."""
+
+    def write(self, data: bytes) -> None: ...
+
+    def end(self) -> None:
+        """Finish the response (a 200 that ends: the browser reconnects with its last id)."""
+
+
+class StreamHandle(Protocol):
+    """What a stream source returns for an opened stream; the sse binding drives it."""
+
+    def pause(self) -> None: ...
+
+    def resume(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class StreamSource(Protocol):
+    """Role STREAM_SOURCE: opens event streams for the sse binding (sse-kafka)."""
+
+    def open(self, request: StreamRequest, sink: EventSink) -> StreamHandle | int:
+        """Start feeding `sink`, or return an HTTP status to answer instead (400, 404)."""
+
+
+# -- files ----------------------------------------------------------------------------------------
+
+
+@runtime_checkable
+class FileServing(Protocol):
+    """Role FILES: serves a path below its root (filesystem server)."""
+
+    def serve(self, request: Request, path: str) -> bytes | int: ...
+
+
+# -- kafka ----------------------------------------------------------------------------------------
+
+
+@runtime_checkable
+class KafkaCache(Protocol):
+    """Role KAFKA_CACHE: per-topic caches sse-kafka subscribes to (cache_server, cache_client).
+
+    The encoder and start plan are the kafka package's own types
+    (`ssekd.bindings.kafka.subscription`); the contract only fixes the shape of the call, so
+    this module stays a leaf.
+    """
+
+    def subscribe(self, topic: str, encoder: Any, sink: EventSink, start: Any) -> StreamHandle:
+        ...
+
+
+@runtime_checkable
+class KafkaClientBinding(Protocol):
+    """Role KAFKA_CLIENT: consumes topics and reads history for a cache_server."""
+
+    def consume(self, owner: str, topic: str, sink: Any, from_end: bool = False) -> None: ...
+
+    def fetch(self, topic: str, partition: int, offset: int, limit: int) -> Any: ...
+
+
+#: The protocol each role's runtime object provides, checked when a binding is built.
+ROLE_PROTOCOLS: Mapping[Role, type] = {
+    Role.LISTENER: ListenerBinding,
+    Role.STREAM: StreamBinding,
+    Role.HTTP: HttpBinding,
+    Role.STREAM_SOURCE: StreamSource,
+    Role.FILES: FileServing,
+    Role.KAFKA_CACHE: KafkaCache,
+    Role.KAFKA_CLIENT: KafkaClientBinding,
+    Role.OUTBOUND: object,
+}

@@ -1,0 +1,47 @@
+"""Which binding types are installed: entry-point discovery, done once and handed to the config
+loader and the engine.
+
+Each entry point of the `ssekd.bindings` group names a module's `BINDING`. A type whose module
+fails to import is kept aside with the reason, so a broken plugin stops only the configs that
+use it, and they say why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cache
+from importlib.metadata import entry_points
+
+from ssekd.bindings.api import BindingType, KindSpec
+from ssekd.config.model import Binding
+
+GROUP = "ssekd.bindings"
+
+
+@dataclass(frozen=True)
+class Registry:
+    """The binding types a config may use, by name."""
+
+    types: Mapping[str, BindingType]
+    #: Types that are registered but failed to load, with the reason.
+    broken: Mapping[str, str] = field(default_factory=dict)
+
+    def kind(self, binding: Binding) -> KindSpec:
+        """The spec of a binding that passed schema validation (so its type and kind exist)."""
+        return self.types[binding.type].kinds[binding.kind]
+
+
+@cache
+def discover(group: str = GROUP) -> Registry:
+    """The types registered under the entry point `group`."""
+    found: dict[str, BindingType] = {}
+    broken: dict[str, str] = {}
+    for ep in entry_points(group=group):
+        try:
+            binding_type = ep.load()
+        except Exception as e:
+            broken[ep.name] = f"{type(e).__name__}: {e}"
+            continue
+        found[binding_type.name] = binding_type
+    return Registry(found, broken)

@@ -1,0 +1,58 @@
+"""Unit tests of `ssekd.patterns`: the one set of rules every binding's `when` and `with` use."""
+
+from __future__ import annotations
+
+import pytest
+
+from ssekd.patterns import Pattern, Unresolvable, missing_captures, substitute
+
+
+@pytest.mark.parametrize(("pattern", "value", "captures"), [
+    ("/items", "/items", {}),
+    ("/items", "/items/x", None),
+    ("/{topic}", "/items", {"topic": "items"}),
+    ("/{topic}", "/items/more", None),                       # a capture is one segment
+    ("/{topic}", "/", None),                                 # of at least one character
+    ("/{topic}/{key}", "/t/k", {"topic": "t", "key": "k"}),
+    ("/events/*", "/events/a/b?x=1", {}),                    # * takes anything
+    ("*.example.com", "www.example.com", {}),
+    ("{host}:7114", "localhost:7114", {"host": "localhost"}),
+    ("/a.b", "/aXb", None),                                  # literal text is literal
+    ("/{x}-{x}", "/ab-ab", {"x": "ab"}),                     # a repeated name must agree
+    ("/{x}-{x}", "/ab-cd", None),
+])
+def test_match(pattern: str, value: str, captures: dict[str, str] | None) -> None:
+    assert Pattern.compile(pattern).match(value) == captures
+
+
+@pytest.mark.parametrize(("pattern", "value", "captures"), [
+    ("/{path}", "/css/app.css", {"path": "css/app.css"}),   # a last capture takes the rest
+    ("/{path}", "/", {"path": ""}),                          # and may be empty (index.html)
+    ("/{site}/{path}", "/a/b/c", {"site": "a", "path": "b/c"}),
+    ("/{site}/{path}", "//b", None),                         # inner captures are as ever
+])
+def test_match_with_rest(pattern: str, value: str, captures: dict[str, str] | None) -> None:
+    assert Pattern.compile(pattern, rest=True).match(value) == captures
+
+
+def test_case_is_ignored_only_when_asked() -> None:
+    assert Pattern.compile("*.Example.COM").match("www.example.com") is None
+    assert Pattern.compile("*.Example.COM", ignore_case=True).match("www.example.com") == {}
+
+
+def test_open_ended() -> None:
+    assert Pattern.compile("/events/*").open_ended
+    assert not Pattern.compile("/events/{x}").open_ended
+
+
+def test_substitute_and_a_missing_value() -> None:
+    assert substitute("topic-${params.t}", {"t": "a"}) == "topic-a"
+    assert substitute("no references", {}) == "no references"
+    with pytest.raises(Unresolvable, match="no path parameter t"):
+        substitute("${params.t}", {})
+
+
+def test_missing_captures_names_what_some_pattern_lacks() -> None:
+    patterns = [Pattern.compile("/{topic}"), Pattern.compile("/{topic}/{key}")]
+    assert missing_captures(["${params.topic}"], patterns) == []
+    assert missing_captures(["${params.topic}", "${params.key}"], patterns) == ["key"]

@@ -1,0 +1,102 @@
+"""`tap.makeService` in this process on a memory reactor: what twistd gets, when the sockets
+open, and the config watcher driven by the clock instead of by waiting."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from twisted.application.service import IServiceCollection
+from twisted.internet.testing import MemoryReactorClock
+
+from ssekd.engine import Engine
+from ssekd.tap import WatchConfig, makeService
+
+CONFIG = """\
+name: t
+telemetry:
+  exporters:
+    stdout0: {{type: stdout}}
+bindings:
+  tcp0:
+    type: tcp
+    kind: server
+    options: {{host: 127.0.0.1, port: {port}}}
+    exit: http0
+  http0: {{type: http, kind: server, exit: map0}}
+  map0: {{type: http-filesystem, kind: proxy, exit: fs0}}
+  fs0: {{type: filesystem, kind: server, options: {{location: www}}}}
+"""
+
+
+def write(config: Path, port: int) -> None:
+    """Write the config and move its mtime on, as an editor saving it a second later would."""
+    before = config.stat().st_mtime_ns if config.exists() else 0
+    config.write_text(CONFIG.format(port=port))
+    st = config.stat()
+    os.utime(config, ns=(st.st_atime_ns, max(st.st_mtime_ns, before + 10**9)))
+
+
+def build(tmp_path: Path, **options: object) -> tuple[Path, MemoryReactorClock, Engine,
+                                                      list[object]]:
+    (tmp_path / "www").mkdir(exist_ok=True)
+    config = tmp_path / "zilla.yaml"
+    write(config, 7001)
+    reactor = MemoryReactorClock()
+    top = makeService({"config": str(config), **options}, reactor=reactor, whole_process=False)
+    children = list(IServiceCollection(top))
+    (engine,) = [c for c in children if isinstance(c, Engine)]
+    return config, reactor, engine, children
+
+
+def test_the_tree_for_twistd(tmp_path: Path) -> None:
+    _, _, _, children = build(tmp_path)
+    assert [type(c).__name__ for c in children] == ["Engine"], \
+        "no signal handlers or watcher unless asked: this is not the daemon's own process"
+    _, _, _, children = build(tmp_path, watch=True, **{"watch-interval": 2.0})
+    assert [type(c).__name__ for c in children] == ["Engine", "WatchConfig"]
+    watch = children[1]
+    assert isinstance(watch, WatchConfig) and watch.step == 2.0
+
+
+def test_sockets_open_in_privileged_start(tmp_path: Path) -> None:
+    """twistd binds in privilegedStartService, before `--uid` drops root: ports under 1024."""
+    _, reactor, engine, _ = build(tmp_path)
+    engine.privilegedStartService()
+    assert [p[0] for p in reactor.tcpServers] == [7001]
+    assert not engine.running, "bindings start later, in startService"
+    engine.startService()
+    assert [p[0] for p in reactor.tcpServers] == [7001], "no second socket for the same port"
+    assert engine.listening_ports() == {("127.0.0.1", 7001): 7001}
+
+
+def test_watch_reloads_on_the_clock(tmp_path: Path) -> None:
+    config, reactor, engine, children = build(tmp_path, watch=True, **{"watch-interval": 1.0})
+    for c in children:
+        c.privilegedStartService()  # type: ignore[attr-defined]
+        c.startService()  # type: ignore[attr-defined]
+    reactor.advance(1.0)
+    assert not any("CONFIG_RELOADED" in line for line in engine.events.recent), \
+        "an unchanged file is not reloaded"
+    write(config, 7002)
+    reactor.advance(0.5)
+    assert [p[0] for p in reactor.tcpServers] == [7001], "not before the next check"
+    reactor.advance(0.5)
+    assert [p[0] for p in reactor.tcpServers] == [7001, 7002]
+    assert sum("CONFIG_RELOADED" in line for line in engine.events.recent) == 1
+    assert engine.listening_ports() == {("127.0.0.1", 7002): 7002}
+    reactor.advance(5.0)
+    assert sum("CONFIG_RELOADED" in line for line in engine.events.recent) == 1, \
+        "one change, one reload"
+
+
+def test_a_bad_config_exits_1_and_says_where(tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "zilla.yaml"
+    config.write_text("name: t\nbindings:\n  tcp0: {type: tcp, kind: server}\n")
+    with pytest.raises(SystemExit) as exited:
+        makeService({"config": str(config)}, reactor=MemoryReactorClock(), whole_process=False)
+    assert exited.value.code == 1
+    err = capsys.readouterr().err
+    assert f"{config}:3: bindings.tcp0: expected an exit or routes with exits" in err, err
