@@ -1,4 +1,4 @@
-"""Read zilla.yaml: `${{ env.X }}` substitution, then YAML with line numbers and duplicate-key errors.
+"""Read zilla.yaml: YAML with line numbers, duplicate-key errors and `${{ env.X }}` values.
 
 The result is plain Python data plus a map from each path to the line it came from, so that the
 schema and reference checks can say *where* a problem is, not only what it is.
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,35 +44,108 @@ class Document:
         return ConfigIssue(self.file, self.line_of(path), format_path(path), message)
 
 
-def substitute_env(text: str, file: Path, environ: Mapping[str, str]) -> str:
-    """Replace `${{ env.NAME }}` textually. Unlike Zilla, an unset variable is an error."""
-    issues: list[ConfigIssue] = []
+class _Env:
+    """`${{ env.NAME }}` without letting a value change the file's structure.
 
-    def replace(match: re.Match[str]) -> str:
-        name = match.group(1)
-        if name in environ:
-            return environ[name]
-        line = text.count("\n", 0, match.start()) + 1
-        issues.append(ConfigIssue(file, line, "", f"environment variable {name} is not set"))
-        return ""
+    Zilla replaces the expressions in the text before parsing, so `port: ${{ env.PORT }}` is a
+    number; but then a value holding a line break (or `, x: y` inside braces) adds keys. Here
+    each expression becomes a plain-word marker before parsing, and the builder puts the value
+    into the one scalar holding the marker, re-typing an unquoted scalar as YAML would have
+    (`7114` an int, `true` a bool). Unlike Zilla, an unset variable is an error.
+    """
 
-    result = ENV_EXPRESSION.sub(replace, text)
-    if issues:
-        raise ConfigError(issues)
-    return result
+    def __init__(self, text: str, environ: Mapping[str, str]) -> None:
+        self.environ = environ
+        self.names: list[str] = []
+        self.prefix = f"__ssekd_env_{secrets.token_hex(4)}_"
+        self.marker = re.compile(re.escape(self.prefix) + r"([0-9]+)__")
+
+        def mark(m: re.Match[str]) -> str:
+            self.names.append(m.group(1))
+            return f"{self.prefix}{len(self.names) - 1}__"
+
+        self.text = ENV_EXPRESSION.sub(mark, text)
+
+    def substitute(self, value: str, unset: list[str]) -> str:
+        def value_of(m: re.Match[str]) -> str:
+            name = self.names[int(m.group(1))]
+            if name not in self.environ:
+                unset.append(name)
+                return ""
+            return self.environ[name]
+
+        return self.marker.sub(value_of, value)
+
+
+#: How deep values may nest, and how many a file may expand to once aliases are followed: far
+#: beyond any real config, low enough that a hostile file (a recursive alias, "billion laughs")
+#: is refused with a line number instead of exhausting the stack or the memory.
+MAX_DEPTH = 64
+MAX_VALUES = 100_000
+#: A config file larger than this is refused before it is read (a real one is a few KiB).
+MAX_FILE_BYTES = 16 * 1024 * 1024
+
+
+class _Refused(Exception):
+    def __init__(self, issue: ConfigIssue) -> None:
+        self.issue = issue
 
 
 class _Builder:
     """Turns a composed YAML node tree into data, recording lines and refusing duplicate keys."""
 
-    def __init__(self, file: Path) -> None:
+    def __init__(self, file: Path, env: _Env) -> None:
         self.file = file
+        self.env = env
         self.lines: dict[Path_, int] = {}
         self.issues: list[ConfigIssue] = []
         self._scalars = yaml.SafeLoader("")
+        self._open: set[int] = set()  # ids of the nodes being built: an alias back is a loop
+        self._values = 0
 
     def build(self, node: yaml.Node, path: Path_) -> Any:
-        self.lines[path] = node.start_mark.line + 1
+        line = node.start_mark.line + 1
+        self._values += 1
+        if id(node) in self._open:
+            raise _Refused(ConfigIssue(self.file, line, format_path(path),
+                                       "an alias that contains itself"))
+        if len(path) > MAX_DEPTH:
+            raise _Refused(ConfigIssue(self.file, line, format_path(path[:3]),
+                                       f"values nested more than {MAX_DEPTH} deep"))
+        if self._values > MAX_VALUES:
+            raise _Refused(ConfigIssue(self.file, line, format_path(path),
+                                       f"more than {MAX_VALUES} values once aliases are "
+                                       f"expanded"))
+        if isinstance(node, yaml.CollectionNode):
+            self._open.add(id(node))
+            try:
+                return self._collection(node, path, line)
+            finally:
+                self._open.discard(id(node))
+        self.lines[path] = line
+        if isinstance(node, yaml.ScalarNode) and self.env.prefix in node.value:
+            node = self._substituted(node, path, line)
+        try:
+            return self._scalars.construct_object(node, deep=True)
+        except (yaml.YAMLError, ValueError, OverflowError) as e:
+            # a tag such as !!python/object, or a value its tag cannot hold (2001-13-45, !!int x)
+            problem = getattr(e, "problem", None) or str(e)
+            raise _Refused(ConfigIssue(self.file, line, format_path(path), f"YAML: {problem}")) \
+                from None
+
+    def _substituted(self, node: yaml.ScalarNode, path: Path_, line: int) -> yaml.ScalarNode:
+        unset: list[str] = []
+        value = self.env.substitute(node.value, unset)
+        for name in unset:
+            self.issues.append(ConfigIssue(self.file, line, format_path(path),
+                                           f"environment variable {name} is not set"))
+        # an unquoted scalar gets the type its text now says, as if the value had been typed in
+        tag = self._scalars.resolve(yaml.ScalarNode, value, (True, False)) \
+            if node.style is None else node.tag
+        return yaml.ScalarNode(tag, value, node.start_mark, node.end_mark, node.style)
+
+    def _collection(self, node: yaml.CollectionNode, path: Path_, line: int) -> Any:
+        self.lines[path] = line
         if isinstance(node, yaml.MappingNode):
             result: dict[Any, Any] = {}
             for key_node, value_node in node.value:
@@ -91,28 +165,33 @@ class _Builder:
                 self.lines[path + (key,)] = key_node.start_mark.line + 1
             self.lines.pop(path + ("<key>",), None)
             return result
-        if isinstance(node, yaml.SequenceNode):
-            return [self.build(item, path + (i,)) for i, item in enumerate(node.value)]
-        return self._scalars.construct_object(node, deep=True)
+        return [self.build(item, path + (i,)) for i, item in enumerate(node.value)]
 
 
 def parse_text(text: str, file: Path, environ: Mapping[str, str] | None = None) -> Document:
-    """Parse config text (after env substitution). Raises ConfigError with file and line."""
-    text = substitute_env(text, file, os.environ if environ is None else environ)
+    """Parse config text, with `${{ env.NAME }}` from `environ` (default: the process's).
+    Raises ConfigError with file and line."""
+    env = _Env(text, os.environ if environ is None else environ)
     try:
-        nodes = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
+        nodes = list(yaml.compose_all(env.text, Loader=yaml.SafeLoader))
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         line = mark.line + 1 if mark else None
         raise ConfigError([ConfigIssue(file, line, "", f"YAML syntax: {e.problem or e}")]) from e
     except yaml.YAMLError as e:
         raise ConfigError([ConfigIssue(file, None, "", f"YAML: {e}")]) from e
+    except RecursionError:  # PyYAML's composer recurses once per level of nesting
+        raise ConfigError([ConfigIssue(file, None, "", f"values nested more than {MAX_DEPTH} "
+                                                       f"deep")]) from None
     nodes = [n for n in nodes if n is not None]
     if len(nodes) != 1:
         raise ConfigError([ConfigIssue(file, None, "",
                                        f"expected one YAML document, found {len(nodes)}")])
-    builder = _Builder(file)
-    data = builder.build(nodes[0], ())
+    builder = _Builder(file, env)
+    try:
+        data = builder.build(nodes[0], ())
+    except _Refused as e:
+        raise ConfigError([e.issue]) from None
     if builder.issues:
         raise ConfigError(builder.issues)
     return Document(file, data, builder.lines)
@@ -121,6 +200,10 @@ def parse_text(text: str, file: Path, environ: Mapping[str, str] | None = None) 
 def read_document(file: Path, environ: Mapping[str, str] | None = None) -> Document:
     """Read and parse a config file."""
     try:
+        size = file.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise ConfigError([ConfigIssue(file, None, "", f"cannot read config: {size} bytes; "
+                                           f"expected at most {MAX_FILE_BYTES}")])
         text = file.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError([ConfigIssue(file, None, "", f"cannot read config: {e}")]) from e
