@@ -89,6 +89,19 @@ def binding_schema(kind: KindSpec, type_name: str, kind_name: str) -> dict[str, 
     return schema
 
 
+#: Keys whose values an error message must never repeat (they end up in logs).
+SECRET_KEYS = frozenset({"password", "secret", "token"})
+
+
+def _kind(value: Any) -> str:
+    """What a value is, without the value."""
+    for kind, name in ((bool, "a boolean"), (int, "an integer"), (float, "a number"),
+                       (str, "a string"), (list, "a list"), (dict, "a mapping")):
+        if isinstance(value, kind):
+            return name
+    return "null" if value is None else "a value"
+
+
 def _expected(error: ValidationError) -> str:
     """Turn a jsonschema error into 'expected …, got …' a person can act on."""
     v, arg = error.validator, error.validator_value
@@ -96,7 +109,8 @@ def _expected(error: ValidationError) -> str:
     # extra property, which are reported in their own words below.
     custom = error.schema.get("x-expected") if isinstance(error.schema, dict) and \
         v not in ("required", "additionalProperties", "propertyNames") else None
-    got = _show(error.instance)
+    secret = any(isinstance(k, str) and k in SECRET_KEYS for k in error.absolute_path)
+    got = f"{_kind(error.instance)} (not shown: a secret)" if secret else _show(error.instance)
     if custom:
         return f"expected {custom}, got {got}"
     if v == "type":

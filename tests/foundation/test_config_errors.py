@@ -66,6 +66,11 @@ CASES = [
      "within 1-65535"),
     ("port-out-of-range", "port: {port}", "port: 70000", 8, "bindings.tcp0.options.port",
      "expected a port"),
+    ("cors-credentials-any-origin", "  http0:\n    type: http\n    kind: server\n",
+     "  http0:\n    type: http\n    kind: server\n    options:\n      access-control:\n"
+     "        policy: cross-origin\n        allow: {{credentials: true}}\n", 16,
+     "bindings.http0.options.access-control.allow.credentials",
+     "expected `allow.origins` beside `credentials: true`"),
     ("unset-env", "location: www", "location: ${{{{ env.SSEKD_TEST_UNSET }}}}", 31,
      "bindings.files.options.location",
      "environment variable SSEKD_TEST_UNSET is not set"),
@@ -149,6 +154,19 @@ def test_daemon_refuses_to_start(tmp_path: Path, case: tuple) -> None:
     assert case[5] in output
     assert "Traceback" not in output
     assert not port_open("127.0.0.1", port)
+
+
+def test_a_secret_is_not_repeated_in_an_error(tmp_path: Path) -> None:
+    config = tmp_path / "zilla.yaml"
+    config.write_text("name: t\nvaults:\n  v:\n    type: filesystem\n    options:\n"
+                      "      keys: {store: s.p12, password: 918273645}\n"
+                      "bindings:\n  http0: {type: http, kind: server, exit: http0}\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(config, discover())
+    text = str(caught.value)
+    assert "918273645" not in text
+    assert f"{config}:6: vaults.v.options.keys.password: expected string, got an integer " \
+           "(not shown: a secret)" in text, text
 
 
 def test_all_issues_are_reported_at_once(tmp_path: Path) -> None:

@@ -28,8 +28,13 @@ def _build(ctx: BuildContext, binding: Binding) -> HttpServer:
     default = ctx.exit(binding.exit, HttpBinding) if binding.exit else None
     limits = Limits.from_options(options.get("limits"))
     _check_keepalive(ctx, binding, limits)
-    root = HttpRoot(binding.name, routes, default,
-                    AccessControl.from_options(options.get("access-control")), ctx.events)
+    cors = AccessControl.from_options(options.get("access-control"))
+    if cors.credentials and cors.origins is None:
+        raise ConfigError([ctx.issue(
+            ("bindings", binding.name, "options", "access-control", "allow", "credentials"),
+            "expected `allow.origins` beside `credentials: true`: with any origin allowed, "
+            "every site a user visits could read these responses with the user's cookies")])
+    root = HttpRoot(binding.name, routes, default, cors, ctx.events)
     site = HttpSite(root, limits, ctx.reactor)
     versions = tuple(options.get("versions", DEFAULT_VERSIONS))
     return HttpServer(binding.name, site, versions)
