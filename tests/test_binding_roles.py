@@ -1,6 +1,7 @@
 """The binding contract at work: an exit that cannot play the role its binding needs, or a `with`
-that refers to a capture its route does not make, is refused by `ssekd check` (and so by the
-daemon) with file:line, never an AttributeError or a 404 per request later."""
+that refers to a capture its route does not make or to a guard the config lacks, is refused by
+`ssekd check` (and so by the daemon) with file:line, never an AttributeError or a 404 per request
+later."""
 
 from __future__ import annotations
 
@@ -57,6 +58,10 @@ CASES = [
      'with: {topic: "${params.name}"}', 12,
      "bindings.map0.routes[0].with: expected references to what every `when.path` captures; "
      "name is not captured by all of them"),
+    ("with-refers-to-no-guard", 'with: {topic: "${params.topic}"}',
+     """with: {topic: "${params.topic}", filters: [{key: "${guarded['jwt0'].identity}"}]}""", 12,
+     "bindings.map0.routes[0].with: expected `guarded[...]` to name a guard defined under "
+     "guards; jwt0 is not"),
 ]
 
 

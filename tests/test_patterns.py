@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from ssekd.patterns import Pattern, Unresolvable, missing_captures, substitute
+from ssekd.patterns import (
+    Pattern,
+    Unresolvable,
+    guard_references,
+    missing_captures,
+    references,
+    substitute,
+    unknown_guards,
+)
 
 
 @pytest.mark.parametrize(("pattern", "value", "captures"), [
@@ -56,3 +64,21 @@ def test_missing_captures_names_what_some_pattern_lacks() -> None:
     patterns = [Pattern.compile("/{topic}"), Pattern.compile("/{topic}/{key}")]
     assert missing_captures(["${params.topic}"], patterns) == []
     assert missing_captures(["${params.topic}", "${params.key}"], patterns) == ["key"]
+
+
+def test_guarded_identity_is_substituted_by_the_same_function() -> None:
+    template = "user-${guarded['jwt0'].identity}-${params.t}"
+    assert references(template) == {"t"}
+    assert guard_references(template) == {"jwt0"}
+    assert substitute(template, {"t": "a"}, {"jwt0": "alice"}) == "user-alice-a"
+    assert substitute('${guarded["jwt0"].identity}', {}, {"jwt0": "bob"}) == "bob"
+    with pytest.raises(Unresolvable, match="no identity for guard jwt0"):
+        substitute(template, {"t": "a"}, {})
+    assert substitute("${guarded['jwt0\"].identity}", {}, {}) == \
+        "${guarded['jwt0\"].identity}", "quotes that do not pair make no reference"
+
+
+def test_unknown_guards_names_what_the_config_does_not_define() -> None:
+    templates = ["${guarded['jwt1'].identity}", "${guarded['jwt0'].identity}", "${params.x}"]
+    assert unknown_guards(templates, {"jwt0"}) == ["jwt1"]
+    assert unknown_guards(templates, {"jwt0", "jwt1"}) == []

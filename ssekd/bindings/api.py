@@ -186,15 +186,28 @@ class StreamBinding(Protocol):
 # -- http -----------------------------------------------------------------------------------------
 
 
+class Session(Protocol):
+    """What a guard's authenticated session offers the bindings behind it."""
+
+    @property
+    def identity(self) -> str | None:
+        """Who the credentials name (the guard's identity claim), for
+        `${guarded['guard'].identity}` in a route's `with`; None when they name no one."""
+
+
 @dataclass
 class HttpContext:
     """Per-request facts decided by the http binding, handed to its exit."""
 
     binding: str
     params: Mapping[str, str] = field(default_factory=dict)
-    #: guard name -> authenticated session object, when the request carried credentials for a
-    #: guard named in the http binding's `options.authorization`.
-    sessions: dict[str, Any] = field(default_factory=dict)
+    #: guard name -> authenticated session, when the request carried credentials for a guard
+    #: named in the http binding's `options.authorization`.
+    sessions: dict[str, Session] = field(default_factory=dict)
+
+    def identities(self) -> dict[str, str]:
+        """guard name -> identity, for the guards whose session names one."""
+        return {g: s.identity for g, s in self.sessions.items() if s.identity is not None}
 
 
 @runtime_checkable

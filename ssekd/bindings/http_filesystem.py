@@ -1,4 +1,8 @@
-"""http-filesystem proxy (SPEC §5): maps a request path onto a filesystem server's path."""
+"""http-filesystem proxy (SPEC §5): maps a request path onto a filesystem server's path.
+
+`with.path` may use `${params.name}` and `${guarded['guard'].identity}` (see `ssekd.patterns`); a
+request that lacks a value its route refers to is a 404, like a path that no route matches.
+"""
 
 from __future__ import annotations
 
@@ -19,7 +23,7 @@ from ssekd.bindings.api import (
 )
 from ssekd.config.errors import ConfigError
 from ssekd.config.model import Binding
-from ssekd.patterns import Pattern, missing_captures, substitute
+from ssekd.patterns import Pattern, Unresolvable, reference_problems, substitute
 
 #: Without routes, or after them, a request path maps to the same path below the root.
 DEFAULT_WHEN = "/{path}"
@@ -48,10 +52,19 @@ class HttpFilesystemProxy:
         for route in self.routes:
             for pattern in route.patterns:
                 params = pattern.match(path)
-                if params is not None:
-                    return route.exit.serve(request, substitute(route.path, params))
-        request.setResponseCode(http.NOT_FOUND)
-        return b""
+                if params is None:
+                    continue
+                try:
+                    target = substitute(route.path, params, ctx.identities())
+                except Unresolvable:
+                    return _not_found(request)  # the first matching route decides
+                return route.exit.serve(request, target)
+        return _not_found(request)
+
+
+def _not_found(request: Request) -> bytes:
+    request.setResponseCode(http.NOT_FOUND)
+    return b""
 
 
 def _build(ctx: BuildContext, binding: Binding) -> HttpFilesystemProxy:
@@ -61,12 +74,10 @@ def _build(ctx: BuildContext, binding: Binding) -> HttpFilesystemProxy:
         template = str((route.with_ or {}).get("path", DEFAULT_PATH))
         patterns = tuple(Pattern.compile(str(w["path"]), rest=True) for w in route.when) or \
             (Pattern.compile(DEFAULT_WHEN, rest=True),)
-        missing = missing_captures([template], patterns)
-        if missing:
-            raise ConfigError([ctx.issue(
-                ("bindings", binding.name, "routes", i, "with", "path"),
-                f"expected references to what every `when.path` captures; "
-                f"{', '.join(missing)} is not captured by all of them")])
+        problems = reference_problems([template], patterns, ctx.config.guards)
+        if problems:
+            raise ConfigError([ctx.issue(("bindings", binding.name, "routes", i, "with", "path"),
+                                         problem) for problem in problems])
         routes.append(FilesRoute(patterns, template, ctx.exit(route.exit, FileServing)))
     if binding.exit:
         routes.append(FilesRoute((Pattern.compile(DEFAULT_WHEN, rest=True),), DEFAULT_PATH,

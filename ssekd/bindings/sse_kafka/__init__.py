@@ -12,7 +12,7 @@ from ssekd.bindings.api import BindingType, BuildContext, Exit, KindSpec, Role
 from ssekd.bindings.sse_kafka.proxy import Cache, SseKafkaProxy, SseKafkaRoute, with_templates
 from ssekd.config.errors import ConfigError, ConfigIssue
 from ssekd.config.model import Binding
-from ssekd.patterns import Pattern, missing_captures
+from ssekd.patterns import Pattern, reference_problems
 from ssekd.progress import ETAG_FORMAT as ETAG_ID
 from ssekd.progress import KEY_ETAG_FORMAT as KEY_ETAG_ID
 
@@ -27,11 +27,9 @@ def _build(ctx: BuildContext, binding: Binding) -> SseKafkaProxy:
         if exit_name is None:
             continue
         patterns = tuple(Pattern.compile(w["path"]) for w in r.when) or (Pattern.compile("*"),)
-        missing = missing_captures(with_templates(r.with_), patterns)
-        if missing:
-            issues.append(ctx.issue(("bindings", binding.name, "routes", i, "with"),
-                                    f"expected references to what every `when.path` captures; "
-                                    f"{', '.join(missing)} is not captured by all of them"))
+        issues += [ctx.issue(("bindings", binding.name, "routes", i, "with"), problem)
+                   for problem in reference_problems(with_templates(r.with_), patterns,
+                                                     ctx.config.guards)]
         routes.append(SseKafkaRoute(patterns, exit_name, r.with_))
     if issues:
         raise ConfigError(issues)

@@ -2,7 +2,8 @@
 
 Routes match the path (query string already removed by sse) with the rules of `ssekd.patterns`;
 captures are percent-decoded. `with` values may use `${params.name}` and
-`${guarded['guard'].identity}`. The first matching route wins; none is 404.
+`${guarded['guard'].identity}`, resolved by `ssekd.patterns.substitute`. The first matching route
+wins; none is 404, and so is a request that lacks a value its route refers to.
 """
 
 from __future__ import annotations
@@ -19,14 +20,12 @@ from ssekd.bindings.api import EventSink, StreamRequest
 from ssekd.bindings.kafka.cache import TopicLimitReached
 from ssekd.bindings.kafka.subscription import EventEncoder, Start, Subscription
 from ssekd.bindings.sse_kafka.encoder import Filter, KafkaEventEncoder
-from ssekd.patterns import Pattern, Unresolvable
-from ssekd.patterns import substitute as substitute_params
+from ssekd.patterns import Pattern, Unresolvable, substitute
 from ssekd.progress import ETAG_FORMAT, UndecodableId, parse_last_event_id
 from ssekd.telemetry.events import EventLog
 
 #: Kafka's own rule for topic names; anything else from a path is a 404, not a consumer.
 _TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
-_GUARDED = re.compile(r"""\$\{guarded\[['"]([A-Za-z0-9._-]+)['"]\]\.identity\}""")
 
 
 #: The topic of a route without `with`: what its path captured as `{topic}`.
@@ -68,18 +67,6 @@ class SseKafkaRoute:
         return None
 
 
-def substitute(value: str, params: Mapping[str, str], sessions: Mapping[str, Any]) -> str:
-    """`${params.x}` (see `ssekd.patterns`), then `${guarded['guard'].identity}`."""
-    def identity(m: re.Match[str]) -> str:
-        session = sessions.get(m.group(1))
-        ident = getattr(session, "identity", None)
-        if ident is None:
-            raise Unresolvable(f"no identity for guard {m.group(1)}")
-        return str(ident)
-
-    return _GUARDED.sub(identity, substitute_params(value, params))
-
-
 def parse_since(text: str) -> int:
     """`since` as epoch milliseconds: digits are epoch ms, otherwise ISO-8601 (naive is UTC)."""
     text = text.strip()
@@ -115,15 +102,15 @@ class SseKafkaProxy:
 
     def _open(self, route: SseKafkaRoute, params: dict[str, str], request: StreamRequest,
               sink: EventSink) -> Subscription | int:
-        sessions = request.context.sessions if request.context is not None else {}
+        identities = request.context.identities() if request.context is not None else {}
         w = route.with_ or {}
         try:
-            topic = substitute(w.get("topic", DEFAULT_TOPIC), params, sessions)
+            topic = substitute(w.get("topic", DEFAULT_TOPIC), params, identities)
             filters = tuple(
                 Filter(
                     key=None if "key" not in f
-                    else substitute(f["key"], params, sessions).encode("utf-8"),
-                    headers=tuple((n, substitute(v, params, sessions).encode("utf-8"))
+                    else substitute(f["key"], params, identities).encode("utf-8"),
+                    headers=tuple((n, substitute(v, params, identities).encode("utf-8"))
                                   for n, v in sorted(f.get("headers", {}).items())))
                 for f in w.get("filters", ()))
         except Unresolvable as e:

@@ -1,0 +1,92 @@
+"""Unit tests of the bindings whose `with` holds references (sse-kafka, http-filesystem): both
+resolve them through `ssekd.patterns`, and a request lacking a value its route refers to is a 404,
+like a path no route matches."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from twisted.web.test.requesthelper import DummyRequest
+
+from ssekd.bindings.api import HttpContext, StreamRequest
+from ssekd.bindings.http_filesystem import FilesRoute, HttpFilesystemProxy
+from ssekd.bindings.kafka.subscription import Start
+from ssekd.bindings.sse_kafka.proxy import SseKafkaProxy, SseKafkaRoute
+from ssekd.patterns import Pattern
+from ssekd.telemetry.events import EventLog
+
+
+class FakeCache:
+    def __init__(self) -> None:
+        self.topics: list[str] = []
+        self.keys: list[bytes | None] = []
+
+    def subscribe(self, topic: str, encoder: Any, sink: Any, start: Start) -> Any:
+        self.topics.append(topic)
+        self.keys.append(encoder.filters[0].key)
+        return object()
+
+    def topic(self, name: str) -> Any:
+        raise AssertionError("only asked with a last event id")
+
+
+@dataclass
+class Session:
+    identity: str | None
+
+
+def _proxy() -> tuple[SseKafkaProxy, FakeCache, EventLog]:
+    cache = FakeCache()
+    route = SseKafkaRoute((Pattern.compile("/mine/{topic}"),), "cc",
+                          {"topic": "${params.topic}",
+                           "filters": [{"key": "${guarded['jwt0'].identity}"}]})
+    log = EventLog("t")
+    return SseKafkaProxy("p", (route,), {"cc": cache}, log), cache, log
+
+
+def _request(path: str, sessions: dict[str, Any]) -> StreamRequest:
+    return StreamRequest(path, None, {}, HttpContext("http0", sessions=sessions), f"GET {path}")
+
+
+def test_identity_of_the_guard_becomes_the_filter_key() -> None:
+    proxy, cache, _ = _proxy()
+    assert not isinstance(proxy.open(_request("/mine/items", {"jwt0": Session("alice")}), None),
+                          int)
+    assert (cache.topics, cache.keys) == (["items"], [b"alice"])
+
+
+def test_a_request_without_that_identity_is_404() -> None:
+    proxy, cache, log = _proxy()
+    assert proxy.open(_request("/mine/items", {}), None) == 404
+    assert proxy.open(_request("/mine/items", {"jwt0": Session(None)}), None) == 404
+    assert cache.topics == []
+    assert log.recent[-1].endswith(
+        "BINDING_SSE_KAFKA_NO_ROUTE GET /mine/items: no identity for guard jwt0"), log.recent
+
+
+class FakeFiles:
+    def __init__(self) -> None:
+        self.served: list[str] = []
+
+    def serve(self, request: Any, path: str) -> bytes:
+        self.served.append(path)
+        return b"file"
+
+
+def test_http_filesystem_maps_to_the_identity_or_answers_404() -> None:
+    files = FakeFiles()
+    route = FilesRoute((Pattern.compile("/home/{path}", rest=True),),
+                       "users/${guarded['jwt0'].identity}/${params.path}", files)
+    other = FilesRoute((Pattern.compile("/{path}", rest=True),), "${params.path}", files)
+    proxy = HttpFilesystemProxy("map0", [route, other])
+    request = DummyRequest([b"home", b"a.txt"])
+    request.path = b"/home/a.txt"
+    assert proxy.render(request, HttpContext("http0", sessions={"jwt0": Session("alice")})) \
+        == b"file"
+    assert files.served == ["users/alice/a.txt"]
+    request = DummyRequest([b"home", b"a.txt"])
+    request.path = b"/home/a.txt"
+    assert proxy.render(request, HttpContext("http0")) == b""
+    assert request.responseCode == 404, "the first matching route decides; no fall-through"
+    assert files.served == ["users/alice/a.txt"]
