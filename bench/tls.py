@@ -5,7 +5,7 @@ Handshakes: parallel `openssl s_time -new` against ssekd's tls binding and, as t
 ssekd's SNI/ALPN/routing); TLS 1.3 and TLS 1.2.
 
 Fan-out: one topic, `subscribers` SSE streams - as HTTP/2 streams, 100 per connection, or as
-one HTTP/1.1 connection each - held by client processes; then `events` messages are produced
+one HTTP/1.1 connection each - held by client processes; then `messages` messages are produced
 at a steady `rate`, as on a live topic. Reported per protocol: time until every stream has every
 event, latency from produce to receipt (p50/p99), and ssekd's CPU time per 1,000 deliveries
 (the fair figure on a small machine, where clients and server share the cores).
@@ -244,7 +244,7 @@ def client_h1(port: int, ca: Path, topic: str, conns: int, expect: int,
 
 
 def fanout(port: int, ca: Path, bootstrap: str, pid: int, protocol: str, subscribers: int,
-           events: int, rate: float, processes: int, timeout: float = 120) -> dict[str, Any]:
+           messages: int, rate: float, processes: int, timeout: float = 120) -> dict[str, Any]:
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -255,7 +255,7 @@ def fanout(port: int, ca: Path, bootstrap: str, pid: int, protocol: str, subscri
     per_process = subscribers // processes
     clients = [subprocess.Popen(
         [sys.executable, __file__, "--client", protocol, "--port", str(port), "--ca", str(ca),
-         "--topic", topic, "--streams", str(per_process), "--expect", str(events)],
+         "--topic", topic, "--streams", str(per_process), "--expect", str(messages)],
         stdout=subprocess.PIPE, text=True) for _ in range(processes)]
     for c in clients:
         assert c.stdout is not None
@@ -266,7 +266,7 @@ def fanout(port: int, ca: Path, bootstrap: str, pid: int, protocol: str, subscri
     cpu_before = sum(server.cpu_times()[:2])
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
     started = time.monotonic()
-    for n in range(events):
+    for n in range(messages):
         # Paced, as a live topic is: each event is its own write to every stream, which is
         # what HTTP/2 framing and TLS records cost per delivery.
         delay = started + n / rate - time.monotonic()
@@ -284,11 +284,11 @@ def fanout(port: int, ca: Path, bootstrap: str, pid: int, protocol: str, subscri
     received = sum(r["received"] for r in results)
     latencies = sorted(x for r in results for x in r["latencies_ns"])
     elapsed = finished - started
-    expected = per_process * processes * events
+    expected = per_process * processes * messages
     return {
         "protocol": protocol, "subscribers": per_process * processes,
         "connections": processes if protocol == "h2" else per_process * processes,
-        "events": events, "rate_per_s": rate, "expected": expected, "received": received,
+        "messages": messages, "rate_per_s": rate, "expected": expected, "received": received,
         "seconds": elapsed, "deliveries_per_s": received / elapsed if elapsed else 0.0,
         "latency_p50_ms": latencies[len(latencies) // 2] / 1e6 if latencies else None,
         "latency_p99_ms": latencies[int(len(latencies) * 0.99)] / 1e6 if latencies else None,

@@ -48,8 +48,8 @@ def consumer_config(kafka: KafkaOptions, *, reset: str = "error") -> dict[str, s
     return config
 
 
-def events(consumer: Consumer, wait_s: float, max_batch: int = 10_000) -> list[Message]:
-    """Whatever the consumer has now, waiting up to `wait_s` for the first event.
+def poll_messages(consumer: Consumer, wait_s: float, max_batch: int = 10_000) -> list[Message]:
+    """Whatever the consumer has now, waiting up to `wait_s` for the first message.
 
     `consume(n, t)` waits the whole `t` even when messages are ready, so wait with `poll` and
     then drain the queue without waiting.
@@ -113,7 +113,7 @@ def probe_end_offsets(kafka: KafkaOptions, topic: str, partitions: Sequence[int]
                     f"{topic}: no end-of-partition event for partitions {missing} within "
                     f"{idle_timeout_s}s" + (f" (last error: {client_error})" if client_error
                                             else ""))
-            for message in events(consumer, 0.1):
+            for message in poll_messages(consumer, 0.1):
                 q = message.partition()
                 error = message.error()
                 if q is None or q < 0:
@@ -169,7 +169,7 @@ def first_offset_at(kafka: KafkaOptions, topic: str, partitions: Sequence[int], 
         while len(found) < len(partitions):
             if time.monotonic() - last_event > idle_timeout_s:
                 raise OffsetProbeError(f"{topic}: reading toward timestamp {since_ms} stalled")
-            for message in events(consumer, 0.1):
+            for message in poll_messages(consumer, 0.1):
                 q = message.partition()
                 if q is None or q in found:
                     continue
@@ -246,7 +246,7 @@ def iter_range(kafka: KafkaOptions, topic: str, partition: int, start: int, end:
         last_progress = time.monotonic()
         while position < end:
             out: list[Message] = []
-            for message in events(consumer, 0.1, max_batch):
+            for message in poll_messages(consumer, 0.1, max_batch):
                 error = message.error()
                 offset = int(message.offset() or 0)
                 if error is not None:

@@ -166,7 +166,7 @@ class FakeHandle:
         self.calls.append("close")
 
 
-class FakeEvents:
+class FakeSource:
     def __init__(self, answer: Any = None) -> None:
         self.answer = answer
         self.requests: list[Any] = []
@@ -202,19 +202,19 @@ def _request(path: bytes = b"/events", method: bytes = b"GET",
     return req
 
 
-def _server(events: FakeEvents, clock: MemoryReactorClock, **kw: Any) -> SseServer:
-    return SseServer("sse", events, clock, EventLog("test"), **kw)  # type: ignore[arg-type]
+def _server(source: FakeSource, clock: MemoryReactorClock, **kw: Any) -> SseServer:
+    return SseServer("sse", source, clock, EventLog("test"), **kw)  # type: ignore[arg-type]
 
 
 def test_keepalive_after_idle_time_only() -> None:
     clock = MemoryReactorClock()
-    events = FakeEvents()
-    server = _server(events, clock, max_idle=15.0, retry=2000)
+    source = FakeSource()
+    server = _server(source, clock, max_idle=15.0, retry=2000)
     req = _request()
     server.render(req, HttpContext("http"))
     assert b"".join(req.written) == b"retry:2000\n\n"
     clock.advance(10)
-    events.sink.write(b"data:x\n\n")
+    source.sink.write(b"data:x\n\n")
     clock.advance(10)  # 10 s since the last write: nothing yet
     assert req.written[-1] == b"data:x\n\n"
     clock.advance(5)
@@ -226,14 +226,14 @@ def test_keepalive_after_idle_time_only() -> None:
     assert len(req.written) == n + 1
     server.stopService()
     assert req.finished
-    assert events.handle.calls == ["close"]
+    assert source.handle.calls == ["close"]
     assert not clock.getDelayedCalls()
 
 
 def test_sse_statuses_and_last_event_id_sources() -> None:
     clock = MemoryReactorClock()
-    events = FakeEvents()
-    server = _server(events, clock)
+    source = FakeSource()
+    server = _server(source, clock)
     req = _request(method=b"POST")
     server.render(req, HttpContext("http"))
     assert req.responseCode == 405
@@ -242,14 +242,14 @@ def test_sse_statuses_and_last_event_id_sources() -> None:
     assert req.responseCode == 400
     req = _request(b"/events?lastEventId=%5Bnull%2C%22AQIAAg%3D%3D%22%5D")
     server.render(req, HttpContext("http"))
-    assert events.requests[-1].last_event_id == '[null,"AQIAAg=="]'
-    assert events.requests[-1].path == "/events"
+    assert source.requests[-1].last_event_id == '[null,"AQIAAg=="]'
+    assert source.requests[-1].path == "/events"
     req = _request(b"/events?lastEventId=ignored", headers={b"last-event-id": b"AQIAAg=="})
     server.render(req, HttpContext("http"))
-    assert events.requests[-1].last_event_id == "AQIAAg=="
+    assert source.requests[-1].last_event_id == "AQIAAg=="
     assert req.responseHeaders.getRawHeaders(b"content-type") == [b"text/event-stream"]
     assert req.responseHeaders.getRawHeaders(b"connection") is None
-    events.answer = 404
+    source.answer = 404
     req = _request(b"/nothing")
     server.render(req, HttpContext("http"))
     assert req.responseCode == 404
@@ -257,15 +257,15 @@ def test_sse_statuses_and_last_event_id_sources() -> None:
 
 def test_backpressure_reaches_the_handle() -> None:
     clock = MemoryReactorClock()
-    events = FakeEvents()
-    server = _server(events, clock)
+    source = FakeSource()
+    server = _server(source, clock)
     req = _request()
     server.render(req, HttpContext("http"))
-    stream = events.sink
+    stream = source.sink
     stream.pauseProducing()
     stream.resumeProducing()
     stream.stopProducing()
-    assert events.handle.calls == ["pause", "resume", "close"]
+    assert source.handle.calls == ["pause", "resume", "close"]
     assert not server.streams
 
 
