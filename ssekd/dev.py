@@ -4,9 +4,12 @@
 
 1. A development TLS store for each vault store the config names that does not exist yet
    (`ssekd.devcert`, password `$KEYSTORE_PASSWORD`, else the documented dev password).
-2. The development broker (tansu) on each kafka client's `servers` address when that address is
-   local and nothing listens there. A real Kafka that already listens is used as it is.
+2. The development broker (tansu) on each local address a binding connects to (a kafka client's
+   `servers`) when nothing listens there. A real Kafka that already listens is used as it is.
 3. The demo producer (`ssekd produce`) writing to the bootstrap topics, when we started the broker.
+
+What a binding connects to and consumes comes from its kind (`KindSpec.connects_to`,
+`KindSpec.bootstrap_topics`): this launcher names no binding type.
 4. `twistd -n ssekd --config …` in the foreground. Ctrl-C or SIGTERM stops all of it.
 """
 
@@ -20,8 +23,6 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from ssekd.bindings import kafka
-from ssekd.bindings.api import Role
 from ssekd.bindings.registry import Registry, discover
 from ssekd.broker import Broker, port_open, start_broker, stop_process
 from ssekd.config import ConfigError
@@ -32,23 +33,24 @@ LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1"}
 
 
 def local_servers(config: Config, registry: Registry) -> list[tuple[str, int]]:
-    """host:port of every kafka client binding whose servers are on this machine."""
-    found = []
+    """(host, port) of every server a binding connects to that is on this machine, once each."""
+    found: list[tuple[str, int]] = []
     for b in config.bindings.values():
-        if registry.kind(b).role is Role.KAFKA_CLIENT:
-            for server in kafka.servers(b.options):
-                host, _, port = str(server).rpartition(":")
-                if host in LOCAL_HOSTS:
-                    found.append(("127.0.0.1" if host == "localhost" else host, int(port)))
+        connects_to = registry.kind(b).connects_to
+        for host, port in connects_to(b.options) if connects_to is not None else ():
+            if host in LOCAL_HOSTS:
+                address = ("127.0.0.1" if host == "localhost" else host, port)
+                found += [address] if address not in found else []
     return found
 
 
 def bootstrap_topics(config: Config, registry: Registry) -> list[str]:
-    """The topics the kafka caches consume from start-up: where the demo producer writes."""
+    """The topics bindings consume from start-up: where the demo producer writes."""
     topics: list[str] = []
     for b in config.bindings.values():
-        if registry.kind(b).role is Role.KAFKA_CACHE:
-            topics += [t for t in kafka.bootstrap_topics(b.options) if t not in topics]
+        consumed = registry.kind(b).bootstrap_topics
+        if consumed is not None:
+            topics += [t for t in consumed(b.options) if t not in topics]
     return topics
 
 

@@ -124,6 +124,12 @@ class KindSpec:
     #: A few words on where a binding of this kind listens or connects, from its options, for
     #: `ssekd check`'s graph (e.g. `0.0.0.0:7114`); None when there is nothing to say.
     summary: Callable[[Mapping[str, Any]], str] | None = None
+    #: The (host, port) servers a binding of this kind connects to, from its options: `make run`
+    #: starts the development broker on the local ones where nothing listens. None: no servers.
+    connects_to: Callable[[Mapping[str, Any]], list[tuple[str, int]]] | None = None
+    #: The topics a binding of this kind consumes from start-up, from its options: `make run`'s
+    #: demo producer writes to them. None: none.
+    bootstrap_topics: Callable[[Mapping[str, Any]], list[str]] | None = None
 
 
 @dataclass(frozen=True)

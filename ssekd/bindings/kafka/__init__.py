@@ -31,7 +31,7 @@ from ssekd.bindings.kafka.client import ClientSettings, KafkaClient
 from ssekd.bindings.kafka.topic_log import CacheBounds
 from ssekd.config.model import Binding
 
-__all__ = ["BINDING", "bootstrap_topics", "servers"]
+__all__ = ["BINDING"]
 
 DEFAULT_SERVERS = ("localhost:9092",)
 
@@ -41,9 +41,18 @@ def servers(options: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(str(s) for s in options.get("servers", DEFAULT_SERVERS))
 
 
-def bootstrap_topics(options: Mapping[str, Any]) -> tuple[str, ...]:
-    """The topics a cache_server consumes from start-up (none for a cache_client)."""
-    return tuple(str(t) for t in options.get("bootstrap", ()))
+def server_addresses(options: Mapping[str, Any]) -> list[tuple[str, int]]:
+    """`servers` as (host, port), for `KindSpec.connects_to`."""
+    found = []
+    for server in servers(options):
+        host, _, port = server.rpartition(":")
+        found.append((host, int(port)))
+    return found
+
+
+def bootstrap_topics(options: Mapping[str, Any]) -> list[str]:
+    """The topics a cache_server consumes from start-up."""
+    return [str(t) for t in options.get("bootstrap", ())]
 
 
 def _build_client(ctx: BuildContext, binding: Binding) -> KafkaClient:
@@ -79,7 +88,7 @@ BINDING = BindingType("kafka", {
                              options={"type": "object"}),
     "cache_server": KindSpec(
         role=Role.KAFKA_CACHE, build=_build_cache_server, exit=Exit.REQUIRED,
-        exit_roles=(Role.KAFKA_CLIENT,),
+        exit_roles=(Role.KAFKA_CLIENT,), bootstrap_topics=bootstrap_topics,
         options={"type": "object", "additionalProperties": False, "properties": {
             "bootstrap": {"type": "array", "items": {"type": "string", "minLength": 1}},
             "topics": {"type": "array", "items": {
@@ -96,6 +105,7 @@ BINDING = BindingType("kafka", {
     "client": KindSpec(
         role=Role.KAFKA_CLIENT, build=_build_client, exit=Exit.OPTIONAL,
         exit_roles=(Role.OUTBOUND,), summary=lambda o: ",".join(servers(o)),
+        connects_to=server_addresses,
         options={"type": "object", "additionalProperties": False, "properties": {
             "servers": {"type": "array", "minItems": 1,
                         "items": {"type": "string", "pattern": r"^[^:\s]+:[0-9]{1,5}$",
