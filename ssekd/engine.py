@@ -75,9 +75,14 @@ class GraphBuilder:
         runtime = self.build(name)
         if role is not object and not isinstance(runtime, role):
             b = self.config.bindings[name]
-            raise ConfigError([self.issue(("bindings", name),
-                                          f"binding {name!r} ({b.type} {b.kind}) cannot be used "
-                                          f"where a {role.__name__} is expected")])
+            path: tuple[str | int, ...] = ("bindings", name)
+            who = ""
+            if self._building:  # the binding being built asks for its exit: point at its `exit`
+                requester = self.config.bindings[self._building[-1]]
+                path, who = exit_path(requester, name), f" of binding {requester.name!r}"
+            raise ConfigError([self.issue(path, f"exit {name!r}{who} is a {b.type} {b.kind}; "
+                                                f"expected a binding that provides "
+                                                f"{role.__name__}")])
         return runtime  # type: ignore[return-value]  # checked just above
 
     def build(self, name: str) -> object:
@@ -150,6 +155,17 @@ class GraphBuilder:
     def reused(self) -> set[str]:
         """Bindings whose runtime object was carried over from before a reload."""
         return self._reused
+
+
+def exit_path(binding: Binding, target: str) -> tuple[str | int, ...]:
+    """Where `binding` names `target` as an exit: its `exit`, else the first route's."""
+    base: tuple[str | int, ...] = ("bindings", binding.name)
+    if binding.exit == target:
+        return base + ("exit",)
+    for i, route in enumerate(binding.routes):
+        if route.exit == target:
+            return base + ("routes", i, "exit")
+    return base
 
 
 def store_stamps(config: Config) -> dict[str, tuple[tuple[str, int, int], ...]]:

@@ -51,9 +51,9 @@ CASES = [
      "bindings.cs.exit: exit 'cc' of binding 'cs' is a kafka cache_client (kafka cache); "
      "expected a binding that is kafka client"),
     ("cache-client-to-cache-client", "kind: cache_client, exit: cs}\n",
-     "kind: cache_client, exit: cc2}\n  cc2: {type: kafka, kind: cache_client, exit: cs}\n", 14,
-     "bindings.cc2: binding 'cc2' (kafka cache_client) cannot be used where a CacheServer is "
-     "expected"),
+     "kind: cache_client, exit: cc2}\n  cc2: {type: kafka, kind: cache_client, exit: cs}\n", 13,
+     "bindings.cc.exit: exit 'cc2' of binding 'cc' is a kafka cache_client; expected a binding "
+     "that provides CacheServer"),
     ("with-refers-to-no-capture", 'with: {topic: "${params.topic}"}',
      'with: {topic: "${params.name}"}', 12,
      "bindings.map0.routes[0].with: expected references to what every `when.path` captures; "
