@@ -26,14 +26,15 @@ bindings:
     exit: http0
   http0: {{type: http, kind: server, exit: map0}}
   map0: {{type: http-filesystem, kind: proxy, exit: fs0}}
-  fs0: {{type: filesystem, kind: server, options: {{location: www}}}}
+  fs0: {{type: filesystem, kind: server, options: {{location: {location}}}}}
 """
 
 
-def write(config: Path, port: int) -> None:
-    """Write the config and move its mtime on, as an editor saving it a second later would."""
+def write(config: Path, port: int, location: str = "www", text: str | None = None) -> None:
+    """Write the config (or `text`) and move its mtime on, as an editor saving it a second later
+    would."""
     before = config.stat().st_mtime_ns if config.exists() else 0
-    config.write_text(CONFIG.format(port=port))
+    config.write_text(CONFIG.format(port=port, location=location) if text is None else text)
     st = config.stat()
     os.utime(config, ns=(st.st_atime_ns, max(st.st_mtime_ns, before + 10**9)))
 
@@ -48,6 +49,16 @@ def build(tmp_path: Path, **options: object) -> tuple[Path, MemoryReactorClock, 
     children = list(IServiceCollection(top))
     (engine,) = [c for c in children if isinstance(c, Engine)]
     return config, reactor, engine, children
+
+
+def started(tmp_path: Path) -> tuple[Path, MemoryReactorClock, Engine]:
+    """The tree with a watcher every second, started as twistd starts it."""
+    config, reactor, engine, _ = build(tmp_path, watch=True, **{"watch-interval": 1.0})
+    top = engine.parent
+    assert top is not None
+    top.privilegedStartService()  # twistd: before it drops privileges
+    top.startService()
+    return config, reactor, engine
 
 
 def test_the_tree_for_twistd(tmp_path: Path) -> None:
@@ -72,10 +83,7 @@ def test_sockets_open_in_privileged_start(tmp_path: Path) -> None:
 
 
 def test_watch_reloads_on_the_clock(tmp_path: Path) -> None:
-    config, reactor, engine, children = build(tmp_path, watch=True, **{"watch-interval": 1.0})
-    for c in children:
-        c.privilegedStartService()  # type: ignore[attr-defined]
-        c.startService()  # type: ignore[attr-defined]
+    config, reactor, engine = started(tmp_path)
     reactor.advance(1.0)
     assert not any("CONFIG_RELOADED" in line for line in engine.events.recent), \
         "an unchanged file is not reloaded"
@@ -89,6 +97,39 @@ def test_watch_reloads_on_the_clock(tmp_path: Path) -> None:
     reactor.advance(5.0)
     assert sum("CONFIG_RELOADED" in line for line in engine.events.recent) == 1, \
         "one change, one reload"
+
+
+def test_a_reload_keeps_the_socket_of_a_port_that_stays(tmp_path: Path) -> None:
+    config, reactor, engine = started(tmp_path)
+    ((_, switch, _, _),) = reactor.tcpServers
+    before = engine.graph
+    assert before is not None and switch.target.server is before.runtimes["tcp0"]
+    (tmp_path / "www2").mkdir()
+    write(config, 7001, location="www2")
+    reactor.advance(1.0)
+    after = engine.graph
+    assert after is not before and after is not None
+    assert len(reactor.tcpServers) == 1, "no new socket for the same port"
+    assert switch.target.server is after.runtimes["tcp0"], \
+        "the socket's new connections go to the new graph"
+
+
+def test_a_bad_new_file_keeps_the_old_config(tmp_path: Path) -> None:
+    config, reactor, engine = started(tmp_path)
+    before = engine.graph
+    write(config, 7002, text="name: t\nbindings:\n  tcp0: {type: tcp, kind: server}\n")
+    reactor.advance(1.0)
+    assert engine.graph is before
+    assert engine.listening_ports() == {("127.0.0.1", 7001): 7001}
+    failed = [line for line in engine.events.recent if "CONFIG_RELOAD_FAILED" in line]
+    assert len(failed) == 1 and "expected an exit or routes with exits" in failed[0], failed
+    reactor.advance(3.0)
+    assert sum("CONFIG_RELOAD_FAILED" in line for line in engine.events.recent) == 1, \
+        "the same bad file is reported once, not at every check"
+    write(config, 7002)  # fixed: the next check takes it
+    reactor.advance(1.0)
+    assert engine.listening_ports() == {("127.0.0.1", 7002): 7002}
+    assert sum("CONFIG_RELOADED" in line for line in engine.events.recent) == 1
 
 
 def test_a_bad_config_exits_1_and_says_where(tmp_path: Path,
