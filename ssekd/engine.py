@@ -283,13 +283,17 @@ class Engine(MultiService):
         self.events.emit(ENGINE, "ENGINE_STARTED", f"{self.config_path} pid {os.getpid()}")
 
     def _activate(self, graph: Graph, previous: Graph | None) -> None:
-        """Start the new graph's services, move the sockets to it, stop what it dropped."""
+        """Move the sockets to the new graph, start its services, stop what it dropped.
+
+        Sockets first: opening one can fail (a port in use, or under 1024 once `--uid` has
+        dropped root), and then nothing of the new graph may be left running. No connection
+        reaches the new graph before its services start: both happen in this reactor turn."""
+        self._listen(graph)
         old_services = previous.services() if previous else {}
         for name, service in graph.services().items():
             if name in graph.reused and old_services.get(name) is service:
                 continue
             service.setServiceParent(self)
-        self._listen(graph)
         self.graph = graph
         kept = {id(s) for s in graph.services().values()}
         for name, service in old_services.items():

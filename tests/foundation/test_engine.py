@@ -5,9 +5,14 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
+from twisted.application.service import Service
+from twisted.internet.error import CannotListenError
 from twisted.internet.testing import MemoryReactorClock
 
+from ssekd.bindings.api import BindingType, KindSpec, Role
+from ssekd.bindings.registry import Registry, discover
 from ssekd.devcert import issue, make_ca, write_store
 from ssekd.engine import Engine
 from ssekd.telemetry.events import EventLog
@@ -115,3 +120,56 @@ def test_removed_port_is_closed_and_new_one_opened(tmp_path: Path) -> None:
     assert engine.reload()
     assert sorted(engine.listening_ports()) == [("127.0.0.1", 7001), ("127.0.0.1", 7003)]
     assert [p[0] for p in reactor.tcpServers] == [7001, 7002, 7003]
+
+
+class UnprivilegedReactor(MemoryReactorClock):
+    """Refuses ports under 1024, as the kernel does once twistd has dropped root (`--uid`)."""
+
+    def listenTCP(self, port: int, factory: Any, backlog: int = 50,
+                  interface: str = "") -> Any:
+        if port < 1024:
+            raise CannotListenError(interface, port, PermissionError(13, "Permission denied"))
+        return super().listenTCP(port, factory, backlog, interface)
+
+
+class FilesService(Service):
+    """A files binding that is also a service, to see which services a reload leaves running."""
+
+    def serve(self, request: Any, path: str) -> bytes:
+        return b""
+
+
+SERVICES = Registry({**discover().types, "svc": BindingType("svc", {"server": KindSpec(
+    role=Role.FILES, build=lambda ctx, b: FilesService(), options={"type": "object"})})})
+
+SERVICE_CONFIG = """\
+name: t
+bindings:
+  tcp0: {{type: tcp, kind: server, options: {{host: 127.0.0.1, port: {ports}}}, exit: http0}}
+  http0: {{type: http, kind: server, exit: map0}}
+  map0: {{type: http-filesystem, kind: proxy, exit: svc0}}
+  svc0: {{type: svc, kind: server, options: {{n: {n}}}}}
+"""
+
+
+def test_a_reload_that_cannot_listen_starts_nothing(tmp_path: Path) -> None:
+    """Under `--uid`, a reload that adds port 80 fails: the old graph stays, sockets and
+    services alike, and none of the new graph's services is left running."""
+    config = tmp_path / "zilla.yaml"
+    config.write_text(SERVICE_CONFIG.format(ports="[7001]", n=1))
+    engine = Engine(config, reactor=UnprivilegedReactor(), registry=SERVICES,
+                    events=EventLog("t"), print_events=False)
+    engine.privilegedStartService()
+    engine.startService()
+    graph = engine.graph
+    assert graph is not None
+    old = graph.runtimes["svc0"]
+    assert isinstance(old, FilesService)
+    assert list(engine) == [old] and old.running
+    config.write_text(SERVICE_CONFIG.format(ports="[7001, 80]", n=2))
+    assert not engine.reload()
+    assert engine.graph is graph
+    assert list(engine) == [old] and old.running, "no service of the refused graph is running"
+    assert engine.listening_ports() == {("127.0.0.1", 7001): 7001}
+    assert any("CONFIG_RELOAD_FAILED CannotListenError" in line and ":80" in line
+               for line in engine.events.recent), engine.events.recent
