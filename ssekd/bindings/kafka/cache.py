@@ -10,7 +10,7 @@ a subscription only reports reaching the tail, leaving it and closing (`subscrip
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any
 
 from twisted.application.service import Service
@@ -138,19 +138,13 @@ class TopicCache:
         for s in list(self.lagging):
             s.schedule()
 
-    @property
-    def subscribers(self) -> int:
-        return len(self.lagging) + sum(len(g.members) for g in self.groups.values())
-
 
 class CacheServer(Service):
     """Runtime of a `kafka` binding of kind `cache_server`."""
 
     def __init__(self, reactor: Any, client: KafkaClient, binding: str, events: Any,
                  bootstrap: Iterable[str] = (), live_topics: Iterable[str] = (),
-                 bounds: CacheBounds | None = None,
-                 topic_bounds: Mapping[str, CacheBounds] | None = None,
-                 max_topics: int = DEFAULT_MAX_TOPICS) -> None:
+                 bounds: CacheBounds | None = None, max_topics: int = DEFAULT_MAX_TOPICS) -> None:
         self.reactor = reactor
         self.client = client
         self.binding = binding
@@ -158,7 +152,6 @@ class CacheServer(Service):
         self.bootstrap = tuple(bootstrap)
         self.live_topics = frozenset(live_topics)
         self.bounds = bounds or CacheBounds()
-        self.topic_bounds = dict(topic_bounds or {})
         self.topics: dict[str, TopicCache] = {}
         self.max_topics = max_topics
 
@@ -178,8 +171,7 @@ class CacheServer(Service):
                 raise TopicLimitReached(f"{self.binding} follows {len(self.topics)} topics "
                                         f"(max-topics); not starting {name}")
             live = name in self.live_topics
-            cache = self.topics[name] = TopicCache(
-                self, name, self.topic_bounds.get(name, self.bounds), live)
+            cache = self.topics[name] = TopicCache(self, name, self.bounds, live)
             self.client.consume(self.binding, name, cache,
                                 from_end=live and name not in self.bootstrap)
         return cache
