@@ -295,9 +295,9 @@ class FileServing(Protocol):
 class KafkaCache(Protocol):
     """Role KAFKA_CACHE: per-topic caches sse-kafka subscribes to (cache_server, cache_client).
 
-    The encoder and start plan are the kafka package's own types
-    (`ssekd.bindings.kafka.subscription`); the contract only fixes the shape of the call, so
-    this module stays a leaf.
+    The encoder and start are the kafka package's own types
+    (`ssekd.bindings.kafka.subscription`, `.start`); the contract only fixes the shape of the
+    call, so this module stays a leaf.
     """
 
     def subscribe(self, topic: str, encoder: Any, sink: EventSink, start: Any) -> StreamHandle:

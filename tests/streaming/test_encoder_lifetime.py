@@ -7,7 +7,7 @@ import gc
 from typing import Any
 
 from ssekd.bindings.api import StreamRequest
-from ssekd.bindings.kafka.subscription import Start
+from ssekd.bindings.kafka.start import Start
 from ssekd.bindings.sse_kafka.proxy import SseKafkaProxy, SseKafkaRoute
 from ssekd.patterns import Pattern
 from ssekd.telemetry.events import EventLog

@@ -18,7 +18,7 @@ from ssekd.bindings.api import HttpContext
 from ssekd.bindings.kafka.cache import CacheServer
 from ssekd.bindings.kafka.client import FetchResult
 from ssekd.bindings.kafka.message import Message
-from ssekd.bindings.kafka.subscription import Start
+from ssekd.bindings.kafka.start import Start
 from ssekd.bindings.kafka.topic_log import CacheBounds, TopicLog
 from ssekd.bindings.sse.server import SseServer
 from ssekd.bindings.sse.wire import event_bytes

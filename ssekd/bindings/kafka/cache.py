@@ -3,11 +3,14 @@
 The cache_server owns the caches and asks its kafka client to consume each topic once, however
 many streams read it (SPEC §8); `bootstrap` topics are consumed from start-up. The cache_client
 is what sse-kafka routes exit to; it hands subscriptions to its cache_server.
+
+A `TopicCache` alone decides which tail group or lagging set each of its subscriptions is in;
+a subscription only reports reaching the tail, leaving it and closing (`subscription.Owner`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any
 
 from twisted.application.service import Service
@@ -15,14 +18,8 @@ from twisted.internet.defer import Deferred
 
 from ssekd.bindings.kafka.client import FetchResult, KafkaClient
 from ssekd.bindings.kafka.message import Message
-from ssekd.bindings.kafka.subscription import (
-    CatchUp,
-    EventEncoder,
-    EventSink,
-    Start,
-    Subscription,
-    TailGroup,
-)
+from ssekd.bindings.kafka.start import Start
+from ssekd.bindings.kafka.subscription import EventEncoder, EventSink, Subscription, TailGroup
 from ssekd.bindings.kafka.topic_log import CacheBounds, TopicLog
 from ssekd.progress import ProgressState
 
@@ -46,6 +43,9 @@ class TopicCache:
         #: defaultOffset: live - new streams without an id start at the end.
         self.live = live
         self.groups: dict[Any, TailGroup] = {}
+        #: The group of each subscription at the tail.
+        self.group_of: dict[Subscription, TailGroup] = {}
+        #: Subscriptions reading on their own (new, paused, catching up): woken by new data.
         self.lagging: set[Subscription] = set()
 
     # -- fed by the kafka client (reactor thread) ----------------------------------------------
@@ -74,35 +74,36 @@ class TopicCache:
     # -- subscriptions ---------------------------------------------------------------------
 
     def subscribe(self, encoder: EventEncoder, sink: EventSink, start: Start) -> Subscription:
-        live = start.positions is None and start.since_ms is None and self.live
-        progress = ProgressState(start.positions or {})
-        if live:
-            for p, part in self.log.partitions.items():
-                if part.live_from is not None:
-                    progress.set(p, part.next)
-        catch_up = None
-        if start.since_ms is not None or start.positions is None:
-            catch_up = CatchUp(self.log, start.since_ms, fresh=start.positions is None)
-        s = Subscription(self, encoder, sink, progress, live, catch_up)
+        s = Subscription(self, encoder, sink, start)
         self.lagging.add(s)
         s.schedule()
         return s
 
-    def join_tail(self, s: Subscription) -> None:
+    # -- what subscriptions report (subscription.Owner) ------------------------------------------
+
+    def reached_tail(self, s: Subscription) -> None:
         self.lagging.discard(s)
         key = (s.encoder.key, s.progress.key())
         g = self.groups.get(key)
         if g is None:
             g = self.groups[key] = TailGroup(s.encoder, s.progress)
         g.members[s] = None
-        s.group = g
+        self.group_of[s] = g
 
-    def drop_group(self, g: TailGroup) -> None:
-        for k, v in list(self.groups.items()):
-            if v is g:
-                del self.groups[k]
+    def left_tail(self, s: Subscription) -> ProgressState:
+        g = self.group_of.pop(s)
+        del g.members[s]
+        if not g.members:
+            self._drop_group(g)
+        self.lagging.add(s)
+        return g.progress.copy()
 
-    def forget(self, s: Subscription) -> None:
+    def gone(self, s: Subscription) -> None:
+        g = self.group_of.pop(s, None)
+        if g is not None:
+            del g.members[s]
+            if not g.members:
+                self._drop_group(g)
         self.lagging.discard(s)
 
     def fetch(self, partition: int, offset: int, limit: int) -> Deferred[FetchResult]:
@@ -111,6 +112,11 @@ class TopicCache:
     def history_unavailable(self, partition: int, offset: int, error: str | None) -> None:
         self.server.event("BINDING_KAFKA_HISTORY_UNAVAILABLE",
                           f"{self.topic} partition {partition} offset {offset}: {error}")
+
+    def _drop_group(self, g: TailGroup) -> None:
+        for k, v in list(self.groups.items()):
+            if v is g:
+                del self.groups[k]
 
     def _regroup(self) -> None:
         """Merge groups whose positions became equal (they would write identical bytes)."""
@@ -124,7 +130,7 @@ class TopicCache:
                 merged[key] = g
             else:
                 for s in g.members:
-                    s.group = into
+                    self.group_of[s] = into
                     into.members[s] = None
         self.groups = merged
 
@@ -132,19 +138,13 @@ class TopicCache:
         for s in list(self.lagging):
             s.schedule()
 
-    @property
-    def subscribers(self) -> int:
-        return len(self.lagging) + sum(len(g.members) for g in self.groups.values())
-
 
 class CacheServer(Service):
     """Runtime of a `kafka` binding of kind `cache_server`."""
 
     def __init__(self, reactor: Any, client: KafkaClient, binding: str, events: Any,
                  bootstrap: Iterable[str] = (), live_topics: Iterable[str] = (),
-                 bounds: CacheBounds | None = None,
-                 topic_bounds: Mapping[str, CacheBounds] | None = None,
-                 max_topics: int = DEFAULT_MAX_TOPICS) -> None:
+                 bounds: CacheBounds | None = None, max_topics: int = DEFAULT_MAX_TOPICS) -> None:
         self.reactor = reactor
         self.client = client
         self.binding = binding
@@ -152,7 +152,6 @@ class CacheServer(Service):
         self.bootstrap = tuple(bootstrap)
         self.live_topics = frozenset(live_topics)
         self.bounds = bounds or CacheBounds()
-        self.topic_bounds = dict(topic_bounds or {})
         self.topics: dict[str, TopicCache] = {}
         self.max_topics = max_topics
 
@@ -172,8 +171,7 @@ class CacheServer(Service):
                 raise TopicLimitReached(f"{self.binding} follows {len(self.topics)} topics "
                                         f"(max-topics); not starting {name}")
             live = name in self.live_topics
-            cache = self.topics[name] = TopicCache(
-                self, name, self.topic_bounds.get(name, self.bounds), live)
+            cache = self.topics[name] = TopicCache(self, name, self.bounds, live)
             self.client.consume(self.binding, name, cache,
                                 from_end=live and name not in self.bootstrap)
         return cache

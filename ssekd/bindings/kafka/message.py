@@ -46,10 +46,6 @@ class Message:
         #: True once a newer record with the same key replaced it in a compacted cache.
         self.replaced = False
 
-    @property
-    def tombstone(self) -> bool:
-        return self.value is None
-
     def header(self, name: str) -> bytes | None:
         """The value of the first header called `name` (SPEC §7: the etag is the first)."""
         for n, v in self.headers:

@@ -12,21 +12,24 @@ Two ways a cursor moves:
 A transport that cannot keep up pauses its subscription (Twisted producer/consumer): the cursor
 stops, nothing is buffered for it, others are not delayed. When it resumes it catches up from
 the cache or Kafka; it never skips a record.
+
+The subscription moves its own cursor and reports when it reaches the tail, leaves it or
+closes; its `Owner` (the topic's cache) alone decides which tail group or lagging set it is in.
+Where it starts is `ssekd.bindings.kafka.start`'s to say.
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
+
+from twisted.internet.defer import Deferred
 
 from ssekd.bindings.kafka.client import FetchResult
 from ssekd.bindings.kafka.message import Message
+from ssekd.bindings.kafka.start import Start, StartPositions, live_ends, start_positions
+from ssekd.bindings.kafka.topic_log import TopicLog
 from ssekd.progress import ProgressState
-
-if TYPE_CHECKING:
-    from ssekd.bindings.kafka.cache import TopicCache
-    from ssekd.bindings.kafka.topic_log import TopicLog
 
 #: Records read from the cache per catch-up step (one write to the subscriber).
 CATCH_UP_BATCH = 2000
@@ -56,13 +59,38 @@ class EventSink(Protocol):
     def end(self) -> None: ...
 
 
-@dataclass(frozen=True)
-class Start:
-    """Where a new stream starts: a resume map from its last event id, the live end, or a time."""
+class Owner(Protocol):
+    """What a subscription needs of the cache it reads (`TopicCache`), and what it reports.
 
-    positions: dict[int, int] | None = None
-    live: bool = False
-    since_ms: int | None = None
+    The subscription says when it caught up (`reached_tail`), stops reading at the tail
+    (`left_tail`) or closes (`gone`); the owner decides the tail group and lagging set it is in.
+    """
+
+    @property
+    def reactor(self) -> Any: ...
+
+    @property
+    def log(self) -> TopicLog: ...
+
+    @property
+    def live(self) -> bool:
+        """`defaultOffset: live`: streams that ask nothing start at the end."""
+        ...
+
+    def fetch(self, partition: int, offset: int, limit: int) -> Deferred[FetchResult]: ...
+
+    def history_unavailable(self, partition: int, offset: int, error: str | None) -> None: ...
+
+    def reached_tail(self, s: Subscription) -> None:
+        """`s` read everything: from now on it gets the batches of a tail group."""
+
+    def left_tail(self, s: Subscription) -> ProgressState:
+        """`s` stops getting tail batches; returns its position (its group's, which wrote
+        everything `s` got)."""
+        ...
+
+    def gone(self, s: Subscription) -> None:
+        """`s` closed: it belongs to no group and is woken no more."""
 
 
 class CatchUp:
@@ -121,27 +149,34 @@ class Subscription:
         "__weakref__",
         "_call",
         "_cursor",
+        "_ends_at_open",
         "_fetching",
-        "cache",
+        "at_tail",
         "catch_up",
         "closed",
         "encoder",
-        "group",
-        "live",
+        "owner",
         "paused",
         "progress",
         "sink",
+        "start",
     )
 
-    def __init__(self, cache: TopicCache, encoder: EventEncoder, sink: EventSink,
-                 progress: ProgressState, live: bool, catch_up: CatchUp | None) -> None:
-        self.cache = cache
+    def __init__(self, owner: Owner, encoder: EventEncoder, sink: EventSink,
+                 start: Start) -> None:
+        self.owner = owner
         self.encoder = encoder
         self.sink = sink
-        self.progress = progress
-        self.live = live
-        self.catch_up = catch_up
-        self.group: TailGroup | None = None
+        self.start = start
+        #: The cache's partition ends when the stream opened, until it is placed everywhere.
+        self._ends_at_open: dict[int, int] | None = live_ends(owner.log)
+        #: Filled by `start_positions` once the cache knows the topic's partitions.
+        self.progress = ProgressState()
+        fresh = not start.has_id
+        self.catch_up = CatchUp(owner.log, start.since_ms, fresh) \
+            if fresh or start.since_ms is not None else None
+        #: True from reporting `reached_tail` until reporting `left_tail` or `gone`.
+        self.at_tail = False
         self.paused = False
         self.closed = False
         self._call: Any = None
@@ -156,7 +191,7 @@ class Subscription:
         if self.closed or self.paused:
             return
         self.paused = True
-        self._leave_group()
+        self._leave_tail()
         self._cancel_call()
 
     def resume(self) -> None:
@@ -169,9 +204,9 @@ class Subscription:
         if self.closed:
             return
         self.closed = True
-        self._leave_group()
+        self.at_tail = False
         self._cancel_call()
-        self.cache.forget(self)
+        self.owner.gone(self)
 
     # -- the cache's side ----------------------------------------------------------------------
 
@@ -182,7 +217,7 @@ class Subscription:
     def schedule(self) -> None:
         """Take a catch-up step soon (on a later reactor turn, so writes interleave fairly)."""
         if self._call is None and not self.closed and not self.paused and not self._fetching:
-            self._call = self.cache.reactor.callLater(0, self._step)
+            self._call = self.owner.reactor.callLater(0, self._step)
 
     def _cancel_call(self) -> None:
         if self._call is not None:
@@ -190,43 +225,43 @@ class Subscription:
                 self._call.cancel()
             self._call = None
 
-    def _leave_group(self) -> None:
-        g = self.group
-        if g is not None:
-            self.group = None
-            g.members.pop(self, None)
-            # the subscriber got everything the group wrote: it goes on from the group's position
-            self.progress = g.progress.copy()
+    def _leave_tail(self) -> None:
+        if self.at_tail:
+            self.at_tail = False
+            # the subscriber got everything its group wrote: it goes on from the group's position
+            self.progress = self.owner.left_tail(self)
             self._cursor = None
-            if not g.members:
-                self.cache.drop_group(g)
-            self.cache.lagging.add(self)
+
+    def _place(self, log: TopicLog) -> StartPositions | None:
+        """Give the partitions the stream has no position in yet their start (None: the cache
+        cannot tell yet, nothing placed)."""
+        ends = self._ends_at_open
+        placed = start_positions(self.start, self.owner.live, log, ends or {})
+        if placed is None:
+            return None
+        progress = self.progress
+        if not progress.offsets:  # the first placement: one token layout, not one per `set`
+            self.progress = ProgressState(placed.positions)
+            self._cursor = None
+        else:
+            for p, pos in placed.positions.items():
+                if p not in progress.offsets:
+                    progress.set(p, pos)
+                    self._cursor = None
+        if placed.complete:
+            self._ends_at_open = None  # every partition has its position: not needed again
+        return placed
 
     def _step(self) -> None:
-        """One catch-up step: fill positions, read history or cache, or join the tail."""
+        """One catch-up step: place, read history or cache, or report reaching the tail."""
         self._call = None
-        if self.closed or self.paused or self._fetching or self.group is not None:
+        if self.closed or self.paused or self._fetching or self.at_tail:
             return
-        log = self.cache.log
+        log = self.owner.log
+        placed = self._place(log)
+        if placed is None:
+            return  # woken again when the cache hears of the partitions
         progress = self.progress
-        if log.partition_count is None or len(log.partitions) < log.partition_count:
-            # Wait until the cache has heard of every partition (a record or its end), so the
-            # first id already covers all of them and none is read from a guessed position.
-            return
-        for p in [p for p in progress.offsets if p >= log.partition_count]:
-            progress.drop(p)
-            self._cursor = None
-        unresolved = False
-        for p, part in log.partitions.items():
-            if p not in progress.offsets:
-                if not self.live:
-                    progress.set(p, log.historical_start(p))
-                    self._cursor = None
-                elif part.live_from is not None:
-                    progress.set(p, part.live_from)
-                    self._cursor = None
-                else:
-                    unresolved = True
         for p, pos in progress.offsets.items():
             held = log.partitions.get(p)
             if held is not None and pos < held.start:
@@ -239,14 +274,15 @@ class Subscription:
                 self.sink.write(data)
             self.schedule()
             return
-        if unresolved:
+        if not placed.complete:
             return  # woken again by the cache's next batch or end-of-partition
         self.catch_up = None
-        self.cache.join_tail(self)
+        self.at_tail = True
+        self.owner.reached_tail(self)
 
     def _fetch(self, p: int, pos: int) -> None:
         self._fetching = True
-        d = self.cache.fetch(p, pos, FETCH_BATCH)
+        d = self.owner.fetch(p, pos, FETCH_BATCH)
         d.addCallback(self._fetched, p, pos)
         d.addErrback(self._fetch_failed)
 
@@ -261,10 +297,10 @@ class Subscription:
                 self.sink.write(data)
         elif result.end is not None:
             # Kafka holds nothing in [pos, end): the cache holds everything from its start
-            self.progress.set(p, max(pos, self.cache.log.partitions[p].start))
+            self.progress.set(p, max(pos, self.owner.log.partitions[p].start))
         else:
-            self.cache.history_unavailable(p, pos, result.error)
-            self._call = self.cache.reactor.callLater(1.0, self._retry)
+            self.owner.history_unavailable(p, pos, result.error)
+            self._call = self.owner.reactor.callLater(1.0, self._retry)
             return
         self.schedule()
 
@@ -274,6 +310,6 @@ class Subscription:
 
     def _fetch_failed(self, failure: Any) -> None:
         self._fetching = False
-        self.cache.history_unavailable(-1, -1, str(failure.value))
+        self.owner.history_unavailable(-1, -1, str(failure.value))
         if not self.closed:
-            self._call = self.cache.reactor.callLater(1.0, self._retry)
+            self._call = self.owner.reactor.callLater(1.0, self._retry)

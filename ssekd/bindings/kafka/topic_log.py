@@ -15,7 +15,7 @@ Everything here runs on the reactor thread.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ssekd.bindings.kafka.message import Message
@@ -62,17 +62,6 @@ class PartitionLog:
     def index_of(self, offset: int) -> int:
         """Index in `records` of the first record at or after `offset`."""
         return bisect.bisect_left(self.records, offset, lo=self.head, key=_offset)
-
-    def iter_from(self, offset: int) -> Iterator[Message]:
-        """Records at or after `offset`, skipping ones a newer record of the same key replaced."""
-        records = self.records
-        for i in range(self.index_of(offset), len(records)):
-            m = records[i]
-            if not m.replaced:
-                yield m
-
-    def last_offset(self) -> int | None:
-        return self.records[-1].offset if len(self.records) > self.head else None
 
     def _pop_head(self) -> Message:
         m = self.records[self.head]

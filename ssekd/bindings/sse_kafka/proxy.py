@@ -18,7 +18,8 @@ from urllib.parse import unquote
 
 from ssekd.bindings.api import EventSink, StreamRequest
 from ssekd.bindings.kafka.cache import TopicLimitReached
-from ssekd.bindings.kafka.subscription import EventEncoder, Start, Subscription
+from ssekd.bindings.kafka.start import Start
+from ssekd.bindings.kafka.subscription import EventEncoder, Subscription
 from ssekd.bindings.sse_kafka.encoder import Filter, KafkaEventEncoder
 from ssekd.patterns import Pattern, Unresolvable, substitute
 from ssekd.progress import ETAG_FORMAT, UndecodableId, parse_last_event_id
@@ -138,6 +139,8 @@ class SseKafkaProxy:
             return 503
 
     def _start(self, request: StreamRequest, cache: Cache, topic: str) -> Start | int:
+        """What the request asks for (its last event id, else `since`), reporting what it cannot
+        read; where that puts the stream is `ssekd.bindings.kafka.start`'s to decide."""
         last_id = request.last_event_id
         if last_id:
             try:
@@ -145,16 +148,14 @@ class SseKafkaProxy:
             except UndecodableId as e:
                 self.events.emit(self.name, "BINDING_SSE_KAFKA_LAST_EVENT_ID_UNREADABLE",
                               f"{request.describe} {e}: {last_id[:80]!r}")
-                return Start(positions={})  # historical start, even on a `live` topic
+                return Start(undecodable_id=True)
             count = cache.topic(topic).log.partition_count
             if count is not None:
                 unknown = [p for p in positions if p >= count]
                 if unknown:
                     self.events.emit(self.name, "BINDING_SSE_KAFKA_LAST_EVENT_ID_UNREADABLE",
                                   f"{request.describe} partitions {unknown[:5]} not in {topic}")
-                    for p in unknown:
-                        del positions[p]
-            return Start(positions=positions)
+            return Start(resume=positions)
         since = request.query.get("since")
         if since is not None:
             try:

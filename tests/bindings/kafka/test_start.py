@@ -1,0 +1,226 @@
+"""Unit tests of one piece: `start_positions`, the one place that decides where a stream starts
+in each partition (SPEC §7), on a real `TopicLog`; and a subscription following it, on a
+`MemoryReactorClock` with a fake cache owner and a fake Kafka."""
+
+from __future__ import annotations
+
+import pytest
+from twisted.internet.defer import Deferred
+from twisted.internet.testing import MemoryReactorClock
+
+from ssekd.bindings.kafka.client import FetchResult
+from ssekd.bindings.kafka.message import Message
+from ssekd.bindings.kafka.start import Start, StartPositions, live_ends, start_positions
+from ssekd.bindings.kafka.subscription import Subscription
+from ssekd.bindings.kafka.topic_log import CacheBounds, TopicLog
+from ssekd.bindings.sse_kafka.encoder import KafkaEventEncoder
+from ssekd.progress import ProgressState
+
+
+def _msgs(p: int, start: int, n: int, ts: int = 0) -> list[Message]:
+    return [Message(p, o, None, b"%d-%d" % (p, o), (), ts) for o in range(start, start + n)]
+
+
+def _log(ends: dict[int, int], max_messages: int = 1000, compacted: bool = False) -> TopicLog:
+    """A topic whose cache read partition p from offset 0 to `ends[p]` and reached its end."""
+    log = TopicLog("t", CacheBounds(max_messages=max_messages), compacted=compacted)
+    log.partition_count = len(ends)
+    for p, end in ends.items():
+        log.append(_msgs(p, 0, end), now=0)
+        log.reached_end(p, end)
+    return log
+
+
+def _place(start: Start, log: TopicLog, live_topic: bool = False,
+           ends_at_open: dict[int, int] | None = None) -> StartPositions:
+    placed = start_positions(start, live_topic, log,
+                             live_ends(log) if ends_at_open is None else ends_at_open)
+    assert placed is not None
+    return placed
+
+
+# -- start_positions -----------------------------------------------------------------------------
+
+def test_no_id_on_a_historical_topic_starts_at_all_the_cache_holds() -> None:
+    log = _log({0: 20, 1: 3}, max_messages=10)  # 23 records, 10 held: p0 lost its first 13
+    assert log.partitions[0].start == 13
+    assert _place(Start(), log) == StartPositions({0: 13, 1: 0}, complete=True)
+
+
+def test_no_id_on_a_compacted_topic_starts_at_the_beginning_of_the_topic() -> None:
+    """The whole current state, even what the cache evicted (read back from Kafka)."""
+    log = TopicLog("t", CacheBounds(max_messages=2), compacted=True)
+    log.partition_count = 1
+    log.append([Message(0, o, b"k%d" % o, b"v") for o in range(5, 10)], now=0)
+    assert log.partitions[0].start > 5
+    assert _place(Start(), log).positions == {0: 5}
+
+
+def test_no_id_on_a_live_topic_starts_at_the_end_and_so_at_the_tail() -> None:
+    log = _log({0: 20, 1: 3})
+    ends = live_ends(log)
+    log.append(_msgs(0, 20, 2), now=0)  # arrived after the stream opened: it gets them
+    assert _place(Start(), log, live_topic=True, ends_at_open=ends) == \
+        StartPositions({0: 20, 1: 3}, complete=True)
+    assert _place(Start(), log, live_topic=True).positions == \
+        {p: part.next for p, part in log.partitions.items()}, "opened now: at the tail"
+
+
+def test_a_live_stream_waits_for_partitions_whose_end_the_cache_has_not_reached() -> None:
+    log = TopicLog("t", CacheBounds())
+    log.partition_count = 2
+    log.append(_msgs(0, 0, 5) + _msgs(1, 0, 5), now=0)
+    log.reached_end(0, 5)
+    ends = live_ends(log)
+    assert ends == {0: 5}
+    assert _place(Start(), log, True, ends) == StartPositions({0: 5}, complete=False)
+    log.append(_msgs(1, 5, 2), now=0)
+    log.reached_end(1, 7)
+    log.append(_msgs(1, 7, 1), now=0)  # after the cache reached the end: the stream gets it
+    assert _place(Start(), log, True, ends) == StartPositions({0: 5, 1: 7}, complete=True)
+
+
+def test_nothing_is_placed_until_the_cache_knows_every_partition() -> None:
+    log = TopicLog("t", CacheBounds())
+    assert start_positions(Start(resume={0: 1}), False, log, {}) is None  # no metadata yet
+    log.partition_count = 2
+    log.append(_msgs(0, 0, 3), now=0)
+    assert start_positions(Start(resume={0: 1}), False, log, {}) is None  # p1 not heard of
+    log.reached_end(1, 0)
+    assert start_positions(Start(resume={0: 1}), False, log, {}) == \
+        StartPositions({0: 1, 1: 0}, complete=True)
+
+
+@pytest.mark.parametrize("live_topic", [False, True])
+def test_a_last_id_resumes_where_it_says(live_topic: bool) -> None:
+    log = _log({0: 20, 1: 3})
+    assert _place(Start(resume={0: 12, 1: 3}), log, live_topic).positions == {0: 12, 1: 3}
+
+
+def test_a_last_id_older_than_the_cache_is_kept_for_kafka() -> None:
+    log = _log({0: 20}, max_messages=5)
+    assert log.partitions[0].start == 15
+    assert _place(Start(resume={0: 4}), log).positions == {0: 4}, \
+        "not moved up to what the cache holds: the records between are read from Kafka"
+
+
+@pytest.mark.parametrize("live_topic", [False, True])
+def test_partitions_a_last_id_does_not_list_start_at_the_historical_start(live_topic: bool) -> None:
+    log = _log({0: 20, 1: 3, 2: 9}, max_messages=25)  # 32 records: p0 lost its first 7
+    assert _place(Start(resume={1: 2}), log, live_topic).positions == {0: 7, 1: 2, 2: 0}
+
+
+def test_partitions_the_topic_does_not_have_are_ignored() -> None:
+    log = _log({0: 20, 1: 3})
+    assert _place(Start(resume={1: 2, 7: 1, 900: 3}), log).positions == {0: 0, 1: 2}
+
+
+@pytest.mark.parametrize("live_topic", [False, True])
+def test_since_starts_at_the_historical_start(live_topic: bool) -> None:
+    """The catch-up then passes over what is older (see the subscription test below)."""
+    log = _log({0: 20, 1: 3})
+    assert _place(Start(since_ms=5), log, live_topic).positions == {0: 0, 1: 0}
+
+
+@pytest.mark.parametrize("live_topic", [False, True])
+def test_an_undecodable_id_starts_at_the_historical_start(live_topic: bool) -> None:
+    log = _log({0: 20, 1: 3}, max_messages=10)
+    assert _place(Start(undecodable_id=True), log, live_topic).positions == {0: 13, 1: 0}
+
+
+# -- a subscription placed by it -----------------------------------------------------------------
+
+class Sink:
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(data)
+
+    def end(self) -> None:
+        pass
+
+    def values(self) -> list[str]:
+        text = b"".join(self.writes).decode()
+        return [line[5:] for line in text.split("\n") if line.startswith("data:")]
+
+
+class Owner:
+    """A cache owner that records what its subscription reports and the reads it asks for."""
+
+    def __init__(self, log: TopicLog, live: bool = False) -> None:
+        self.reactor = MemoryReactorClock()
+        self.log = log
+        self.live = live
+        self.fetches: list[tuple[int, int, Deferred[FetchResult]]] = []
+        self.reports: list[str] = []
+
+    def fetch(self, partition: int, offset: int, limit: int) -> Deferred[FetchResult]:
+        d: Deferred[FetchResult] = Deferred()
+        self.fetches.append((partition, offset, d))
+        return d
+
+    def history_unavailable(self, partition: int, offset: int, error: str | None) -> None:
+        self.reports.append("unavailable")
+
+    def reached_tail(self, s: Subscription) -> None:
+        self.reports.append("tail")
+
+    def left_tail(self, s: Subscription) -> ProgressState:
+        self.reports.append("left")
+        return s.progress.copy()
+
+    def gone(self, s: Subscription) -> None:
+        self.reports.append("gone")
+
+    def run(self) -> None:
+        """Every step due now (a step schedules the next on a later turn)."""
+        clock = self.reactor
+        while any(c.getTime() <= clock.seconds() for c in clock.getDelayedCalls()):
+            clock.advance(0)
+
+
+def _subscribe(owner: Owner, start: Start) -> tuple[Subscription, Sink]:
+    sink = Sink()
+    s = Subscription(owner, KafkaEventEncoder("t"), sink, start)
+    s.schedule()
+    owner.run()
+    return s, sink
+
+
+def test_a_live_stream_joins_the_tail_without_reading_anything() -> None:
+    owner = Owner(_log({0: 20, 1: 3}), live=True)
+    s, sink = _subscribe(owner, Start())
+    assert owner.reports == ["tail"] and sink.writes == []
+    assert s.progress.offsets == {0: 20, 1: 3}
+
+
+def test_a_resumed_stream_older_than_the_cache_reads_kafka_then_the_cache() -> None:
+    owner = Owner(_log({0: 20}, max_messages=5))
+    s, sink = _subscribe(owner, Start(resume={0: 12}))
+    assert [(p, o) for p, o, _ in owner.fetches] == [(0, 12)] and owner.reports == []
+    owner.fetches[0][2].callback(FetchResult(_msgs(0, 12, 3), None))
+    owner.run()
+    assert sink.values() == [f"0-{o}" for o in range(12, 20)]
+    assert owner.reports == ["tail"] and s.progress.offsets == {0: 20}
+
+
+def test_since_passes_over_older_records() -> None:
+    log = TopicLog("t", CacheBounds())
+    log.partition_count = 1
+    log.append(_msgs(0, 0, 3, ts=1_000) + _msgs(0, 3, 2, ts=5_000), now=0)
+    log.reached_end(0, 5)
+    s, sink = _subscribe(Owner(log, live=True), Start(since_ms=5_000))
+    assert sink.values() == ["0-3", "0-4"]
+    assert s.progress.offsets == {0: 5}, "older records are passed over, not left behind"
+
+
+def test_pause_at_the_tail_and_close_are_reported() -> None:
+    owner = Owner(_log({0: 2}))
+    s, sink = _subscribe(owner, Start())
+    assert sink.values() == ["0-0", "0-1"]
+    s.pause()
+    s.resume()
+    owner.run()
+    s.close()
+    assert owner.reports == ["tail", "left", "tail", "gone"]
