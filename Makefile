@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 DEBS   := curl openssl wrk nghttp2-client chromium default-jre-headless
 PYTEST_ARGS ?=
 
-.PHONY: run test bench setup system-deps check lint clean
+.PHONY: run test bench setup system-deps check lint docs clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -45,6 +45,10 @@ bench: setup system-deps
 
 check: setup
 	$(BIN)/ssekd check --config $(CONFIG)
+
+# docs/config-reference.md is generated from the config schemas; a test fails when it is stale.
+docs: setup
+	$(BIN)/python -m ssekd.config.reference --write docs/config-reference.md
 
 lint: setup
 	$(BIN)/mypy
