@@ -17,7 +17,7 @@ $(BIN)/python:
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -q --upgrade pip
 	# Editable in "compat" mode puts the project folder on sys.path, which is how twistd
-	# finds twisted/plugins/ssekd_plugin.py (see DESIGN.md).
+	# finds twisted/plugins/ssekd_plugin.py.
 	$(BIN)/python -m pip install -q -e '.[dev,spark]' --config-settings editable_mode=compat
 	rm -f $(VENV)/.installed-*
 	touch $@
