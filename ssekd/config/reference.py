@@ -242,6 +242,7 @@ def _kind_heading(type_name: str, kind_name: str) -> str:
 
 
 def render(registry: Registry | None = None) -> str:
+    """The whole page, as markdown."""
     registry = registry or discover()
     files = schema_files()
     types = ssekd_types(registry)
@@ -299,14 +300,13 @@ def render(registry: Registry | None = None) -> str:
     lines += _every_binding(types)
     for t, name, kind in binding_sections:
         lines += _kind_section(t, name, kind, registry)
-    lines += _file_section("vaults", "vault", files["ssekd:vault/filesystem"], "filesystem",
-                           "Each entry of `vaults` (`vaults.<name>`).")
-    lines += _file_section("guards", "guard", files["ssekd:guard/jwt"], "jwt",
-                           "Each entry of `guards` (`guards.<name>`).")
-    lines += _file_section("telemetry", None, files["ssekd:telemetry"], None,
-                           "The `telemetry` section.")
-    lines += _file_section("catalogs", "catalog", files["ssekd:catalog"], None,
-                           "Each entry of `catalogs` (`catalogs.<name>`).")
+    lines += _file_section("vaults", "Each entry of `vaults` (`vaults.<name>`).",
+                           files["ssekd:vault/filesystem"], "vault filesystem")
+    lines += _file_section("guards", "Each entry of `guards` (`guards.<name>`).",
+                           files["ssekd:guard/jwt"], "guard jwt")
+    lines += _file_section("telemetry", "The `telemetry` section.", files["ssekd:telemetry"])
+    lines += _file_section("catalogs", "Each entry of `catalogs` (`catalogs.<name>`).",
+                           files["ssekd:catalog"])
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
@@ -400,7 +400,7 @@ def _every_binding(types: Sequence[BindingType]) -> list[str]:
 
 
 def _players(registry: Registry, roles: Sequence[Role]) -> str:
-    names = [f"{_link(_kind_heading(t.name, k))}" for t in ssekd_types(registry)
+    names = [_link(_kind_heading(t.name, k)) for t in ssekd_types(registry)
              for k, spec in t.kinds.items() if spec.role in roles]
     return ", ".join(names) or "none"
 
@@ -437,12 +437,14 @@ def _kind_section(t: BindingType, name: str, kind: KindSpec, registry: Registry)
     return out
 
 
-def _file_section(heading: str, what: str | None, document: Schema, only: str | None,
-                  intro: str) -> list[str]:
+def _file_section(heading: str, intro: str, document: Schema,
+                  label: str | None = None) -> list[str]:
+    """A section for one schema file; `label` names the one type it describes (`vault
+    filesystem`), when the section is about entries of a type."""
     out = [f"## {heading}", "", intro]
     text = description_of(document)
-    if only is not None and what is not None:
-        out += ["", f"**{what} {only}**: {text}".rstrip()]
+    if label is not None:
+        out += ["", f"**{label}**: {text}".rstrip()]
     elif text:
         out += ["", text]
     return out + [""] + table(list(rows(document, document))) + [""]
