@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 DEBS   := curl openssl wrk nghttp2-client chromium default-jre-headless
 PYTEST_ARGS ?=
 
-.PHONY: run test bench setup system-deps check lint clean
+.PHONY: run test bench setup system-deps check lint docs clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -17,7 +17,7 @@ $(BIN)/python:
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -q --upgrade pip
 	# Editable in "compat" mode puts the project folder on sys.path, which is how twistd
-	# finds twisted/plugins/ssekd_plugin.py (see DESIGN.md).
+	# finds twisted/plugins/ssekd_plugin.py.
 	$(BIN)/python -m pip install -q -e '.[dev,spark]' --config-settings editable_mode=compat
 	rm -f $(VENV)/.installed-*
 	touch $@
@@ -45,6 +45,10 @@ bench: setup system-deps
 
 check: setup
 	$(BIN)/ssekd check --config $(CONFIG)
+
+# docs/config-reference.md is generated from the config schemas; a test fails when it is stale.
+docs: setup
+	$(BIN)/python -m ssekd.config.reference --write docs/config-reference.md
 
 lint: setup
 	$(BIN)/mypy

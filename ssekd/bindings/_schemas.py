@@ -22,5 +22,8 @@ PORTS: dict[str, Any] = {
 PATH_WHEN: dict[str, Any] = {
     "type": "object", "additionalProperties": False, "required": ["path"],
     "properties": {"path": {"type": "string", "pattern": "^/",
-                            "x-expected": "a path starting with /"}},
+                            "x-expected": "a path starting with /",
+                            "description": "Pattern for the request path, query string left out: "
+                                           "`*` matches anything, `{name}` captures a segment "
+                                           "for `${params.name}` in `with`."}},
 }

@@ -212,7 +212,16 @@ BINDING = BindingType("filesystem", {
     "server": KindSpec(
         role=Role.FILES, build=_build,
         options={"type": "object", "additionalProperties": False, "required": ["location"],
-                 "properties": {"location": {"type": "string", "minLength": 1},
-                                "symlinks": {"enum": ["follow", "ignore"]}}},
+                 "description": "Serves `GET` and `HEAD` for files below `location`, with ETag, "
+                                "Last-Modified, single byte ranges and `index.html` for folders; "
+                                "nothing outside `location` is ever read.",
+                 "properties": {
+                     "location": {"type": "string", "minLength": 1,
+                                  "description": "The root folder, relative to the config file's "
+                                                 "folder unless absolute. A missing folder is an "
+                                                 "event at start, and every request a `404`."},
+                     "symlinks": {"enum": ["follow", "ignore"], "default": "ignore",
+                                  "description": "`ignore` answers `404` for any path through a "
+                                                 "symbolic link."}}},
     ),
 })

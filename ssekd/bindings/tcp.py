@@ -151,19 +151,39 @@ class TcpClient:
         self.binding = binding
 
 
+_UNUSED_CLIENT = "Accepted and not used: the kafka client's `servers` say where it connects."
+
 _WHEN = {"type": "object", "additionalProperties": False, "properties": {
-    "port": PORTS, "cidr": {"type": "string"}, "authority": {"type": "string"}}}
+    "port": {**PORTS, "description": "Local port(s) the connection arrived on."},
+    "cidr": {"type": "string", "description": "Network the peer's address is in, e.g. `10.0.0.0/8`."},
+    "authority": {"type": "string", "description": "Zilla's server name condition.",
+                  "x-ssekd-not-built": "Accepted and ignored: a condition is matched on its "
+                                       "`port` and `cidr` only."}}}
 
 BINDING = BindingType("tcp", {
     "server": KindSpec(
         role=Role.LISTENER, build=_build_server, exit=Exit.REQUIRED, exit_roles=(Role.STREAM,),
         when=_WHEN, summary=lambda o: f"{o.get('host', DEFAULT_HOST)}:{o.get('port')}",
         options={"type": "object", "additionalProperties": False, "required": ["port"],
-                 "properties": {"host": {"type": "string", "minLength": 1}, "port": PORTS}},
+                 "description": "Listens on TCP ports and hands each accepted connection to the first "
+                                "route whose `when` matches (else to `exit`; with neither, the "
+                                "connection is closed).",
+                 "properties": {
+                     "host": {"type": "string", "minLength": 1, "default": DEFAULT_HOST,
+                              "description": "Address to listen on."},
+                     "port": {**PORTS, "description": "Port(s) to listen on; each gets its own "
+                                                      "socket, kept across reloads."}}},
     ),
     "client": KindSpec(
         role=Role.OUTBOUND, build=lambda ctx, b: TcpClient(b), when=_WHEN,
         options={"type": "object", "additionalProperties": False,
-                 "properties": {"host": {"type": "string"}, "port": PORT}},
+                 "description": "The outbound side toward Kafka, as in Zilla's example config. It is "
+                                "checked and has no behaviour of its own: the kafka client's "
+                                "`servers` say where it connects.",
+                 "properties": {
+                     "host": {"type": "string", "description": "Host to connect to.",
+                              "x-ssekd-not-built": _UNUSED_CLIENT},
+                     "port": {**PORT, "description": "Port to connect to.",
+                              "x-ssekd-not-built": _UNUSED_CLIENT}}},
     ),
 })

@@ -405,14 +405,33 @@ def _build(ctx: BuildContext, binding: Binding) -> TlsServer:
                      routes, default, ctx.events, ctx.reactor)
 
 
-OPTIONS = {"type": "object", "additionalProperties": False, "properties": {
-    "keys": STRING_LIST,
-    "trust": STRING_LIST,
-    "signers": STRING_LIST,
-    "trustcacerts": {"type": "boolean"},
-    "sni": STRING_LIST,
-    "alpn": {"type": "array", "items": {"enum": ["http/1.1", "h2"]}},
-    "mutual": {"enum": ["required", "requested", "none"]},
+OPTIONS = {"type": "object", "additionalProperties": False,
+           "description": "Terminates TLS (1.2 and 1.3) with keys from its `vault`, then hands the "
+                          "decrypted stream to the route matching the server name and the "
+                          "negotiated protocol. A failed or stalled handshake ends only its own "
+                          "connection.",
+           "properties": {
+    "keys": {**STRING_LIST, "x-ssekd-default": "every key of the vault's `keys` store",
+             "description": "Aliases of the keys to serve with. SNI picks the key whose "
+                            "certificate names the requested host; any other name gets the first."},
+    "trust": {**STRING_LIST, "description": "Aliases of the vault's `trust` store entries trusted "
+                                            "for client certificates."},
+    "signers": {**STRING_LIST, "description": "Aliases of CA certificates in the vault's `signers` "
+                                              "store: every key of `keys` they issued is served too."},
+    "trustcacerts": {"type": "boolean", "description": "Zilla's switch for the system's CA certificates.",
+                     "x-ssekd-not-built": "Accepted and not used: only `trust` entries are trusted."},
+    "sni": {**STRING_LIST, "x-ssekd-default": "any name",
+            "description": "Server names accepted. Another name is treated as if none was sent: "
+                           "the first key, and only routes without `authority` match."},
+    "alpn": {"type": "array", "items": {"enum": ["http/1.1", "h2"]},
+             "x-ssekd-default": "no ALPN (HTTP/1.1)",
+             "description": "Protocols offered by ALPN. As in Zilla, the client's order decides among "
+                            "them, limited to what the exit for that protocol speaks."},
+    "mutual": {"enum": ["required", "requested", "none"],
+               "x-ssekd-default": "`required` when `trust` is given, else `none`",
+               "description": "Client certificates: `required` refuses a handshake without a "
+                              "trusted one, `requested` asks for one. Without `trust`, the whole "
+                              "trust store is used."},
 }}
 
 BINDING = BindingType("tls", {
@@ -421,7 +440,9 @@ BINDING = BindingType("tls", {
         vault=True,
         options=OPTIONS,
         when={"type": "object", "additionalProperties": False, "properties": {
-            "authority": {"type": "string"}, "alpn": {"type": "string"}}},
+            "authority": {"type": "string", "description": "Pattern for the SNI server name "
+                                                           "(case-insensitive)."},
+            "alpn": {"type": "string", "description": "Pattern for the negotiated ALPN protocol."}}},
     ),
 })
 

@@ -50,34 +50,46 @@ def _validator(schema: Mapping[str, Any]) -> Draft202012Validator:
 def binding_schema(kind: KindSpec, type_name: str, kind_name: str) -> dict[str, Any]:
     """The whole schema of one binding of `type_name`/`kind_name`."""
     props: dict[str, Any] = {
-        "type": {"const": type_name},
-        "kind": {"const": kind_name},
+        "type": {"const": type_name, "description": "The binding type."},
+        "kind": {"const": kind_name, "description": "The kind of binding within its type."},
         "options": kind.options,
         "telemetry": {
             "type": "object", "additionalProperties": False,
-            "properties": {"metrics": {"type": "array", "items": {"type": "string"}}},
+            "description": "This binding's telemetry.",
+            "properties": {"metrics": {
+                "type": "array", "items": {"type": "string"},
+                "description": "Metrics to keep for this binding.",
+                "x-ssekd-not-built": "Accepted and not used: ssekd keeps no metrics yet."}},
         },
     }
     if kind.vault:
-        props["vault"] = NAME
+        props["vault"] = {**NAME, "description": "The vault (under `vaults`) its keys and "
+                                                 "certificates come from."}
     if kind.exit is not Exit.NONE:
-        props["exit"] = NAME
+        props["exit"] = {**NAME, "description": "The binding that gets what no route matches."}
     if kind.when is not None:
         route: dict[str, Any] = {
             "type": "object", "additionalProperties": False,
             "properties": {
-                "when": {"type": "array", "items": kind.when},
+                "when": {"type": "array", "items": kind.when,
+                         "description": "Conditions: the route matches when any item does, "
+                                        "and an item when all its fields do. None: always."},
                 "guarded": {"type": "object", "propertyNames": NAME,
                             "additionalProperties": {"type": "array",
-                                                     "items": {"type": "string"}}},
+                                                     "items": {"type": "string"}},
+                            "description": "Guard name to the roles a request must have.",
+                            "x-ssekd-not-built": "Checked, and unusable: it must name a guard, "
+                                                 "and a config with a guard is refused by this "
+                                                 "version."},
             },
         }
         if kind.exit is not Exit.NONE:
-            route["properties"]["exit"] = NAME
+            route["properties"]["exit"] = {**NAME, "description": "Where a match goes."}
             route["required"] = ["exit"]
         if kind.with_ is not None:
             route["properties"]["with"] = kind.with_
-        props["routes"] = {"type": "array", "items": route}
+        props["routes"] = {"type": "array", "items": route,
+                           "description": "Tried in order; the first that matches wins."}
     schema: dict[str, Any] = {
         "type": "object", "additionalProperties": False,
         "required": ["type", "kind"], "properties": props,

@@ -56,35 +56,73 @@ def _check_keepalive(ctx: BuildContext, binding: Binding, limits: Limits) -> Non
         raise ConfigError(issues)
 
 
-_CREDENTIALS = {"type": "object", "additionalProperties": False, "properties": {
-    "headers": {"type": "object", "additionalProperties": {"type": "string"}},
-    "query": {"type": "object", "additionalProperties": {"type": "string"}},
-    "cookies": {"type": "object", "additionalProperties": {"type": "string"}},
+_CREDENTIALS = {"type": "object", "additionalProperties": False,
+                "description": "Where the token is carried; `{credentials}` marks it in the "
+                               "value.",
+                "properties": {
+    "headers": {"type": "object", "additionalProperties": {"type": "string"},
+                "description": "Header name to value pattern, e.g. "
+                               "`authorization: Bearer {credentials}`."},
+    "query": {"type": "object", "additionalProperties": {"type": "string"},
+              "description": "Query parameter to value pattern."},
+    "cookies": {"type": "object", "additionalProperties": {"type": "string"},
+                "description": "Cookie name to value pattern."},
 }}
 
-OPTIONS = {"type": "object", "additionalProperties": False, "properties": {
-    "versions": {"type": "array", "minItems": 1, "items": {"enum": ["http/1.1", "h2"]}},
+_ORIGINS = "any origin"
+_ECHO = "the request's (echoed)"
+
+OPTIONS = {"type": "object", "additionalProperties": False,
+           "description": "Serves HTTP/1.1 and HTTP/2 (ALPN over TLS, prior knowledge in "
+                          "cleartext) on the same routes. Each request goes to the first route "
+                          "whose `when` matches, else to `exit`; with neither it is `404`.",
+           "properties": {
+    "versions": {"type": "array", "minItems": 1, "items": {"enum": ["http/1.1", "h2"]},
+                 "default": list(DEFAULT_VERSIONS),
+                 "description": "HTTP versions spoken (and offered by a tls server in front)."},
     "access-control": {
         "type": "object", "additionalProperties": False,
+        "description": "CORS. A request whose `Origin` is not allowed is `403`.",
         "properties": {
-            "policy": {"enum": ["same-origin", "cross-origin"]},
-            "allow": {"type": "object", "additionalProperties": False, "properties": {
-                "origins": STRING_LIST, "methods": STRING_LIST, "headers": STRING_LIST,
-                "credentials": {"type": "boolean"}}},
-            "max-age": {"type": "integer", "minimum": 0},
+            "policy": {"enum": ["same-origin", "cross-origin"], "default": "same-origin",
+                       "description": "`same-origin` allows only the server's own origin; "
+                                      "`cross-origin` applies `allow` and answers preflights with "
+                                      "`204`."},
+            "allow": {"type": "object", "additionalProperties": False,
+                      "description": "What cross-origin requests may do.", "properties": {
+                "origins": {**STRING_LIST, "x-ssekd-default": _ORIGINS,
+                            "description": "Origins allowed besides the server's own."},
+                "methods": {**STRING_LIST, "x-ssekd-default": _ECHO,
+                            "description": "`Access-Control-Allow-Methods` of a preflight."},
+                "headers": {**STRING_LIST, "x-ssekd-default": _ECHO,
+                            "description": "`Access-Control-Allow-Headers` of a preflight."},
+                "credentials": {"type": "boolean", "default": False,
+                                "description": "Allow cookies and credentials; needs `origins`."}}},
+            "max-age": {"type": "integer", "minimum": 0, "x-ssekd-default": "not sent",
+                        "description": "Seconds a browser may cache a preflight answer."},
             "expose": {"type": "object", "additionalProperties": False,
-                       "properties": {"headers": STRING_LIST}},
+                       "description": "Response headers scripts may read.",
+                       "properties": {"headers": {**STRING_LIST, "x-ssekd-default": "none",
+                                                  "description": "`Access-Control-Expose-Headers`."}}},
         },
     },
     "authorization": {"type": "object", "additionalProperties": {
         "type": "object", "additionalProperties": False, "required": ["credentials"],
-        "properties": {"credentials": _CREDENTIALS}}},
+        "properties": {"credentials": _CREDENTIALS}},
+        "description": "Per guard name: where requests carry their credentials.",
+        "x-ssekd-not-built": "Checked, and unusable: it must name a guard, and a config with a "
+                             "guard is refused by this version."},
     "limits": LIMITS_SCHEMA,
 }}
 
 WHEN = {"type": "object", "additionalProperties": False, "properties": {
     "headers": {"type": "object", "minProperties": 1,
-                "additionalProperties": {"type": "string"}}}}
+                "additionalProperties": {"type": "string"},
+                "description": "Header name to pattern; all must match the whole value. "
+                               "Pseudo-headers: `:scheme` (`http`/`https`), `:authority` (always "
+                               "`host:port`), `:path` (a pattern not ending in `*` also matches with "
+                               "any query string), `:method`. `*` matches anything, `{name}` "
+                               "captures one path segment."}}}
 
 BINDING = BindingType("http", {
     "server": KindSpec(role=Role.STREAM, build=_build, exit=Exit.REQUIRED,

@@ -42,13 +42,28 @@ class Limits:
 
 
 LIMITS_SCHEMA: Mapping[str, Any] = {
-    "type": "object", "additionalProperties": False,
+    "type": "object", "additionalProperties": False, "x-ssekd-addition": True,
+    "description": "Bounds on what one client may cost; Zilla has no such block.",
     "properties": {
-        "header-bytes": {"type": "integer", "minimum": 256},
-        "header-count": {"type": "integer", "minimum": 1},
-        "header-timeout": {"type": "number", "exclusiveMinimum": 0},
-        "idle-timeout": {"type": "number", "exclusiveMinimum": 0},
-        "body-bytes": {"type": "integer", "minimum": 0},
+        "header-bytes": {"type": "integer", "minimum": 256, "default": DEFAULT_HEADER_BYTES,
+                         "x-ssekd-addition": True,
+                         "description": "Largest request head (request line and headers); more "
+                                        "is `400`."},
+        "header-count": {"type": "integer", "minimum": 1, "default": DEFAULT_HEADER_COUNT,
+                         "x-ssekd-addition": True,
+                         "description": "Most headers in one request; more is `400`."},
+        "header-timeout": {"type": "number", "exclusiveMinimum": 0,
+                           "default": DEFAULT_HEADER_TIMEOUT, "x-ssekd-addition": True,
+                           "description": "Seconds from the first byte of a request to the end of "
+                                          "its head (against slowloris); then `408` and close."},
+        "idle-timeout": {"type": "number", "exclusiveMinimum": 0,
+                         "default": DEFAULT_IDLE_TIMEOUT, "x-ssekd-addition": True,
+                         "description": "Seconds a connection may stay silent before it is closed "
+                                        "(HTTP/2 too). An sse exit's `max-idle-time` must be "
+                                        "shorter."},
+        "body-bytes": {"type": "integer", "minimum": 0, "default": DEFAULT_BODY_BYTES,
+                       "x-ssekd-addition": True,
+                       "description": "Largest request body; more is `413`."},
     },
 }
 

@@ -85,37 +85,84 @@ def _build_cache_client(ctx: BuildContext, binding: Binding) -> CacheClient:
 BINDING = BindingType("kafka", {
     "cache_client": KindSpec(role=Role.KAFKA_CACHE, build=_build_cache_client,
                              exit=Exit.REQUIRED, exit_roles=(Role.KAFKA_CACHE,),
-                             options={"type": "object"}),
+                             options={"type": "object",
+                                      "description": "What sse-kafka routes exit to: it hands "
+                                                     "every stream to its cache_server.",
+                                      "x-ssekd-not-built": "Any options are accepted and none "
+                                                           "is read."}),
     "cache_server": KindSpec(
         role=Role.KAFKA_CACHE, build=_build_cache_server, exit=Exit.REQUIRED,
         exit_roles=(Role.KAFKA_CLIENT,), bootstrap_topics=bootstrap_topics,
-        options={"type": "object", "additionalProperties": False, "properties": {
-            "bootstrap": {"type": "array", "items": {"type": "string", "minLength": 1}},
-            "topics": {"type": "array", "items": {
+        options={"type": "object", "additionalProperties": False,
+                 "description": "Keeps a bounded in-memory log per topic, fed by one consumer "
+                                "however many streams read it; streams that fall behind it read "
+                                "older records from Kafka. A topic is followed from the first "
+                                "stream that asks for it (or from start-up, for `bootstrap`).",
+                 "properties": {
+            "bootstrap": {"type": "array", "items": {"type": "string", "minLength": 1},
+                          "x-ssekd-default": "none",
+                          "description": "Topics consumed from start-up, before any stream "
+                                         "asks."},
+            "topics": {"type": "array", "description": "Per-topic settings.", "items": {
                 "type": "object", "additionalProperties": False, "required": ["name"],
-                "properties": {"name": {"type": "string", "minLength": 1},
-                               "defaultOffset": {"enum": ["live", "historical"]}}}},
-            "max-topics": {"type": "integer", "minimum": 1},
-            "cache": {"type": "object", "additionalProperties": False, "properties": {
-                "max-messages": {"type": "integer", "minimum": 1},
-                "max-bytes": {"type": "integer", "minimum": 1},
-                "max-age": {"type": "number", "exclusiveMinimum": 0},
+                "properties": {"name": {"type": "string", "minLength": 1,
+                                        "description": "The topic."},
+                               "defaultOffset": {"enum": ["live", "historical"],
+                                                 "default": "historical",
+                                                 "description": "Where a stream without a last "
+                                                                "event id starts: all the cache "
+                                                                "holds, or the end."}}}},
+            "max-topics": {"type": "integer", "minimum": 1, "default": DEFAULT_MAX_TOPICS,
+                           "x-ssekd-addition": True,
+                           "description": "Topics followed at most (bootstrap topics always "
+                                          "are); a stream for one more is `503`. Each topic costs "
+                                          "a consumer assignment and a cache."},
+            "cache": {"type": "object", "additionalProperties": False, "x-ssekd-addition": True,
+                      "description": "Bounds of each topic's log; the oldest records go first.",
+                      "properties": {
+                "max-messages": {"type": "integer", "minimum": 1,
+                                 "default": CacheBounds.max_messages, "x-ssekd-addition": True,
+                                 "description": "Records kept per topic."},
+                "max-bytes": {"type": "integer", "minimum": 1, "default": CacheBounds.max_bytes,
+                              "x-ssekd-addition": True,
+                              "description": "Bytes kept per topic (keys, values, headers and "
+                                             "about 120 bytes per record)."},
+                "max-age": {"type": "number", "exclusiveMinimum": 0,
+                            "default": CacheBounds.max_age_seconds, "x-ssekd-addition": True,
+                            "description": "Seconds a record stays, by its timestamp; not applied "
+                                           "to compacted topics, whose latest value per key "
+                                           "stays."},
             }},
         }}),
     "client": KindSpec(
         role=Role.KAFKA_CLIENT, build=_build_client, exit=Exit.OPTIONAL,
         exit_roles=(Role.OUTBOUND,), summary=lambda o: ",".join(servers(o)),
         connects_to=server_addresses,
-        options={"type": "object", "additionalProperties": False, "properties": {
-            "servers": {"type": "array", "minItems": 1,
+        options={"type": "object", "additionalProperties": False,
+                 "description": "The connection to the Kafka cluster: one consumer per "
+                                "cache_server for the live tail, one for reading older records. "
+                                "When the brokers are down, it retries with back-off and says so "
+                                "in events.",
+                 "properties": {
+            "servers": {"type": "array", "minItems": 1, "default": list(DEFAULT_SERVERS),
+                        "description": "Bootstrap servers.",
                         "items": {"type": "string", "pattern": r"^[^:\s]+:[0-9]{1,5}$",
                                   "x-expected": "host:port"}},
             "sasl": {"type": "object", "additionalProperties": False,
                      "required": ["mechanism", "username", "password"],
+                     "x-ssekd-default": "none",
+                     "description": "SASL authentication (over plaintext, `SASL_PLAINTEXT`).",
                      "properties": {
-                         "mechanism": {"enum": ["plain", "scram-sha-256", "scram-sha-512"]},
-                         "username": {"type": "string"}, "password": {"type": "string"}}},
-            "properties": {"type": "object", "additionalProperties": {
-                "type": ["string", "integer", "number", "boolean"]}},
+                         "mechanism": {"enum": ["plain", "scram-sha-256", "scram-sha-512"],
+                                       "description": "SASL mechanism."},
+                         "username": {"type": "string", "description": "User name."},
+                         "password": {"type": "string",
+                                      "description": "Password; never repeated in error "
+                                                     "messages."}}},
+            "properties": {"type": "object", "x-ssekd-addition": True,
+                           "additionalProperties": {
+                               "type": ["string", "integer", "number", "boolean"]},
+                           "description": "librdkafka consumer properties, applied last as they "
+                                          "are (e.g. `fetch.wait.max.ms`)."},
         }}),
 })

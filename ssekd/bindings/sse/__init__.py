@@ -24,9 +24,19 @@ def _build(ctx: BuildContext, binding: Binding) -> SseServer:
 BINDING = BindingType("sse", {
     "server": KindSpec(
         role=Role.HTTP, build=_build, exit=Exit.REQUIRED, exit_roles=(Role.STREAM_SOURCE,),
-        options={"type": "object", "additionalProperties": False, "properties": {
-            "retry": {"type": "integer", "minimum": 0},
-            "max-idle-time": {"type": "number", "exclusiveMinimum": 0},
+        options={"type": "object", "additionalProperties": False,
+                 "description": "Answers `GET` with a `text/event-stream` response and opens the "
+                                "stream at its exit; reads the last event id from `Last-Event-ID` "
+                                "or `?lastEventId=`. Other methods are `405`.",
+                 "properties": {
+            "retry": {"type": "integer", "minimum": 0, "x-ssekd-default": "not sent",
+                      "description": "Milliseconds a browser waits before reconnecting, sent once "
+                                     "as `retry:` at the start of each stream."},
+            "max-idle-time": {"type": "number", "exclusiveMinimum": 0, "default": DEFAULT_MAX_IDLE,
+                              "x-ssekd-addition": True,
+                              "description": "Seconds without a write before a `:` keepalive "
+                                             "comment; must be less than the http binding's "
+                                             "`limits.idle-timeout`."},
         }},
     ),
 })

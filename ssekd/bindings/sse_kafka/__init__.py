@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ssekd.bindings._schemas import PATH_WHEN
 from ssekd.bindings.api import BindingType, BuildContext, Exit, KindSpec, Role
-from ssekd.bindings.sse_kafka.proxy import Cache, SseKafkaProxy, SseKafkaRoute, with_templates
+from ssekd.bindings.sse_kafka.proxy import DEFAULT_TOPIC, Cache, SseKafkaProxy, SseKafkaRoute, with_templates
 from ssekd.config.errors import ConfigError, ConfigIssue
 from ssekd.config.model import Binding
 from ssekd.patterns import Pattern, reference_problems
@@ -42,19 +42,39 @@ BINDING = BindingType("sse-kafka", {
         role=Role.STREAM_SOURCE, build=_build, exit=Exit.REQUIRED,
         exit_roles=(Role.KAFKA_CACHE,),
         when=PATH_WHEN,
+        options={"type": "object", "additionalProperties": False,
+                 "description": "Maps a stream request to a Kafka topic: the first route whose "
+                                "`when` matches the path (query string removed) picks the topic, "
+                                "filters and id format, and its exit (a kafka cache) feeds the "
+                                "stream. No match, or a topic name Kafka would refuse, is `404`."},
         with_={"type": "object", "additionalProperties": False, "required": ["topic"],
+               "default": {"topic": DEFAULT_TOPIC},
+               "description": "What the stream carries. Values may use `${params.name}`.",
                "properties": {
-                   "topic": {"type": "string", "minLength": 1},
-                   "filters": {"type": "array", "items": {
+                   "topic": {"type": "string", "minLength": 1,
+                             "description": "The topic to stream."},
+                   "filters": {"type": "array", "x-ssekd-default": "every record",
+                               "description": "A record is sent when any filter of the list "
+                                              "matches it.",
+                               "items": {
                        "type": "object", "additionalProperties": False,
                        "properties": {
-                           "key": {"type": "string"},
+                           "key": {"type": "string",
+                                   "description": "The record's key must equal this (bytes of "
+                                                  "the UTF-8 text)."},
                            "headers": {"type": "object",
-                                       "additionalProperties": {"type": "string"}},
+                                       "additionalProperties": {"type": "string"},
+                                       "description": "Each named header must be present with "
+                                                      "this value; with `key`, all must match."},
                        }}},
                    "event": {"type": "object", "additionalProperties": False,
-                             "required": ["id"],
-                             "properties": {"id": {"enum": [ETAG_ID, KEY_ETAG_ID]}}},
+                             "required": ["id"], "description": "Event fields.",
+                             "properties": {"id": {"enum": [ETAG_ID, KEY_ETAG_ID],
+                                                   "default": ETAG_ID,
+                                                   "description": "Form of the `id:` field: the "
+                                                                  "progress (and etag) alone, or "
+                                                                  "a JSON array with the key "
+                                                                  "first."}}},
                }},
     ),
 })
