@@ -58,8 +58,9 @@ $(COMPAT_STAMP): pyproject.toml | $(COMPAT)/bin/python
 	touch $@
 
 # Twisted is pinned to the floor; everything else resolves as in `make test`. The spark-marked
-# tests are left out (the spark/ jobs do not use Twisted) except test_serving, which runs the
-# daemon and serves the jobs' output through it: -k selects it by name, since -m cannot.
+# tests are left out (the spark/ jobs do not use Twisted), except test_serving: it serves the
+# jobs' output through the daemon. A -k expression matches markers and names alike, which lets
+# one run drop the marker but keep that file (-m alone cannot).
 test-compat: $(COMPAT_STAMP) system-deps
 	@$(COMPAT)/bin/python -c 'import twisted; print("Twisted", twisted.__version__)'
 	SPARK_LOCAL_IP=127.0.0.1 $(COMPAT)/bin/python -m pytest -q -p no:cacheprovider \
