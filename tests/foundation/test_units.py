@@ -99,6 +99,16 @@ def test_head_deadline_cancelled_once_headers_arrive() -> None:
     assert not clock.getDelayedCalls() or all(not c.active() for c in clock.getDelayedCalls())
 
 
+@pytest.mark.parametrize("value", [b"a\x00b", b"a\rb"])
+def test_header_value_with_nul_or_cr_is_refused(value: bytes) -> None:
+    """RFC 9110 §5.5, whatever the Twisted version (24.7 passed such a value on)."""
+    ch, transport = channel(MemoryReactorClock())
+    ch.dataReceived(b"GET / HTTP/1.1\r\nHost: x\r\nLast-Event-ID: " + value + b"\r\n\r\n")
+    assert transport.value().startswith(b"HTTP/1.1 400 Bad Request")
+    assert transport.disconnecting
+    assert not ch.requests[0].requestHeaders.hasHeader(b"last-event-id")
+
+
 def test_body_larger_than_limit_is_refused() -> None:
     clock = MemoryReactorClock()
     ch, transport = channel(clock, body_bytes=10)

@@ -95,7 +95,7 @@ HOSTILE = [
 def test_hostile_ids_resume_from_the_start(streamd: Streamd, filtered_topic: str,
                                            bad: str, via: str) -> None:
     if via == "header" and "\x00" in bad:
-        # Twisted's parser refuses a NUL in a header with 400 before the sse binding sees it:
+        # The http binding refuses a NUL in a header with 400 before the sse binding sees it:
         # a clean refusal is the right answer too, and the daemon goes on serving.
         with streamd.open(f"/events/{filtered_topic}",
                           {"Last-Event-ID": bad.encode("utf-8").decode("latin-1")}) as c:

@@ -104,6 +104,15 @@ class LimitedHTTPChannel(HTTPChannel):
         super().requestDone(request)
         self._awaiting_head = True
 
+    def headerReceived(self, line: bytes) -> bool:
+        """A field value holding NUL, CR or LF is refused (RFC 9110 §5.5), as newer Twisted does
+        itself; Twisted 24.7 passed it on to the request."""
+        if len(line.translate(None, b"\x00\r\n")) != len(line):
+            self._respond_and_close(b"400 Bad Request")
+            return False
+        ok: bool = super().headerReceived(line)
+        return ok
+
     def connectionLost(self, reason: Failure = connectionDone) -> None:
         self._disarm()
         super().connectionLost(reason)
