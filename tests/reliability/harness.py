@@ -1,0 +1,481 @@
+"""What the whole-daemon reliability tests share: sizes scaled by `RELIABILITY_SECONDS`, a
+daemon config for one route, a producer whose payloads carry a sequence number, a pool of SSE
+clients read by one thread that checks every event it gets, and the daemon's fds and memory.
+
+The payload of record `n` of partition `p` is `p=<p> s=<n>`, so a client can tell per event
+whether anything was lost, repeated or reordered without trusting the daemon's ids.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import selectors
+import socket
+import struct
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from ssekd.broker import free_port
+from tests.conftest import Daemon, start_daemon
+
+# -- how long and how big ----------------------------------------------------------------------
+
+
+def long_seconds() -> float | None:
+    """`RELIABILITY_SECONDS` when set: the run is a long one at the issue's full sizes."""
+    raw = os.environ.get("RELIABILITY_SECONDS", "").strip()
+    return float(raw) if raw else None
+
+
+def sized(default: float, full: float) -> int:
+    """`default` in a `make test` run, `full` when RELIABILITY_SECONDS asks for the long run."""
+    return int(full if long_seconds() is not None else default)
+
+
+def seconds(default: float, full: float | None = None) -> float:
+    """A duration: `default` normally; RELIABILITY_SECONDS (or `full`, when given) otherwise."""
+    long = long_seconds()
+    if long is None:
+        return default
+    return full if full is not None else long
+
+
+def raise_fd_limit(want: int) -> None:
+    """Raise this process's open-file soft limit towards `want` (the daemon inherits it)."""
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = want if hard == resource.RLIM_INFINITY else min(want, hard)
+    if soft < target:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+
+
+# -- the daemon --------------------------------------------------------------------------------
+
+CONFIG = """\
+name: reliability
+bindings:
+  tcp:
+    type: tcp
+    kind: server
+    options: {{host: 127.0.0.1, port: {port}}}
+    exit: http
+  http:
+    type: http
+    kind: server
+    exit: sse
+  sse:
+    type: sse
+    kind: server
+    options: {{max-idle-time: {idle}}}
+    exit: sse_kafka
+  sse_kafka:
+    type: sse-kafka
+    kind: proxy
+    routes:
+      - when: [{{path: "/events/{{topic}}"}}]
+        exit: cache_client
+        with: {{topic: "${{params.topic}}"}}
+  cache_client:
+    type: kafka
+    kind: cache_client
+    exit: cache_server
+  cache_server:
+    type: kafka
+    kind: cache_server
+    exit: kafka_client
+  kafka_client:
+    type: kafka
+    kind: client
+    options:
+      servers: ["{bootstrap}"]
+      properties: {{fetch.wait.max.ms: 10, reconnect.backoff.max.ms: 500}}
+telemetry:
+  exporters:
+    stdout:
+      type: stdout
+"""
+
+
+def write_config(folder: Path, bootstrap: str, port: int, idle: float = 5) -> Path:
+    path = folder / f"zilla-{port}.yaml"
+    path.write_text(CONFIG.format(port=port, bootstrap=bootstrap, idle=idle))
+    return path
+
+
+def run_daemon(folder: Path, bootstrap: str, port: int | None = None,
+               idle: float = 5) -> tuple[Daemon, int]:
+    """Start `twistd -n ssekd` serving `/events/{topic}` from `bootstrap`; (daemon, port)."""
+    port = port or free_port()
+    return start_daemon(write_config(folder, bootstrap, port, idle), wait_ports=[port]), port
+
+
+def tracebacks(output: str) -> list[str]:
+    """Lines of daemon output that show a Python traceback or an unhandled Twisted error."""
+    return [line for line in output.splitlines()
+            if "Traceback (most recent call last)" in line or "Unhandled Error" in line
+            or "Unhandled error in Deferred" in line]
+
+
+@dataclass
+class Usage:
+    fds: int
+    rss: int
+
+
+def usage(pid: int) -> Usage:
+    return Usage(len(os.listdir(f"/proc/{pid}/fd")), psutil.Process(pid).memory_info().rss)
+
+
+def wait_for(condition: Callable[[], bool], timeout: float, what: str,
+             interval: float = 0.05) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+# -- Kafka ---------------------------------------------------------------------------------
+
+
+def create_topic(bootstrap: str, name: str, partitions: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for f in admin.create_topics([NewTopic(name, partitions, 1)]).values():
+        f.result(15)
+
+
+class SeqProducer:
+    """Writes `p=<p> s=<n>` to each partition with `n` counting up from 0 per partition."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
+        self.topic = topic
+        self.partitions = partitions
+        self.next = [0] * partitions
+        self.failed = 0
+        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 2,
+                                  "message.timeout.ms": 60000})
+
+    def _report(self, err: object, msg: object) -> None:
+        if err is not None:
+            self.failed += 1
+
+    def produce(self, count: int) -> None:
+        """`count` records spread round-robin over the partitions (not flushed)."""
+        for i in range(count):
+            p = i % self.partitions
+            value = b"p=%d s=%d" % (p, self.next[p])
+            self.next[p] += 1
+            while True:
+                try:
+                    self.producer.produce(self.topic, value, partition=p,
+                                          on_delivery=self._report)
+                    break
+                except BufferError:
+                    self.producer.poll(0.05)
+        self.producer.poll(0)
+
+    def produce_at(self, rate: float, duration: float,
+                   stop: threading.Event | None = None) -> None:
+        """About `rate` records a second for `duration` seconds, in 20 ms steps."""
+        start = time.monotonic()
+        done = 0
+        while (elapsed := time.monotonic() - start) < duration:
+            if stop is not None and stop.is_set():
+                break
+            due = int(rate * elapsed) - done
+            if due > 0:
+                self.produce(due)
+                done += due
+            time.sleep(0.02)
+
+    def flush(self, timeout: float = 30) -> None:
+        left = self.producer.flush(timeout)
+        assert left == 0 and self.failed == 0, f"{left} unsent, {self.failed} failed"
+
+    @property
+    def total(self) -> int:
+        return sum(self.next)
+
+
+# -- SSE clients ---------------------------------------------------------------------------
+
+
+@dataclass
+class Stream:
+    """One SSE client: what it received, checked per event against the sequence numbers."""
+
+    path: str
+    partitions: int
+    reconnect: bool = True
+    sock: socket.socket | None = None
+    last_id: str | None = None
+    #: next sequence number expected per partition
+    expect: list[int] = field(default_factory=list)
+    events: int = 0
+    problems: list[str] = field(default_factory=list)
+    connects: int = 0
+    ends: int = 0
+    status: int | None = None
+    statuses: list[int] = field(default_factory=list)
+    comments: int = 0
+    #: arrival time of every event when `latency` is on (for p99 against produce time)
+    retry_at: float = 0.0
+    # parser state
+    _raw: bytearray = field(default_factory=bytearray)
+    _head: bool = True
+    _chunk_left: int = 0
+    _body: bytearray = field(default_factory=bytearray)
+    _data: bytes | None = None
+    _id: str | None = None
+
+    def __post_init__(self) -> None:
+        self.expect = [0] * self.partitions
+
+    @property
+    def received(self) -> int:
+        return sum(self.expect)
+
+    def complete(self, counts: list[int]) -> bool:
+        return self.expect == counts
+
+    def _reset_parser(self) -> None:
+        self._raw = bytearray()
+        self._head = True
+        self._chunk_left = 0
+        self._body = bytearray()
+        self._data = None
+        self._id = None
+
+    def feed(self, data: bytes) -> bool:
+        """Take bytes from the socket; False when the response ended."""
+        self._raw += data
+        if self._head:
+            end = self._raw.find(b"\r\n\r\n")
+            if end < 0:
+                return True
+            head = bytes(self._raw[:end]).decode("latin-1")
+            del self._raw[:end + 4]
+            self._head = False
+            self.status = int(head.split(" ", 2)[1])
+            self.statuses.append(self.status)
+            if "transfer-encoding: chunked" not in head.lower():
+                return False  # an error response with a body: the stream did not open
+        return self._dechunk()
+
+    def _dechunk(self) -> bool:
+        raw = self._raw
+        pos = 0
+        ended = False
+        while True:
+            if self._chunk_left:
+                take = min(self._chunk_left, len(raw) - pos)
+                self._body += raw[pos:pos + take]
+                pos += take
+                self._chunk_left -= take
+                if self._chunk_left:
+                    break
+                self._chunk_left = -2  # the chunk's CRLF
+            if self._chunk_left < 0:
+                if len(raw) - pos < 2:
+                    break
+                pos += 2
+                self._chunk_left = 0
+            nl = raw.find(b"\r\n", pos)
+            if nl < 0:
+                break
+            size = int(bytes(raw[pos:nl]).split(b";")[0], 16)
+            pos = nl + 2
+            if size == 0:
+                ended = True
+                break
+            self._chunk_left = size
+        del raw[:pos]
+        self._parse_events()
+        return not ended
+
+    def _parse_events(self) -> None:
+        body = self._body
+        pos = 0
+        while True:
+            nl = body.find(b"\n", pos)
+            if nl < 0:
+                break
+            line = bytes(body[pos:nl])
+            pos = nl + 1
+            if not line:
+                if self._data is not None:
+                    self._event(self._data)
+                    if self._id is not None:
+                        self.last_id = self._id
+                self._data = None
+                self._id = None
+            elif line.startswith(b":"):
+                self.comments += 1
+            elif line.startswith(b"data:"):
+                self._data = line[5:]
+            elif line.startswith(b"id:"):
+                self._id = line[3:].decode("utf-8")
+        del body[:pos]
+
+    def _event(self, data: bytes) -> None:
+        self.events += 1
+        try:
+            p_text, s_text = data.split(b" ")
+            p, s = int(p_text[2:]), int(s_text[2:])
+        except ValueError:
+            self._problem(f"payload not from SeqProducer: {data[:60]!r}")
+            return
+        if p >= self.partitions:
+            self._problem(f"partition {p} out of range")
+            return
+        want = self.expect[p]
+        if s == want:
+            self.expect[p] = s + 1
+        elif s < want:
+            self._problem(f"partition {p}: seq {s} again or out of order (expected {want})")
+        else:
+            self._problem(f"partition {p}: seq {want}..{s - 1} lost (got {s})")
+            self.expect[p] = s + 1
+
+    def _problem(self, text: str) -> None:
+        if len(self.problems) < 20:
+            self.problems.append(text)
+
+    def request(self, host: str, port: int) -> bytes:
+        lines = [f"GET {self.path} HTTP/1.1", f"Host: {host}:{port}",
+                 "Accept: text/event-stream"]
+        if self.last_id is not None:
+            lines.append(f"Last-Event-ID: {self.last_id}")
+        return ("\r\n".join(lines) + "\r\n\r\n").encode("utf-8")
+
+
+class StreamPool:
+    """Many SSE clients read by one thread (a selector). A stream that ends or cannot connect
+    comes back like an EventSource: after `retry` seconds, with its last id."""
+
+    def __init__(self, port: int, host: str = "127.0.0.1", retry: float = 0.2) -> None:
+        self.host = host
+        self.port = port
+        self.retry = retry
+        self.streams: list[Stream] = []
+        self._sel = selectors.DefaultSelector()
+        self._lock = threading.Lock()
+        self._waiting: list[Stream] = []  # to (re)connect at their `retry_at`
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="stream-pool", daemon=True)
+        self.connect_errors = 0
+
+    def open(self, paths: Iterable[str], partitions: int, reconnect: bool = True) -> list[Stream]:
+        """Open one stream per path now (connected before this returns)."""
+        opened = []
+        for path in paths:
+            s = Stream(path, partitions, reconnect)
+            self._connect(s)
+            opened.append(s)
+        with self._lock:
+            self.streams += opened
+        if not self._thread.is_alive():
+            self._thread.start()
+        return opened
+
+    def _connect(self, s: Stream) -> None:
+        try:
+            sock = socket.create_connection((self.host, self.port), timeout=5)
+            sock.sendall(s.request(self.host, self.port))
+            sock.setblocking(False)
+        except OSError:
+            self.connect_errors += 1
+            s.retry_at = time.monotonic() + self.retry
+            with self._lock:
+                self._waiting.append(s)
+            return
+        s._reset_parser()
+        s.sock = sock
+        s.connects += 1
+        with self._lock:
+            self._sel.register(sock, selectors.EVENT_READ, s)
+
+    def _drop(self, s: Stream) -> None:
+        if s.sock is not None:
+            self._sel.unregister(s.sock)
+            s.sock.close()
+            s.sock = None
+        s.ends += 1
+        if s.reconnect and not self._stop.is_set():
+            s.retry_at = time.monotonic() + self.retry
+            self._waiting.append(s)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            with self._lock:
+                due = [s for s in self._waiting if s.retry_at <= time.monotonic()]
+                self._waiting = [s for s in self._waiting if s not in due]
+            for s in due:
+                self._connect(s)
+            if not self._sel.get_map():
+                time.sleep(0.02)
+                continue
+            for key, _ in self._sel.select(0.05):
+                s = key.data
+                try:
+                    data = key.fileobj.recv(262144)  # type: ignore[union-attr]
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    data = b""
+                if not data or not s.feed(data):
+                    self._drop(s)
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(10)
+        for s in self.streams:
+            if s.sock is not None:
+                s.sock.close()
+                s.sock = None
+
+    def wait_complete(self, counts: Callable[[], list[int]], timeout: float) -> None:
+        """Until every stream received exactly `counts()` per partition (or fail naming them)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            want = counts()
+            if all(s.expect == want for s in self.streams):
+                return
+            time.sleep(0.05)
+        want = counts()
+        behind = [s for s in self.streams if s.expect != want]
+        raise AssertionError(
+            f"{len(behind)} of {len(self.streams)} streams incomplete after {timeout}s, "
+            f"expected {want}; e.g. {[(s.expect, s.connects, s.statuses[-3:]) for s in behind[:3]]}"
+            f"; problems: {self.problems()[:5]}")
+
+    def problems(self) -> list[str]:
+        return [f"{s.path}: {p}" for s in self.streams for p in s.problems]
+
+
+# -- hostile clients -----------------------------------------------------------------------
+
+
+def rst_close(sock: socket.socket) -> None:
+    """Close with SO_LINGER 0: the peer gets a RST instead of a FIN."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    sock.close()
+
+
+def connect_nonblocking(host: str, port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setblocking(False)
+    err = sock.connect_ex((host, port))
+    if err not in (0, errno.EINPROGRESS):
+        sock.close()
+        raise OSError(err, os.strerror(err))
+    return sock
