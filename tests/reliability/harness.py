@@ -70,6 +70,7 @@ bindings:
   http:
     type: http
     kind: server
+    options: {{limits: {{header-timeout: {header_timeout}}}}}
     exit: sse
   sse:
     type: sse
@@ -104,17 +105,20 @@ telemetry:
 """
 
 
-def write_config(folder: Path, bootstrap: str, port: int, idle: float = 5) -> Path:
+def write_config(folder: Path, bootstrap: str, port: int, idle: float = 5,
+                 header_timeout: float = 10) -> Path:
     path = folder / f"zilla-{port}.yaml"
-    path.write_text(CONFIG.format(port=port, bootstrap=bootstrap, idle=idle))
+    path.write_text(CONFIG.format(port=port, bootstrap=bootstrap, idle=idle,
+                                  header_timeout=header_timeout))
     return path
 
 
-def run_daemon(folder: Path, bootstrap: str, port: int | None = None,
-               idle: float = 5) -> tuple[Daemon, int]:
+def run_daemon(folder: Path, bootstrap: str, port: int | None = None, idle: float = 5,
+               header_timeout: float = 10) -> tuple[Daemon, int]:
     """Start `twistd -n ssekd` serving `/events/{topic}` from `bootstrap`; (daemon, port)."""
     port = port or free_port()
-    return start_daemon(write_config(folder, bootstrap, port, idle), wait_ports=[port]), port
+    config = write_config(folder, bootstrap, port, idle, header_timeout)
+    return start_daemon(config, wait_ports=[port]), port
 
 
 def tracebacks(output: str) -> list[str]:
