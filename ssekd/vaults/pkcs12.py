@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from cryptography import x509
+from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
 from cryptography.hazmat.primitives.serialization import (
     Encoding,
@@ -79,7 +80,7 @@ def read_store(data: bytes, password: str | None) -> list[StoreEntry]:
         for key, alias in _key_bags(data, secret):
             if not any(_same_public_key(key, k) for k, _ in keys):
                 keys.append((key, alias))
-    except (_Unsupported, ValueError, TypeError, IndexError):
+    except WALK_ERRORS:
         pass  # the first key, from load_pkcs12, is still there
 
     entries: list[StoreEntry] = []
@@ -136,6 +137,11 @@ class _Unsupported(Exception):
     """A layout the DER walk does not handle; the caller falls back to load_pkcs12's key."""
 
 
+#: How the key-bag walk gives up: a layout it does not know, malformed DER, or a key the
+#: backend cannot load (a bag decrypting to an unknown algorithm: `UnsupportedAlgorithm`).
+WALK_ERRORS = (_Unsupported, ValueError, TypeError, IndexError, UnsupportedAlgorithm)
+
+
 def _tlv(data: bytes, i: int) -> tuple[int, bytes, int]:
     """One definite-length DER element at `i`: (tag, content, index after it)."""
     tag = data[i]
@@ -183,7 +189,10 @@ def _key_bags(data: bytes,
             bag_id = bag_fields[0][1]
             if bag_id not in (_OID_KEY_BAG, _OID_SHROUDED_KEY_BAG):
                 continue
-            _, _, value = next(_children(bag_fields[1][1]))
+            values = list(_children(bag_fields[1][1]))
+            if not values:  # (a bare next() here would end the generator with RuntimeError)
+                raise _Unsupported("empty bag value")
+            _, _, value = values[0]
             alias = _friendly_name(bag_fields[2][1]) if len(bag_fields) > 2 else None
             if bag_id == _OID_SHROUDED_KEY_BAG:
                 yield load_der_private_key(value, secret), alias
