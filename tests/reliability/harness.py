@@ -113,12 +113,15 @@ def write_config(folder: Path, bootstrap: str, port: int, idle: float = 5,
     return path
 
 
-def run_daemon(folder: Path, bootstrap: str, port: int | None = None, idle: float = 5,
-               header_timeout: float = 10) -> tuple[Daemon, int]:
-    """Start `twistd -n ssekd` serving `/events/{topic}` from `bootstrap`; (daemon, port)."""
+def run_daemon(started: list[Daemon], folder: Path, bootstrap: str, port: int | None = None,
+               idle: float = 5, header_timeout: float = 10) -> tuple[Daemon, int]:
+    """Start `twistd -n ssekd` serving `/events/{topic}` from `bootstrap`; (daemon, port).
+    It goes into `started` (the `daemons` fixture's list, which stops them after the test)."""
     port = port or free_port()
     config = write_config(folder, bootstrap, port, idle, header_timeout)
-    return start_daemon(config, wait_ports=[port]), port
+    daemon = start_daemon(config, wait_ports=[port])
+    started.append(daemon)
+    return daemon, port
 
 
 def tracebacks(output: str) -> list[str]:

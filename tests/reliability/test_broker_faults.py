@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from ssekd.broker import Broker, free_port, port_open, start_broker
+from tests.conftest import Daemon
 from tests.reliability.harness import (
     SeqProducer,
     StreamPool,
@@ -43,7 +44,7 @@ def brokers(tmp_path: Path) -> Iterator[list[Broker]]:
     yield started
     for b in started:
         if b.process.poll() is None:
-            b.process.send_signal(signal.SIGCONT)
+            b.process.kill()  # memory-only: nothing to lose, and SIGTERM takes it seconds
         b.stop()
 
 
@@ -53,10 +54,11 @@ def start(brokers: list[Broker], port: int, tmp_path: Path) -> Broker:
     return b
 
 
-def test_broker_down_at_start(tmp_path: Path, broker_port: int, brokers: list[Broker]) -> None:
+def test_broker_down_at_start(daemons: list[Daemon], tmp_path: Path, broker_port: int,
+                              brokers: list[Broker]) -> None:
     """Streams opened while no broker listens wait, then get everything once it comes up."""
     bootstrap = f"127.0.0.1:{broker_port}"
-    daemon, port = run_daemon(tmp_path, bootstrap)
+    daemon, port = run_daemon(daemons, tmp_path, bootstrap)
     pool = StreamPool(port)
     try:
         streams = pool.open(["/events/early"] * sized(20, 200), PARTITIONS)
@@ -80,14 +82,14 @@ def test_broker_down_at_start(tmp_path: Path, broker_port: int, brokers: list[Br
     assert not tracebacks(output), output
 
 
-def test_broker_frozen_then_thawed(tmp_path: Path, broker_port: int,
+def test_broker_frozen_then_thawed(daemons: list[Daemon], tmp_path: Path, broker_port: int,
                                    brokers: list[Broker]) -> None:
     """SIGSTOP the broker mid-stream (30 s in the long run), SIGCONT it: the daemon keeps
     answering meanwhile, and every stream then gets every record once, in order."""
     broker = start(brokers, broker_port, tmp_path)
     bootstrap = broker.bootstrap
     create_topic(bootstrap, "frozen", PARTITIONS)
-    daemon, port = run_daemon(tmp_path, bootstrap)
+    daemon, port = run_daemon(daemons, tmp_path, bootstrap)
     producer = SeqProducer(bootstrap, "frozen", PARTITIONS)
     pool = StreamPool(port)
     stop = threading.Event()
@@ -121,14 +123,14 @@ def test_broker_frozen_then_thawed(tmp_path: Path, broker_port: int,
     assert not tracebacks(daemon.output()), daemon.output()
 
 
-def test_broker_killed_and_restarted_daemon_reconnects(tmp_path: Path, broker_port: int,
-                                                      brokers: list[Broker]) -> None:
+def test_broker_killed_and_restarted_reconnects(daemons: list[Daemon], tmp_path: Path,
+                                               broker_port: int, brokers: list[Broker]) -> None:
     """SIGKILL the broker mid-stream and start an empty one on the same port: the daemon stays
     up, says it lost and found the broker, and streams of topics the new broker holds work."""
     broker = start(brokers, broker_port, tmp_path)
     bootstrap = broker.bootstrap
     create_topic(bootstrap, "before", PARTITIONS)
-    daemon, port = run_daemon(tmp_path, bootstrap)
+    daemon, port = run_daemon(daemons, tmp_path, bootstrap)
     before = SeqProducer(bootstrap, "before", PARTITIONS)
     before.produce(200)
     before.flush()
@@ -170,7 +172,7 @@ def test_broker_killed_and_restarted_daemon_reconnects(tmp_path: Path, broker_po
     "the new end is not noticed either. Needs: the tail consumer to report a partition whose "
     "offsets went backwards, the cache to reset that partition and end its streams, and "
     "start_positions to send an id past a known end back to the start with an event."))
-def test_broker_restarted_empty_streams_continue(tmp_path: Path, broker_port: int,
+def test_broker_restarted_empty_streams_continue(daemons: list[Daemon], tmp_path: Path, broker_port: int,
                                                  brokers: list[Broker]) -> None:
     """The dev broker forgets everything on restart. A topic created again with the same name
     and written again must reach the streams that were open (nothing lost); a client whose last
@@ -178,7 +180,7 @@ def test_broker_restarted_empty_streams_continue(tmp_path: Path, broker_port: in
     broker = start(brokers, broker_port, tmp_path)
     bootstrap = broker.bootstrap
     create_topic(bootstrap, "reborn", PARTITIONS)
-    daemon, port = run_daemon(tmp_path, bootstrap)
+    daemon, port = run_daemon(daemons, tmp_path, bootstrap)
     producer = SeqProducer(bootstrap, "reborn", PARTITIONS)
     producer.produce(200)
     producer.flush()

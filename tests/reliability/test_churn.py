@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from ssekd.broker import Broker
+from tests.conftest import Daemon
 from tests.reliability.harness import (
     SeqProducer,
     StreamPool,
@@ -56,7 +57,7 @@ def churn_one(port: int, path: str, kind: str, held: list[socket.socket]) -> Non
         sock.close()
 
 
-def test_churn_beside_streams(tmp_path: Path, kafka_broker: Broker) -> None:
+def test_churn_beside_streams(daemons: list[Daemon], tmp_path: Path, kafka_broker: Broker) -> None:
     steady = sized(50, 500)
     churn = sized(1000, 5000)
     over = seconds(10, 60)
@@ -67,7 +68,7 @@ def test_churn_beside_streams(tmp_path: Path, kafka_broker: Broker) -> None:
     producer = SeqProducer(bootstrap, topic, PARTITIONS)
     producer.produce(100)
     producer.flush()
-    daemon, port = run_daemon(tmp_path, bootstrap, header_timeout=HEADER_TIMEOUT)
+    daemon, port = run_daemon(daemons, tmp_path, bootstrap, header_timeout=HEADER_TIMEOUT)
     pid = daemon.process.pid
     path = f"/events/{topic}"
     pool = StreamPool(port)

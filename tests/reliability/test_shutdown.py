@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from ssekd.broker import Broker
-from tests.conftest import start_daemon
+from tests.conftest import Daemon, start_daemon
 from tests.reliability.harness import (
     SeqProducer,
     StreamPool,
@@ -29,7 +29,7 @@ PARTITIONS = 3
 EXIT_WITHIN = 5.0
 
 
-def test_sigterm_with_open_streams_then_resume_by_id(tmp_path: Path,
+def test_sigterm_with_open_streams_then_resume_by_id(daemons: list[Daemon], tmp_path: Path,
                                                      kafka_broker: Broker) -> None:
     count = sized(300, 1000)
     raise_fd_limit(4 * count + 1024)
@@ -39,7 +39,7 @@ def test_sigterm_with_open_streams_then_resume_by_id(tmp_path: Path,
     producer = SeqProducer(bootstrap, topic, PARTITIONS)
     producer.produce(300)
     producer.flush()
-    daemon, port = run_daemon(tmp_path, bootstrap)
+    daemon, port = run_daemon(daemons, tmp_path, bootstrap)
     pool = StreamPool(port, retry=0.3)
     stop = threading.Event()
     writer = threading.Thread(target=producer.produce_at, args=(100, 3600, stop), daemon=True)
@@ -61,6 +61,7 @@ def test_sigterm_with_open_streams_then_resume_by_id(tmp_path: Path,
                  "every client to see its stream end")
 
         restarted = start_daemon(daemon.config, wait_ports=[port])
+        daemons.append(restarted)
         wait_for(lambda: all(s.connects >= 2 and s.status == 200 for s in pool.streams), 60,
                  "every client to reconnect")
         time.sleep(0.5)
@@ -71,8 +72,6 @@ def test_sigterm_with_open_streams_then_resume_by_id(tmp_path: Path,
     finally:
         stop.set()
         pool.close()
-        if restarted is not None:
-            restarted.stop()
     assert not pool.problems()
     assert all(s.last_id is not None for s in pool.streams)
     print(f"\n{count} streams: SIGTERM to exit 0 in {took:.2f} s; after the restart all "

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from ssekd.broker import Broker
+from tests.conftest import Daemon
 from tests.reliability.harness import (
     SeqProducer,
     StreamPool,
@@ -40,7 +41,7 @@ def slope(points: list[tuple[float, float]]) -> float:
     return sum((x - mx) * (y - my) for x, y in points) / var if var else 0.0
 
 
-def test_soak(tmp_path: Path, kafka_broker: Broker) -> None:
+def test_soak(daemons: list[Daemon], tmp_path: Path, kafka_broker: Broker) -> None:
     clients = sized(100, 1000)
     duration = seconds(20)
     raise_fd_limit(4 * clients + 1024)
@@ -48,7 +49,7 @@ def test_soak(tmp_path: Path, kafka_broker: Broker) -> None:
     topic = f"soak-{time.monotonic_ns()}"
     create_topic(bootstrap, topic, PARTITIONS)
     producer = SeqProducer(bootstrap, topic, PARTITIONS)
-    daemon, port = run_daemon(tmp_path, bootstrap)
+    daemon, port = run_daemon(daemons, tmp_path, bootstrap)
     pid = daemon.process.pid
     pool = StreamPool(port)
     samples: list[tuple[float, int, int]] = []  # seconds, rss, fds
