@@ -380,11 +380,16 @@ class StreamPool:
         self._thread = threading.Thread(target=self._run, name="stream-pool", daemon=True)
         self.connect_errors = 0
 
-    def open(self, paths: Iterable[str], partitions: int, reconnect: bool = True) -> list[Stream]:
-        """Open one stream per path now (connected before this returns)."""
+    def open(self, paths: Iterable[str], partitions: int, reconnect: bool = True,
+             last_id: str | None = None, expect: list[int] | None = None) -> list[Stream]:
+        """Open one stream per path now (connected before this returns); `last_id` resumes
+        them, and then `expect` is the next sequence number due per partition."""
         opened = []
         for path in paths:
             s = Stream(path, partitions, reconnect)
+            s.last_id = last_id
+            if expect is not None:
+                s.expect = list(expect)
             self._connect(s)
             opened.append(s)
         with self._lock:

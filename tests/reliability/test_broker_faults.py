@@ -175,8 +175,8 @@ def test_broker_killed_and_restarted_reconnects(daemons: list[Daemon], tmp_path:
 def test_broker_restarted_empty_streams_continue(daemons: list[Daemon], tmp_path: Path, broker_port: int,
                                                  brokers: list[Broker]) -> None:
     """The dev broker forgets everything on restart. A topic created again with the same name
-    and written again must reach the streams that were open (nothing lost); a client whose last
-    id is past the new end falls back to the start with an event."""
+    and written again must reach the streams that were open (nothing lost), and a client whose
+    last id is past the new end falls back to the start with an event."""
     broker = start(brokers, broker_port, tmp_path)
     bootstrap = broker.bootstrap
     create_topic(bootstrap, "reborn", PARTITIONS)
@@ -188,6 +188,7 @@ def test_broker_restarted_empty_streams_continue(daemons: list[Daemon], tmp_path
     try:
         pool.open(["/events/reborn"] * 5, PARTITIONS)
         pool.wait_complete(lambda: producer.next, timeout=20)
+        old_id = pool.streams[0].last_id  # offsets 100 and 100: past the new end below
         broker.process.send_signal(signal.SIGKILL)
         broker.process.wait(5)
         daemon.wait_output("BINDING_KAFKA_BROKER_UNAVAILABLE", timeout=15)
@@ -199,8 +200,11 @@ def test_broker_restarted_empty_streams_continue(daemons: list[Daemon], tmp_path
         producer.produce(100)
         producer.flush()
         pool.wait_complete(lambda: producer.next, timeout=10)
+        late = pool.open(["/events/reborn"], PARTITIONS, last_id=old_id, expect=[100, 100])
+        wait_for(lambda: late[0].expect == producer.next, 10, "the late client's events")
     finally:
         pool.close()
     assert not pool.problems()
+    assert "LAST_EVENT_ID" in daemon.output().split("BINDING_KAFKA_BROKER_UNAVAILABLE")[-1]
     assert daemon.alive()
     assert not tracebacks(daemon.output())

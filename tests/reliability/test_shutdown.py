@@ -12,7 +12,7 @@ import threading
 import time
 from pathlib import Path
 
-from ssekd.broker import Broker
+from ssekd.broker import Broker, start_broker
 from tests.conftest import Daemon, start_daemon
 from tests.reliability.harness import (
     SeqProducer,
@@ -77,3 +77,34 @@ def test_sigterm_with_open_streams_then_resume_by_id(daemons: list[Daemon], tmp_
     print(f"\n{count} streams: SIGTERM to exit 0 in {took:.2f} s; after the restart all "
           f"resumed by id, {producer.total} records each, none lost or repeated")
     assert restarted is not None and not tracebacks(restarted.output()), restarted.output()
+
+
+def test_sigterm_while_the_broker_is_frozen(daemons: list[Daemon], tmp_path: Path) -> None:
+    """Stopping must not wait on Kafka: with the broker frozen (SIGSTOP, so its sockets stay
+    open and say nothing) the daemon still exits 0 within 5 s."""
+    broker = start_broker(log_path=tmp_path / "tansu.log")
+    try:
+        create_topic(broker.bootstrap, "frozen-stop", PARTITIONS)
+        producer = SeqProducer(broker.bootstrap, "frozen-stop", PARTITIONS)
+        producer.produce(300)
+        producer.flush()
+        daemon, port = run_daemon(daemons, tmp_path, broker.bootstrap)
+        pool = StreamPool(port)
+        try:
+            pool.open(["/events/frozen-stop"] * 50, PARTITIONS, reconnect=False)
+            pool.wait_complete(lambda: producer.next, timeout=30)
+            broker.process.send_signal(signal.SIGSTOP)
+            daemon.wait_output("BINDING_KAFKA_BROKER_UNAVAILABLE", timeout=20)
+            started = time.monotonic()
+            daemon.signal(signal.SIGTERM)
+            code = daemon.process.wait(30)
+            took = time.monotonic() - started
+        finally:
+            pool.close()
+    finally:
+        broker.process.kill()
+        broker.stop()
+    print(f"\nbroker frozen: SIGTERM to exit {code} in {took:.2f} s")
+    assert code == 0, daemon.output()
+    assert took < EXIT_WITHIN, f"exit took {took:.2f} s"
+    assert not tracebacks(daemon.output()), daemon.output()
