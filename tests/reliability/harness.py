@@ -91,6 +91,7 @@ bindings:
   cache_server:
     type: kafka
     kind: cache_server
+    options: {{cache: {{max-messages: {cache_messages}}}}}
     exit: kafka_client
   kafka_client:
     type: kafka
@@ -106,19 +107,20 @@ telemetry:
 
 
 def write_config(folder: Path, bootstrap: str, port: int, idle: float = 5,
-                 header_timeout: float = 10) -> Path:
+                 header_timeout: float = 10, cache_messages: int = 100_000) -> Path:
     path = folder / f"zilla-{port}.yaml"
     path.write_text(CONFIG.format(port=port, bootstrap=bootstrap, idle=idle,
-                                  header_timeout=header_timeout))
+                                  header_timeout=header_timeout, cache_messages=cache_messages))
     return path
 
 
 def run_daemon(started: list[Daemon], folder: Path, bootstrap: str, port: int | None = None,
-               idle: float = 5, header_timeout: float = 10) -> tuple[Daemon, int]:
+               idle: float = 5, header_timeout: float = 10,
+               cache_messages: int = 100_000) -> tuple[Daemon, int]:
     """Start `twistd -n ssekd` serving `/events/{topic}` from `bootstrap`; (daemon, port).
     It goes into `started` (the `daemons` fixture's list, which stops them after the test)."""
     port = port or free_port()
-    config = write_config(folder, bootstrap, port, idle, header_timeout)
+    config = write_config(folder, bootstrap, port, idle, header_timeout, cache_messages)
     daemon = start_daemon(config, wait_ports=[port])
     started.append(daemon)
     return daemon, port

@@ -109,7 +109,8 @@ def test_random_zilla_shaped_documents(tmp_path: Path) -> None:
 
 
 WORKING = [
-    harness.CONFIG.format(port=7114, bootstrap="127.0.0.1:9092", idle=5, header_timeout=10),
+    harness.CONFIG.format(port=7114, bootstrap="127.0.0.1:9092", idle=5, header_timeout=10,
+                          cache_messages=1000),
     fuzzing.CONFIG.format(port=7114, bootstrap="127.0.0.1:9092", www=str(fuzzing.WWW)),
 ]
 
