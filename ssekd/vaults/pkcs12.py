@@ -137,6 +137,9 @@ class _Unsupported(Exception):
     """A layout the DER walk does not handle; the caller falls back to load_pkcs12's key."""
 
 
+#: Not a key's fault: these pass through `_load_key` as they are.
+_NOT_THE_KEY = (KeyboardInterrupt, SystemExit, GeneratorExit)
+
 #: How the key-bag walk gives up: a layout it does not know, malformed DER, or a key the
 #: backend cannot load (a bag decrypting to an unknown algorithm: `UnsupportedAlgorithm`).
 WALK_ERRORS = (_Unsupported, ValueError, TypeError, IndexError, UnsupportedAlgorithm)
@@ -194,10 +197,23 @@ def _key_bags(data: bytes,
                 raise _Unsupported("empty bag value")
             _, _, value = values[0]
             alias = _friendly_name(bag_fields[2][1]) if len(bag_fields) > 2 else None
-            if bag_id == _OID_SHROUDED_KEY_BAG:
-                yield load_der_private_key(value, secret), alias
-            else:
-                yield load_der_private_key(value, None), alias
+            yield _load_key(value, secret if bag_id == _OID_SHROUDED_KEY_BAG else None), alias
+
+
+def _load_key(der: bytes, secret: bytes | None) -> PrivateKeyTypes:
+    """`load_der_private_key`, with a panic of the Rust backend turned into `_Unsupported`.
+
+    cryptography's Rust code panics on some keys (a PBKDF2 iteration count over 2**31, for
+    one), and pyo3 raises a panic as `PanicException`, a BaseException that no `except
+    Exception` catches. load_pkcs12 reads only the first key, so a store whose second key bag
+    is like that reached the walk and came out of `read_store` as a traceback.
+    """
+    try:
+        return load_der_private_key(der, secret)
+    except (Exception, *_NOT_THE_KEY):
+        raise  # ValueError, UnsupportedAlgorithm, ...: WALK_ERRORS
+    except BaseException as e:
+        raise _Unsupported(f"the key cannot be read ({e.__class__.__name__})") from e
 
 
 def _friendly_name(attributes: bytes) -> str | None:
