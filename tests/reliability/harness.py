@@ -48,6 +48,12 @@ def seconds(default: float, full: float | None = None) -> float:
     return full if full is not None else long
 
 
+def time_limit() -> float:
+    """pytest-timeout's limit for one test: the project's 300 s, more for a long run."""
+    long = long_seconds()
+    return 300.0 if long is None else max(1800.0, 4 * long)
+
+
 def raise_fd_limit(want: int) -> None:
     """Raise this process's open-file soft limit towards `want` (the daemon inherits it)."""
     import resource

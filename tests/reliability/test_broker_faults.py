@@ -25,9 +25,12 @@ from tests.reliability.harness import (
     run_daemon,
     seconds,
     sized,
+    time_limit,
     tracebacks,
     wait_for,
 )
+
+pytestmark = pytest.mark.timeout(time_limit())
 
 PARTITIONS = 2
 

@@ -22,8 +22,11 @@ from tests.reliability.harness import (
     StreamPool,
     create_topic,
     run_daemon,
+    time_limit,
     wait_for,
 )
+
+pytestmark = pytest.mark.timeout(time_limit())
 
 PARTITIONS = 2
 CACHE = 2000

@@ -15,6 +15,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from ssekd.broker import Broker
 from tests.conftest import Daemon
 from tests.reliability.harness import (
@@ -26,10 +28,13 @@ from tests.reliability.harness import (
     run_daemon,
     seconds,
     sized,
+    time_limit,
     tracebacks,
     usage,
     wait_for,
 )
+
+pytestmark = pytest.mark.timeout(time_limit())
 
 PARTITIONS = 2
 HEADER_TIMEOUT = 2.0

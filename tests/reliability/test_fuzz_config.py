@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from hypothesis import given
 from hypothesis import strategies as st
@@ -22,6 +23,9 @@ from ssekd.config import ConfigError
 from ssekd.engine import Engine
 from ssekd.telemetry.events import EventLog
 from tests.reliability import fuzzing, harness
+from tests.reliability.harness import time_limit
+
+pytestmark = pytest.mark.timeout(time_limit())
 
 REGISTRY = discover()
 TYPES = ["tcp", "tls", "http", "sse", "sse-kafka", "http-filesystem", "filesystem", "kafka"]

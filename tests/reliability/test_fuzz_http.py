@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import given
 from twisted.internet.address import IPv4Address
 from twisted.internet.error import ConnectionDone
@@ -30,7 +31,9 @@ from ssekd.engine import Engine
 from ssekd.telemetry.events import EventLog
 from tests.conftest import start_daemon
 from tests.reliability import fuzzing
-from tests.reliability.harness import tracebacks
+from tests.reliability.harness import time_limit, tracebacks
+
+pytestmark = pytest.mark.timeout(time_limit())
 
 STALL = 0.100
 STATUS = re.compile(rb"^HTTP/1\.[01] (\d{3}) ")

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -26,6 +27,9 @@ from ssekd.progress import (
     parse_last_event_id,
 )
 from tests.reliability import fuzzing
+from tests.reliability.harness import time_limit
+
+pytestmark = pytest.mark.timeout(time_limit())
 
 STALL = 0.100
 

@@ -17,7 +17,10 @@ from ssekd.devcert import issue, make_ca, write_store
 from ssekd.vaults import pkcs12
 from ssekd.vaults.pkcs12 import StoreError, read_store
 from tests.reliability.fuzzing import examples
+from tests.reliability.harness import time_limit
 from tests.tls.conftest import KEYTOOL, keytool_merge
+
+pytestmark = pytest.mark.timeout(time_limit())
 
 PASSWORD = "fuzz-pw"
 STALL = 0.100

@@ -12,6 +12,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from ssekd.broker import Broker, start_broker
 from tests.conftest import Daemon, start_daemon
 from tests.reliability.harness import (
@@ -21,9 +23,12 @@ from tests.reliability.harness import (
     raise_fd_limit,
     run_daemon,
     sized,
+    time_limit,
     tracebacks,
     wait_for,
 )
+
+pytestmark = pytest.mark.timeout(time_limit())
 
 PARTITIONS = 3
 EXIT_WITHIN = 5.0

@@ -13,6 +13,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from ssekd.broker import Broker
 from tests.conftest import Daemon
 from tests.reliability.harness import (
@@ -23,9 +25,12 @@ from tests.reliability.harness import (
     run_daemon,
     seconds,
     sized,
+    time_limit,
     tracebacks,
     usage,
 )
+
+pytestmark = pytest.mark.timeout(time_limit())
 
 RATE = 50  # records per second, each to every client
 PARTITIONS = 3
