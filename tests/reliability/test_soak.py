@@ -69,7 +69,7 @@ def test_soak(daemons: list[Daemon], tmp_path: Path, kafka_broker: Broker) -> No
             samples.append((time.monotonic() - started, u.rss, u.fds))
             writer.join(1.0)
         producer.flush()
-        pool.wait_complete(lambda: producer.next, timeout=60)
+        pool.wait_complete(lambda: producer.next, timeout=60 + duration / 4)
     finally:
         pool.close()
     second_half = [(t, rss / 2 ** 20) for t, rss, _ in samples if t >= duration / 2]
