@@ -8,7 +8,6 @@ whether anything was lost, repeated or reordered without trusting the daemon's i
 
 from __future__ import annotations
 
-import errno
 import os
 import re
 import selectors
@@ -241,14 +240,11 @@ class Stream:
     last_id: str | None = None
     #: next sequence number expected per partition
     expect: list[int] = field(default_factory=list)
-    events: int = 0
     problems: list[str] = field(default_factory=list)
     connects: int = 0
-    ends: int = 0
     status: int | None = None
     statuses: list[int] = field(default_factory=list)
-    comments: int = 0
-    #: arrival time of every event when `latency` is on (for p99 against produce time)
+    #: when the pool may (re)connect it, after its stream ended or a connect failed
     retry_at: float = 0.0
     # parser state
     _raw: bytearray = field(default_factory=bytearray)
@@ -262,9 +258,6 @@ class Stream:
     @property
     def received(self) -> int:
         return sum(self.expect)
-
-    def complete(self, counts: list[int]) -> bool:
-        return self.expect == counts
 
     def _reset_parser(self) -> None:
         self._raw = bytearray()
@@ -328,11 +321,9 @@ class Stream:
             return
         block = bytes(body[:end + 2])
         del body[:end + 2]
-        self.comments += block.count(b"\n:") + block.startswith(b":")
         pairs = _DATA.findall(block)
         if len(pairs) != block.count(b"data:"):
             self._problem(f"an event not from SeqProducer in {block[:120]!r}")
-        self.events += len(pairs)
         expect = self.expect
         for p_raw, s_raw in pairs:
             p = int(p_raw)
@@ -380,7 +371,6 @@ class StreamPool:
         self._waiting: list[Stream] = []  # to (re)connect at their `retry_at`
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="stream-pool", daemon=True)
-        self.connect_errors = 0
 
     def open(self, paths: Iterable[str], partitions: int, reconnect: bool = True,
              last_id: str | None = None, expect: list[int] | None = None) -> list[Stream]:
@@ -406,7 +396,6 @@ class StreamPool:
             sock.sendall(s.request(self.host, self.port))
             sock.setblocking(False)
         except OSError:
-            self.connect_errors += 1
             s.retry_at = time.monotonic() + self.retry
             with self._lock:
                 self._waiting.append(s)
@@ -422,7 +411,6 @@ class StreamPool:
             self._sel.unregister(s.sock)
             s.sock.close()
             s.sock = None
-        s.ends += 1
         if s.reconnect and not self._stop.is_set():
             s.retry_at = time.monotonic() + self.retry
             self._waiting.append(s)
@@ -483,13 +471,3 @@ def rst_close(sock: socket.socket) -> None:
     """Close with SO_LINGER 0: the peer gets a RST instead of a FIN."""
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     sock.close()
-
-
-def connect_nonblocking(host: str, port: int) -> socket.socket:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setblocking(False)
-    err = sock.connect_ex((host, port))
-    if err not in (0, errno.EINPROGRESS):
-        sock.close()
-        raise OSError(err, os.strerror(err))
-    return sock
