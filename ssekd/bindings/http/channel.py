@@ -1,6 +1,6 @@
 """HTTP/1.1 connection limits: header size and count, a deadline for the request head, a cap and a
 deadline for the body, so a slowloris client, a giant header or an endless upload cannot tie up
-the daemon (or its disk)."""
+the daemon (or its disk). `Limits` also carries the HTTP/2 limits that `h2.py` applies."""
 
 from __future__ import annotations
 
@@ -20,6 +20,10 @@ DEFAULT_HEADER_TIMEOUT = 10.0
 DEFAULT_IDLE_TIMEOUT = 60.0
 DEFAULT_BODY_BYTES = 1 << 20
 DEFAULT_BODY_TIMEOUT = 30.0
+DEFAULT_H2_STREAMS = 100
+DEFAULT_H2_RESETS = 100
+#: The window `limits.h2-resets` counts client stream resets in, in seconds.
+H2_RESET_WINDOW = 10.0
 
 
 @dataclass(frozen=True)
@@ -32,6 +36,8 @@ class Limits:
     idle_timeout: float = DEFAULT_IDLE_TIMEOUT
     body_bytes: int = DEFAULT_BODY_BYTES
     body_timeout: float = DEFAULT_BODY_TIMEOUT
+    h2_streams: int = DEFAULT_H2_STREAMS
+    h2_resets: int = DEFAULT_H2_RESETS
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any] | None) -> Limits:
@@ -43,6 +49,8 @@ class Limits:
             idle_timeout=float(o.get("idle-timeout", DEFAULT_IDLE_TIMEOUT)),
             body_bytes=int(o.get("body-bytes", DEFAULT_BODY_BYTES)),
             body_timeout=float(o.get("body-timeout", DEFAULT_BODY_TIMEOUT)),
+            h2_streams=int(o.get("h2-streams", DEFAULT_H2_STREAMS)),
+            h2_resets=int(o.get("h2-resets", DEFAULT_H2_RESETS)),
         )
 
 
@@ -58,6 +66,16 @@ LIMITS_SCHEMA: Mapping[str, Any] = {
             "type": "number", "exclusiveMinimum": 0, "default": DEFAULT_BODY_TIMEOUT,
             "description": "Seconds a client may take to send a whole HTTP/1.1 request body; "
                            "slower gets 408 and the connection is closed."},
+        "h2-streams": {
+            # Twisted's per-connection priority tree holds at most 1000 streams.
+            "type": "integer", "minimum": 1, "maximum": 1000, "default": DEFAULT_H2_STREAMS,
+            "description": "Streams an HTTP/2 client may have open at once "
+                           "(SETTINGS_MAX_CONCURRENT_STREAMS)."},
+        "h2-resets": {
+            "type": "integer", "minimum": 1, "default": DEFAULT_H2_RESETS,
+            "description": f"Stream resets (RST_STREAM) an HTTP/2 client may send in any "
+                           f"{H2_RESET_WINDOW:g} seconds; one more and the connection ends with "
+                           f"GOAWAY ENHANCE_YOUR_CALM (the rapid reset attack)."},
     },
 }
 
