@@ -186,3 +186,17 @@ def test_a_window_update_and_a_reset_in_one_read_do_not_raise() -> None:
     assert peer.status(following) == "200"
     assert peer.goaway() is None and not peer.transport.disconnecting
 
+
+def test_a_flood_of_priority_frames_for_idle_streams_does_not_raise() -> None:
+    """PRIORITY may name streams that were never opened; Twisted put each into its priority
+    tree, which refuses its 1001st stream with an exception that dropped the connection."""
+    peer, _ = _peer()
+    for stream_id in range(1, 4001, 2):
+        peer.client.prioritize(stream_id, weight=16)
+    peer.send()
+    peer.read()
+    assert peer.goaway() is None and not peer.transport.disconnecting
+    stream_id = peer.request("GET", "/")  # the next stream id after the ones named
+    peer.send()
+    peer.read()
+    assert peer.status(stream_id) == "200"

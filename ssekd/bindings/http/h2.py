@@ -272,6 +272,11 @@ class BatchingH2Connection(H2Connection):
             for stream in list(self.streams.values()):
                 stream.windowUpdated()
 
+    def _handlePriorityUpdate(self, event: Any) -> None:
+        """Priorities are not honoured (the send loop is round-robin), so PRIORITY frames are
+        ignored. Twisted kept a tree entry for every stream one names, opened or not, and the
+        tree raises on its 1001st: a PRIORITY flood dropped the connection with a traceback."""
+
     def dataReceived(self, data: bytes) -> None:
         """Twisted does not look at SETTINGS; a new INITIAL_WINDOW_SIZE changes every stream's
         window, so window-blocked streams get another look and their producers a chance.
