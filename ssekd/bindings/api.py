@@ -230,6 +230,12 @@ class HttpBinding(Protocol):
         it holds no long-lived responses. The http binding refuses one its idle timeout would
         cut."""
 
+    @property
+    def takes_body(self) -> bool:
+        """Whether requests routed here may carry a body. When False, the http binding hands a
+        request that comes with one on at once, without reading the body, and closes the
+        connection after the answer (HTTP/1.1) or resets the stream (HTTP/2)."""
+
     def render(self, request: Request, ctx: HttpContext) -> bytes | int: ...
 
 

@@ -17,10 +17,10 @@ from twisted.web.server import Request, Site
 
 from ssekd.bindings.api import ConnectionInfo, HttpBinding, HttpContext
 from ssekd.bindings.http import h2c
-from ssekd.bindings.http.channel import LimitedHTTPChannel, Limits
+from ssekd.bindings.http.channel import BodyCountingRequest, LimitedHTTPChannel, Limits
 from ssekd.bindings.http.cors import AccessControl
 from ssekd.bindings.http.h2 import SwitchingChannelProtocol
-from ssekd.bindings.http.routing import Condition, match_any, request_headers
+from ssekd.bindings.http.routing import Condition, head_headers, match_any, request_headers
 from ssekd.telemetry.events import EventLog
 
 SERVER_NAME = b"ssekd"
@@ -32,7 +32,7 @@ class HttpRoute:
     exit: HttpBinding
 
 
-class SsekdRequest(Request):
+class SsekdRequest(BodyCountingRequest):
     """No default `Content-Type`: an empty 404 or 304 should not claim to be HTML."""
 
     defaultContentType = None
@@ -67,19 +67,32 @@ class HttpRoot(Resource):
                 return b""
             if self.cors.cross_origin and self.cors.is_preflight(request):
                 return self.cors.answer_preflight(request, origin)
-        for route in self.routes:
-            params = match_any(route.conditions, headers)
-            if params is not None:
-                target = route.exit
-                break
-        else:
-            if self.default is None:
-                request.setResponseCode(http.NOT_FOUND)
-                return b""
-            target, params = self.default, {}
+        found = self._route(headers)
+        if found is None:
+            request.setResponseCode(http.NOT_FOUND)
+            return b""
+        target, params = found
         if origin is not None:
             self.cors.decorate(request, origin)
         return target.render(request, HttpContext(binding=self.name, params=params))
+
+    def takes_body(self, request: Request, method: bytes, uri: bytes) -> bool:
+        """Whether the exit this request head routes to reads request bodies (`BodyRoutes`).
+
+        No route (`404`) takes none, and CORS does not matter here: a refused origin gets its
+        `403` from `render` like any request whose body is not read."""
+        found = self._route(head_headers(request, method, uri))
+        return found is not None and found[0].takes_body
+
+    def _route(self, headers: dict[str, str]) -> tuple[HttpBinding, dict[str, str]] | None:
+        """The exit and captures of the first route matching `headers`, else the default exit."""
+        for route in self.routes:
+            params = match_any(route.conditions, headers)
+            if params is not None:
+                return route.exit, params
+        if self.default is None:
+            return None
+        return self.default, {}
 
 
 class HttpSite(Site):
@@ -89,13 +102,14 @@ class HttpSite(Site):
 
     def __init__(self, root: HttpRoot, limits: Limits, reactor: Any) -> None:
         super().__init__(root, timeout=limits.idle_timeout, reactor=reactor)
+        self.root = root
         self.limits = limits
         self.displayTracebacks = False
 
     def protocol(self) -> Any:
         # Same shape as Twisted's default (a proxy that can become HTTP/2 after ALPN), but with
         # our HTTP/1.1 channel inside and our HTTP/2 connection (one write per turn) after ALPN.
-        return SwitchingChannelProtocol(LimitedHTTPChannel(self.limits))
+        return SwitchingChannelProtocol(LimitedHTTPChannel(self.limits, self.root))
 
     def log(self, request: Any) -> None:
         """Access lines are events (see HttpRoot.render), not Twisted's common log format."""

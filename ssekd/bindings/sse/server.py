@@ -46,6 +46,9 @@ def query_params(uri: bytes) -> dict[str, str]:
 class SseServer(Service):
     """Runtime of an `sse` binding of kind `server`."""
 
+    #: GET only: a request body is never read (see `api.HttpBinding.takes_body`).
+    takes_body = False
+
     def __init__(self, name: str, source: StreamSource, clock: Any, events: EventLog,
                  retry: int | None = None, max_idle: float = DEFAULT_MAX_IDLE) -> None:
         self.name = name
