@@ -12,7 +12,7 @@ from typing import Any
 
 from common import BIN, free_port, spawn, stop, table, wait_port, write_result
 
-from tests.support import PeakRss
+from tests.support.rss import PeakRss
 
 CONFIG = """\
 name: bench

@@ -16,7 +16,7 @@ from ssekd.broker import free_port, port_open
 from ssekd.config import ConfigError
 from ssekd.config.load import load_config
 from ssekd.engine import Engine
-from tests.conftest import TWISTD
+from tests.support.daemon import TWISTD
 
 GOOD = """\
 name: test
@@ -141,6 +141,7 @@ def test_there_are_at_least_fifteen_cases() -> None:
     assert len(CASES) >= 15
 
 
+@pytest.mark.daemon
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
 def test_daemon_refuses_to_start(tmp_path: Path, case: tuple) -> None:
     port = free_port()

@@ -5,8 +5,12 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from tests.foundation.test_static_http import write_site
-from tests.support import PeakRss
+import pytest
+
+from tests.support.rss import PeakRss
+from tests.support.static_site import write_site
+
+pytestmark = [pytest.mark.daemon]
 
 SIZE = (1 << 30) + (64 << 20)  # 1 GiB + 64 MiB
 

@@ -12,98 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Daemon
+from tests.support.daemon import TWISTD, Daemon
+from tests.support.http import curl, raw
+from tests.support.static_site import CROSS_ORIGIN, write_site
 
-CONFIG = """\
-name: test
-bindings:
-  tcp0:
-    type: tcp
-    kind: server
-    options:
-      host: 127.0.0.1
-      port: ${{{{ env.HTTP_PORT }}}}
-    exit: http0
-  http0:
-    type: http
-    kind: server
-    options:
-      limits:
-        header-timeout: 1
-        header-bytes: 4096
-{cors}
-    routes:
-      - when:
-          - headers:
-              :authority: localhost:${{{{ env.HTTP_PORT }}}}
-          - headers:
-              :authority: 127.0.0.1:${{{{ env.HTTP_PORT }}}}
-        exit: files_map
-  files_map:
-    type: http-filesystem
-    kind: proxy
-    routes:
-      - when:
-          - path: /{{path}}
-        exit: files
-        with:
-          path: ${{params.path}}
-  files:
-    type: filesystem
-    kind: server
-    options:
-      location: www
-telemetry:
-  exporters:
-    out:
-      type: stdout
-"""
-
-SAME_ORIGIN = ""
-CROSS_ORIGIN = """\
-      access-control:
-        policy: cross-origin
-        allow:
-          origins: [https://app.example.com]
-          credentials: true
-        max-age: 600
-        expose:
-          headers: [x-trace]"""
-
-
-def write_site(root: Path, cors: str = SAME_ORIGIN) -> Path:
-    www = root / "www"
-    (www / "docs").mkdir(parents=True)
-    (www / "index.html").write_text("<h1>ssekd</h1>\n")
-    (www / "docs" / "index.html").write_text("docs\n")
-    (www / "one-k.txt").write_bytes(b"x" * 1024)
-    (www / "app.js").write_text("console.log(1)\n")
-    (root / "secret.txt").write_text("outside\n")
-    os.symlink(root / "secret.txt", www / "link-out.txt")
-    config = root / "zilla.yaml"
-    config.write_text(CONFIG.format(cors=cors))
-    return config
-
-
-def curl(*args: str) -> tuple[int, dict[str, str], bytes]:
-    """Run curl; return status, lower-cased headers and body."""
-    out = subprocess.run(["curl", "-s", "-i", "--max-time", "10", *args],
-                         capture_output=True, timeout=20, check=True).stdout
-    head, _, body = out.partition(b"\r\n\r\n")
-    lines = head.decode("latin-1").split("\r\n")
-    status = int(lines[0].split()[1])
-    headers: dict[str, str] = {}
-    for line in lines[1:]:
-        name, _, value = line.partition(":")
-        headers[name.strip().lower()] = value.strip()
-    return status, headers, body
-
-
-@pytest.fixture
-def site(tmp_path: Path, run_daemon, port: int) -> tuple[Daemon, str]:  # type: ignore[no-untyped-def]
-    config = write_site(tmp_path)
-    daemon = run_daemon(config, env={"HTTP_PORT": str(port)}, wait_ports=[port])
-    return daemon, f"http://localhost:{port}"
+pytestmark = [pytest.mark.daemon]
 
 
 def test_index_etag_304_and_head(site: tuple[Daemon, str]) -> None:
@@ -182,23 +95,6 @@ def test_cross_origin_preflight_and_response(tmp_path: Path, run_daemon, port: i
     assert headers["access-control-expose-headers"] == "x-trace"
     status, _, _ = curl("-H", "Origin: https://evil.example", base + "/")
     assert status == 403
-
-
-def raw(port: int, data: bytes, wait: float = 3.0) -> bytes:
-    """Send raw bytes and return whatever comes back until the server closes or `wait` ends."""
-    with socket.create_connection(("127.0.0.1", port), timeout=wait) as s:
-        s.sendall(data)
-        chunks = []
-        deadline = time.monotonic() + wait
-        try:
-            while time.monotonic() < deadline:
-                chunk = s.recv(65536)
-                if not chunk:
-                    break
-                chunks.append(chunk)
-        except (TimeoutError, ConnectionResetError):
-            pass
-    return b"".join(chunks)
 
 
 def test_bad_requests_get_4xx_and_no_traceback(site: tuple[Daemon, str], port: int) -> None:
@@ -297,7 +193,6 @@ OTHER = """\
 
 def test_daemonized_with_twistd_pidfile_and_logfile(tmp_path: Path, port: int) -> None:
     from ssekd.broker import port_open
-    from tests.conftest import TWISTD
 
     config = write_site(tmp_path).read_text().replace("    out:\n      type: stdout\n", "")
     (tmp_path / "zilla.yaml").write_text(config.replace("exporters:\n", "exporters: {}\n"))

@@ -17,8 +17,7 @@ from spark.kafka_source import KafkaDataSource, limit_rows
 from spark.offsets import probe_end_offsets
 from spark.options import KafkaOptions, OptionError, parse_since, parse_source_options
 from ssekd.broker import Broker
-
-from .kafka_helpers import Change, Record, create_topic, produce, read_topic
+from tests.support.kafka_records import Change, Record, create_topic, produce, read_topic
 
 pytestmark = pytest.mark.spark
 
@@ -53,6 +52,7 @@ def sample_changes(n: int) -> list[Change]:
     return changes
 
 
+@pytest.mark.broker
 def test_batch_read_returns_every_record_as_the_broker_holds_it(
         spark_session: SparkSession, spark_broker: Broker, topic_name: str) -> None:
     create_topic(spark_broker.bootstrap, topic_name, 3)
@@ -66,6 +66,7 @@ def test_batch_read_returns_every_record_as_the_broker_holds_it(
     assert df.rdd.getNumPartitions() == 3
 
 
+@pytest.mark.broker
 def test_end_offsets_come_from_fetched_data_not_the_listed_watermark(
         spark_broker: Broker, topic_name: str) -> None:
     create_topic(spark_broker.bootstrap, topic_name, 2)
@@ -84,6 +85,7 @@ def test_end_offsets_come_from_fetched_data_not_the_listed_watermark(
     assert all(listed[p] <= true_ends[p] for p in (0, 1))  # never more; on tansu often less
 
 
+@pytest.mark.broker
 def test_starting_and_ending_offsets_bound_the_read(
         spark_session: SparkSession, spark_broker: Broker, topic_name: str) -> None:
     create_topic(spark_broker.bootstrap, topic_name, 3)
@@ -99,6 +101,7 @@ def test_starting_and_ending_offsets_bound_the_read(
     assert load(spark_session, spark_broker, topic_name, startingOffsets="latest").count() == 0
 
 
+@pytest.mark.broker
 def test_since_starts_at_the_first_record_at_or_after_that_time(
         spark_session: SparkSession, spark_broker: Broker, topic_name: str) -> None:
     create_topic(spark_broker.bootstrap, topic_name, 3)
@@ -110,6 +113,7 @@ def test_since_starts_at_the_first_record_at_or_after_that_time(
         assert as_records(rows) == [r for r in produced if r.timestamp_ms >= since]
 
 
+@pytest.mark.broker
 def test_writer_produces_keys_headers_tombstones_and_partitions(
         spark_session: SparkSession, spark_broker: Broker, topic_name: str) -> None:
     create_topic(spark_broker.bootstrap, topic_name, 3)
@@ -146,6 +150,7 @@ def test_writer_produces_keys_headers_tombstones_and_partitions(
          .save())
 
 
+@pytest.mark.broker
 def test_stream_resumes_from_its_checkpoint_and_delivers_each_record_once(
         spark_session: SparkSession, spark_broker: Broker, topic_name: str,
         tmp_path: Path) -> None:

@@ -13,11 +13,11 @@ from pyspark.sql import SparkSession
 
 from spark.snapshot import run_snapshot, snapshot_topic_for
 from ssekd.broker import Broker
-from tests.streaming.conftest import Event, run_streamd
+from tests.support.kafka_records import Change, create_topic, latest_per_key, produce
+from tests.support.sse import Event
+from tests.support.streamd import run_streamd
 
-from .kafka_helpers import Change, create_topic, latest_per_key, produce
-
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.broker, pytest.mark.daemon]
 
 
 def key_of(event: Event) -> bytes:

@@ -19,12 +19,14 @@ from typing import Any
 import pytest
 
 from ssekd.broker import Broker, free_port
-from tests.conftest import start_daemon
-from tests.streaming.conftest import Kafka, write_config
+from tests.support.broker import Kafka
+from tests.support.daemon import start_daemon
+from tests.support.streamd import write_config
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 
-pytestmark = [pytest.mark.browser]  # chromium is installed by `make test`
+# chromium is installed by `make test`
+pytestmark = [pytest.mark.browser, pytest.mark.daemon, pytest.mark.broker]
 
 
 class Browser:

@@ -5,8 +5,13 @@ from __future__ import annotations
 import base64
 import json
 
+import pytest
+
 from ssekd.progress import ProgressId
-from tests.streaming.conftest import Kafka, Streamd
+from tests.support.broker import Kafka
+from tests.support.streamd import Streamd
+
+pytestmark = [pytest.mark.daemon, pytest.mark.broker]
 
 
 def b64(data: bytes) -> str:

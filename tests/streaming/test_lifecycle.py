@@ -11,7 +11,10 @@ import psutil
 import pytest
 
 from ssekd.broker import Broker, free_port, start_broker
-from tests.streaming.conftest import Kafka, Streamd, run_streamd
+from tests.support.broker import Kafka
+from tests.support.streamd import Streamd, run_streamd
+
+pytestmark = [pytest.mark.daemon, pytest.mark.broker]
 
 
 def test_compacted_late_subscriber_gets_latest_per_live_key(kafka: Kafka,

@@ -6,7 +6,12 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
-from tests.streaming.conftest import Kafka, run_streamd
+import pytest
+
+from tests.support.broker import Kafka
+from tests.support.streamd import run_streamd
+
+pytestmark = [pytest.mark.daemon, pytest.mark.broker]
 
 
 def test_open_stream_survives_a_reload_that_adds_a_route(kafka: Kafka, tmp_path: Path) -> None:

@@ -11,7 +11,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.streaming.conftest import Kafka, Streamd
+from tests.support.broker import Kafka
+from tests.support.streamd import Streamd
+
+pytestmark = [pytest.mark.daemon, pytest.mark.broker]
 
 N = 60
 

@@ -10,7 +10,10 @@ from urllib.parse import quote
 import pytest
 
 from ssekd.progress import ProgressId
-from tests.streaming.conftest import Kafka, Streamd
+from tests.support.broker import Kafka
+from tests.support.streamd import Streamd
+
+pytestmark = [pytest.mark.daemon, pytest.mark.broker]
 
 
 @pytest.fixture(scope="module")

@@ -9,17 +9,17 @@ from __future__ import annotations
 import select
 import subprocess
 import time
-import uuid
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
-from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.conftest import Daemon, start_daemon
-from tests.tls.conftest import ENV, Pki, sse_config
-from tests.tls.h2client import H2SseClient
+from ssekd.broker import Broker
+from tests.support.broker import Kafka
+from tests.support.daemon import Daemon, start_daemon
+from tests.support.h2client import H2SseClient
+from tests.support.pki import ENV, Pki, sse_config
+
+pytestmark = [pytest.mark.daemon, pytest.mark.broker]
 
 IDLE_TIMEOUT = 3.0  # the http binding's idle timeout (HTTP/2: GOAWAY after this long idle)
 KEEPALIVE = 1.0  # the sse binding's max-idle-time, below it
@@ -27,33 +27,11 @@ CONNECTION_HEADERS = {"connection", "keep-alive", "transfer-encoding", "upgrade"
                       "proxy-connection"}
 
 
-class Kafka:
-    def __init__(self, bootstrap: str) -> None:
-        self.admin = AdminClient({"bootstrap.servers": bootstrap})
-        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 1})
-
-    def topic(self, partitions: int = 1) -> str:
-        name = f"tls-{uuid.uuid4().hex[:8]}"
-        for f in self.admin.create_topics([NewTopic(name, partitions, 1)]).values():
-            f.result(10)
-        return name
-
-    def produce(self, topic: str, values: list[bytes]) -> None:
-        for v in values:
-            self.producer.produce(topic, value=v)
-        assert self.producer.flush(10) == 0
-
-
 @pytest.fixture(scope="module")
-def kafka(broker: Any) -> Kafka:
-    return Kafka(broker.bootstrap)
-
-
-@pytest.fixture(scope="module")
-def sse(broker: Any, pki: Pki, tmp_path_factory: pytest.TempPathFactory
+def sse(kafka_broker: Broker, pki: Pki, tmp_path_factory: pytest.TempPathFactory
         ) -> Iterator[tuple[Daemon, int, int]]:
     config, tls_port, clear_port = sse_config(tmp_path_factory.mktemp("h2sse"), pki.keys,
-                                              broker.bootstrap, idle_timeout=IDLE_TIMEOUT,
+                                              kafka_broker.bootstrap, idle_timeout=IDLE_TIMEOUT,
                                               keepalive=KEEPALIVE)
     daemon = start_daemon(config, ENV, wait_ports=[tls_port, clear_port])
     yield daemon, tls_port, clear_port
@@ -77,7 +55,7 @@ def _read_until(proc: subprocess.Popen[bytes], buffer: bytearray, marker: bytes,
 def test_curl_streams_live(sse: tuple[Daemon, int, int], kafka: Kafka, pki: Pki,
                            mode: str) -> None:
     _, tls_port, clear_port = sse
-    topic = kafka.topic()
+    topic = kafka.topic(1)
     if mode == "--http2-prior-knowledge":
         url, extra = f"http://localhost:{clear_port}/{topic}", []
     else:
@@ -93,7 +71,7 @@ def test_curl_streams_live(sse: tuple[Daemon, int, int], kafka: Kafka, pki: Pki,
         assert "content-type: text/event-stream" in head
         if "2" in mode:
             assert not any(f"\n{h}:" in head for h in CONNECTION_HEADERS), head
-        kafka.produce(topic, [b"one", b"two\nlines"])  # produced after the stream opened
+        kafka.send(topic, [b"one", b"two\nlines"])  # produced after the stream opened
         _read_until(proc, out, b"data:two\ndata:lines\n\n")
         body = bytes(out).split(b"\r\n\r\n", 1)[1]
         assert b"data:one\n\n" in body
@@ -106,7 +84,7 @@ def test_curl_streams_live(sse: tuple[Daemon, int, int], kafka: Kafka, pki: Pki,
 def test_hundred_streams_on_one_connection_all_get_every_event(
         sse: tuple[Daemon, int, int], kafka: Kafka, pki: Pki, secure: bool) -> None:
     _, tls_port, clear_port = sse
-    topic = kafka.topic(partitions=3)
+    topic = kafka.topic(3)
     port, ca = (tls_port, pki.ca_pem) if secure else (clear_port, None)
     with H2SseClient(port, ca=ca) as client:
         ids = [client.open(f"/{topic}") for _ in range(100)]
@@ -117,7 +95,7 @@ def test_hundred_streams_on_one_connection_all_get_every_event(
             assert headers["content-type"] == "text/event-stream"
             assert not CONNECTION_HEADERS & set(headers), headers
         values = [f"event {n}".encode() for n in range(50)]
-        kafka.produce(topic, values)
+        kafka.send(topic, values)
         assert client.wait(lambda: all(len(client.streams[i].data) >= 50 for i in ids), 30), \
             sorted({len(client.streams[i].data) for i in ids})
         first = client.streams[ids[0]]
@@ -131,7 +109,7 @@ def test_hundred_streams_on_one_connection_all_get_every_event(
 def test_keepalive_holds_an_http2_stream_past_the_idle_timeout(
         sse: tuple[Daemon, int, int], kafka: Kafka, pki: Pki) -> None:
     _, tls_port, _ = sse
-    topic = kafka.topic()
+    topic = kafka.topic(1)
     with H2SseClient(tls_port, ca=pki.ca_pem) as idle, \
             H2SseClient(tls_port, ca=pki.ca_pem) as streaming:
         stream = streaming.open(f"/{topic}")
@@ -144,15 +122,15 @@ def test_keepalive_holds_an_http2_stream_past_the_idle_timeout(
         # ... while the SSE stream's keepalives kept its connection open
         assert streaming.terminated is None
         assert streaming.streams[stream].comments >= 2
-        kafka.produce(topic, [b"still here"])
+        kafka.send(topic, [b"still here"])
         assert streaming.wait(lambda: streaming.streams[stream].data == ["still here"])
 
 
 def test_h2c_and_http11_share_the_cleartext_port(sse: tuple[Daemon, int, int], kafka: Kafka,
                                                  ) -> None:
     _, _, clear_port = sse
-    topic = kafka.topic()
-    kafka.produce(topic, [b"history"])
+    topic = kafka.topic(1)
+    kafka.send(topic, [b"history"])
     out = subprocess.run(["curl", "-sS", "-N", "--max-time", "3", "--http1.1",
                           f"http://localhost:{clear_port}/{topic}"],
                          capture_output=True, check=False).stdout

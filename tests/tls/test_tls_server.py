@@ -12,7 +12,11 @@ import ssl
 import time
 from typing import Any
 
-from tests.tls.conftest import Pki, run, s_client
+import pytest
+
+from tests.support.pki import Pki, run, s_client
+
+pytestmark = [pytest.mark.daemon]
 
 SEED_TLS = "{keys: [localhost], sni: [localhost], alpn: [http/1.1, h2]}"
 

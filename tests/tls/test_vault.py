@@ -16,8 +16,8 @@ from ssekd.devcert import DEV_PASSWORD, ensure_dev_store, issue, make_ca, write_
 from ssekd.engine import Engine
 from ssekd.vaults import open_vault
 from ssekd.vaults.pkcs12 import StoreError, read_store
-from tests.conftest import start_daemon
-from tests.tls.conftest import ENV, PASSWORD, Pki, tls_config
+from tests.support.daemon import start_daemon
+from tests.support.pki import ENV, PASSWORD, Pki, tls_config
 
 
 def test_aliases_are_friendly_names_with_the_key_first(pki: Pki) -> None:
@@ -105,6 +105,7 @@ def test_a_certificate_alias_is_not_a_key(tmp_path: Path, pki: Pki) -> None:
     ("{keys: [localhost, nosuch]}", ENV,
      ["bindings.tls_in.options.keys[1]", "alias 'nosuch'", "vault 'server'"]),
 ])
+@pytest.mark.daemon
 def test_daemon_does_not_start(tmp_path: Path, pki: Pki, options: str, env: dict[str, str],
                                words: list[str]) -> None:
     path = tls_config(tmp_path, pki, options)[0]

@@ -1,4 +1,4 @@
-"""TLS test fixtures: a throwaway PKI in a temp folder, and a daemon config around a tls binding.
+"""A throwaway PKI in a folder, and daemon configs around a tls binding.
 
 Stores are made the way users make them: single-key stores with `cryptography` (as
 `ssekd.devcert` does), multi-key stores with Java's `keytool` (what Zilla users have).
@@ -9,12 +9,9 @@ from __future__ import annotations
 import shutil
 import subprocess
 import textwrap
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import pytest
 from cryptography.hazmat.primitives.serialization import (
     Encoding,
     NoEncryption,
@@ -61,9 +58,8 @@ def keytool_merge(target: Path, sources: list[Path], password: str) -> None:
                        check=True, capture_output=True, timeout=60)
 
 
-@pytest.fixture(scope="session")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    folder = tmp_path_factory.mktemp("pki")
+def make_pki(folder: Path) -> Pki:
+    """Make every key, certificate and store of `Pki` in `folder`."""
     ca = make_ca("ssekd test CA")
     localhost = issue(ca, ["localhost", "127.0.0.1"])
     other = issue(ca, ["other.test"])
@@ -174,18 +170,6 @@ def s_client(port: int, *args: str) -> subprocess.CompletedProcess[str]:
     return run(["openssl", "s_client", "-connect", f"127.0.0.1:{port}", *args], input=b"Q\n")
 
 
-@pytest.fixture
-def tls_daemon(tmp_path: Path, pki: Pki, run_daemon: Any) -> Iterator[Any]:
-    """`tls_daemon("{keys: [localhost], alpn: [h2, http/1.1]}", ...)` -> (daemon, tls, h2c)."""
-
-    def start(tls_options: str, **kw: Any) -> tuple[Any, int, int]:
-        config, tls_port, clear_port = tls_config(tmp_path, pki, tls_options, **kw)
-        daemon = run_daemon(config, env=ENV, wait_ports=[tls_port, clear_port])
-        return daemon, tls_port, clear_port
-
-    yield start
-
-
 # -- SSE over TLS and HTTP/2, against a real broker ---------------------------------------------
 
 SSE_CONFIG = """\
@@ -257,9 +241,3 @@ def sse_config(folder: Path, store: Path, bootstrap: str, *, idle_timeout: float
                                       idle_timeout=idle_timeout, keepalive=keepalive,
                                       bootstrap=bootstrap))
     return path, tls_port, clear_port
-
-
-@pytest.fixture(scope="session")
-def broker(kafka_broker: Any) -> Any:
-    """The session's tansu broker (tests/conftest.py), under the name these tests use."""
-    return kafka_broker
