@@ -17,6 +17,7 @@ from ssekd.config import ConfigError
 from ssekd.config.load import load_config
 from ssekd.engine import Engine
 from tests.support.daemon import TWISTD
+from tests.support.data import ZILLA_EXAMPLE
 
 GOOD = """\
 name: test
@@ -181,8 +182,7 @@ def test_all_issues_are_reported_at_once(tmp_path: Path) -> None:
 
 
 def test_seed_example_is_accepted(tmp_path: Path) -> None:
-    seed = Path(__file__).resolve().parents[2].parent / "shared" / "examples" / "zilla.yaml"
-    config = load_config(seed, discover(), environ={"KEYSTORE_PASSWORD": "x"})
+    config = load_config(ZILLA_EXAMPLE, discover(), environ={"KEYSTORE_PASSWORD": "x"})
     assert config.namespace == "example"
     assert set(config.bindings) >= {"north_tcp_server", "north_tls_server", "south_kafka_client"}
 
@@ -217,7 +217,7 @@ def test_describes_in_plain_words() -> None:
 
 
 def test_check_command_accepts_the_seed_and_names_the_missing_store() -> None:
-    seed = Path(__file__).resolve().parents[2].parent / "shared" / "examples" / "zilla.yaml"
+    seed = ZILLA_EXAMPLE
     ssekd = str(Path(TWISTD).with_name("ssekd"))
     result = subprocess.run([ssekd, "check", "--config", str(seed)], capture_output=True,
                             text=True, timeout=60, env={"KEYSTORE_PASSWORD": "x",
