@@ -1,8 +1,7 @@
-"""Clock-driven unit tests: the h2c preface sniffer and the TLS handshake deadline, no sockets."""
+"""The cleartext port's preface sniffer (h2c) on a MemoryReactorClock: HTTP/2 prior knowledge or
+HTTP/1.1, decided by the first bytes, with no sockets."""
 
 from __future__ import annotations
-
-from typing import Any
 
 import pytest
 from twisted.internet.address import IPv4Address
@@ -14,10 +13,6 @@ from twisted.web.server import Site
 
 from ssekd.bindings.api import ConnectionInfo
 from ssekd.bindings.http.h2c import PREFACE, PrefaceSniffer, protocol_for
-from ssekd.bindings.tls import ServerKey, TlsServer, build_context, certificate_names
-from ssekd.devcert import issue, make_ca
-from ssekd.telemetry.events import EventLog
-from ssekd.vaults.pkcs12 import StoreEntry
 
 PEER = IPv4Address("TCP", "127.0.0.1", 50000)
 LOCAL = IPv4Address("TCP", "127.0.0.1", 7114)
@@ -75,47 +70,3 @@ def test_silent_connection_is_closed_after_the_site_timeout() -> None:
     assert not transport.disconnecting
     clock.advance(1)
     assert transport.disconnecting
-
-
-class NeverExit:
-    """A stream exit that must not be reached: the handshake never completes."""
-
-    versions = ("http/1.1", "h2")
-
-    def build_protocol(self, conn: ConnectionInfo) -> Any:
-        raise AssertionError("no handshake, no exit")
-
-
-def _server(clock: MemoryReactorClock, events: EventLog) -> TlsServer:
-    ca = make_ca()
-    leaf = issue(ca, ["localhost"])
-    entry = StoreEntry("localhost", leaf.cert, leaf.key)
-    key = ServerKey("localhost", certificate_names(leaf.cert),
-                    build_context("t", entry, [], "none"))
-    return TlsServer("tls_in", [key], None, ["h2"], [], NeverExit(), events, clock,
-                     handshake_timeout=10)
-
-
-def test_a_stalled_handshake_ends_with_one_event() -> None:
-    clock = MemoryReactorClock()
-    events = EventLog("ns", clock=clock.seconds)
-    proto: Any = _server(clock, events).build_protocol(ConnectionInfo(LOCAL, PEER))
-    transport = StringTransport()
-    proto.makeConnection(transport)
-    proto.dataReceived(b"\x16\x03\x01")  # the first bytes of a ClientHello, then nothing
-    clock.advance(9.9)
-    assert not transport.disconnected and not events.recent
-    clock.advance(0.2)
-    assert transport.disconnected  # aborted, not politely closed
-    proto.connectionLost(Exception("aborted"))  # what the reactor then reports
-    assert len(events.recent) == 1
-    assert events.recent[0].endswith(
-        "BINDING_TLS_HANDSHAKE_FAILED 127.0.0.1:50000 handshake not completed within 10s")
-
-
-def test_sni_matching_covers_exact_and_wildcard_names() -> None:
-    key = ServerKey("k", ("a.example", "*.b.example"), None)  # type: ignore[arg-type]
-    assert key.covers("a.example")
-    assert key.covers("x.b.example")
-    assert not key.covers("b.example")
-    assert not key.covers("y.x.b.example")
