@@ -9,11 +9,11 @@ from __future__ import annotations
 import re
 import socket
 import ssl
-import time
 from typing import Any
 
 import pytest
 
+from tests.support.daemon import Daemon
 from tests.support.pki import Pki, run, s_client
 
 pytestmark = [pytest.mark.daemon]
@@ -35,6 +35,20 @@ def alpn(out: str) -> str:
 
 def curl(*args: str) -> Any:
     return run(["curl", "-sS", "--max-time", "10", "-w", "\n%{http_version}", *args])
+
+
+FAILURE = re.compile(r"tlstest:tls_in \[\d\d/\w{3}/\d{4}:\d\d:\d\d:\d\d \+0000\] "
+                     r"BINDING_TLS_HANDSHAKE_FAILED 127\.0\.0\.1:(\d+) (.+)")
+
+
+def handshake_failures(daemon: Daemon) -> list[tuple[int, str]]:
+    """(client port, reason) of each handshake failure the daemon reported, in order; every such
+    line must have the event's whole format."""
+    lines = [line for line in daemon.output().splitlines()
+             if "BINDING_TLS_HANDSHAKE_FAILED" in line]
+    matches = [FAILURE.fullmatch(line) for line in lines]
+    assert all(matches), lines
+    return [(int(m.group(1)), m.group(2)) for m in matches if m]
 
 
 def test_seed_config_sni_and_alpn(tls_daemon: Any) -> None:
@@ -142,14 +156,14 @@ def test_mutual_required(tls_daemon: Any, pki: Pki) -> None:
     assert refused.returncode != 0 and "hello" not in refused.stdout
     stranger = curl(*base, "--cert", str(pki.stranger_cert), "--key", str(pki.stranger_key), url)
     assert stranger.returncode != 0 and "hello" not in stranger.stdout
-    served = curl(*base, "--cert", str(pki.client_cert), "--key", str(pki.client_key), url)
+    served = curl(*base, "--cert", str(pki.client_cert), "--key", str(pki.client_key),
+                  url + "?served")
     assert served.stdout == "hello over tls\n\n1.1", served.stderr  # no `alpn`: HTTP/1.1
-    daemon.wait_output("BINDING_TLS_HANDSHAKE_FAILED")
-    time.sleep(0.3)
-    failures = [line for line in daemon.output().splitlines()
-                if "BINDING_TLS_HANDSHAKE_FAILED" in line]
-    assert len(failures) == 2, failures
-    assert "certificate" in failures[0]
+    # the served request comes after both refusals: once it is logged, so are they
+    daemon.wait_output("BINDING_HTTP_REQUEST_ACCEPTED - GET https://localhost:"
+                       f"{port}/index.html?served")
+    assert [reason for _, reason in handshake_failures(daemon)] == \
+        ["peer did not return a certificate", "certificate verify failed"]
 
 
 def test_trust_alone_means_mutual_required(tls_daemon: Any, pki: Pki) -> None:
@@ -171,8 +185,8 @@ def _open_tls(port: int, pki: Pki) -> ssl.SSLSocket:
     return context.wrap_socket(raw, server_hostname="localhost")
 
 
-def _get(sock: ssl.SSLSocket) -> bytes:
-    sock.sendall(b"GET /index.html HTTP/1.1\r\nHost: localhost\r\n\r\n")
+def _get(sock: ssl.SSLSocket, path: str = "/index.html") -> bytes:
+    sock.sendall(f"GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n".encode())
     data = b""
     while b"hello over tls" not in data:
         chunk = sock.recv(4096)
@@ -189,23 +203,27 @@ def test_failed_handshakes_touch_nothing_else(tls_daemon: Any, pki: Pki) -> None
 
     with socket.create_connection(("127.0.0.1", port), timeout=5) as garbage:
         garbage.sendall(b"\x16\x03\x01\x00\x05garbage that is not a ClientHello\r\n\r\n")
-        assert garbage.recv(4096) is not None  # an alert or EOF, whatever: then closed
+        # a fatal TLS alert record (level 2) saying unexpected_message (10), then the end
+        assert garbage.recv(4096) == b"\x15\x03\x03\x00\x02\x02\x0a"
+        assert garbage.recv(4096) == b""
+        garbage_port = garbage.getsockname()[1]
     old = s_client(port, "-tls1_1", "-cipher", "DEFAULT@SECLEVEL=0")
-    assert "Cipher is (NONE)" in old.stdout or old.returncode != 0
+    assert old.returncode == 1
+    assert "New, (NONE), Cipher is (NONE)" in old.stdout
+    assert "alert protocol version" in old.stderr, old.stderr  # TLS 1.1 refused: TLS 1.2+
     with socket.create_connection(("127.0.0.1", port), timeout=5) as plain:
         plain.sendall(b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n")
-        plain.recv(4096)
+        assert plain.recv(4096) == b"", "plain HTTP on the TLS port: closed, nothing served"
+        plain_port = plain.getsockname()[1]
 
     # the connection made before is still served, and so are new ones
     assert b"hello over tls" in _get(established)
     established.close()
-    assert b"hello over tls" in _get(_open_tls(port, pki))
+    assert b"hello over tls" in _get(_open_tls(port, pki), "/index.html?after")
 
-    time.sleep(0.3)
-    failures = [line for line in daemon.output().splitlines()
-                if "BINDING_TLS_HANDSHAKE_FAILED" in line]
-    assert len(failures) == 3, daemon.output()
-    assert all(line.startswith("tlstest:tls_in [") for line in failures)
-    assert "127.0.0.1:" in failures[0]
-    assert [line.split(" ", 5)[-1] for line in failures] == \
+    # that last request comes after every failure: once it is logged, so are they
+    daemon.wait_output("BINDING_HTTP_REQUEST_ACCEPTED - GET https://localhost:443/index.html?after")
+    failures = handshake_failures(daemon)
+    assert [reason for _, reason in failures] == \
         ["unexpected message", "unsupported protocol", "http request"]
+    assert (failures[0][0], failures[2][0]) == (garbage_port, plain_port)
