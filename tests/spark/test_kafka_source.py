@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 from pyspark.sql import SparkSession
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from spark import FORMAT
 from spark.kafka_source import KafkaDataSource, limit_rows
@@ -205,11 +204,11 @@ def test_options_are_checked_when_the_query_is_planned() -> None:
 
 
 def test_read_limit_spreads_over_partitions_and_always_moves() -> None:
-    start, end = {0: 0, 1: 100, 2: 50}, {0: 300, 1: 200, 2: 50}
-    limited = limit_rows(start, end, 100)
-    assert sum(limited[p] - start[p] for p in start) == 100
-    assert limited[2] == 50 and limited[0] > limited[1] - 100
+    start, end = {0: 0, 1: 100, 2: 50}, {0: 300, 1: 200, 2: 50}  # waiting: 300, 100, 0
+    assert limit_rows(start, end, 100) == {0: 75, 1: 125, 2: 50}  # in proportion: 3 to 1
     assert limit_rows(start, end, 1000) == end
-    assert sum(limit_rows(start, end, 1)[p] - start[p] for p in start) == 1
-    assert isinstance(ReadMaxRows(5), ReadMaxRows) and isinstance(ReadAllAvailable(),
-                                                                   ReadAllAvailable)
+    # a limit smaller than a fair share still moves: the largest backlog goes first
+    assert limit_rows(start, end, 1) == {0: 1, 1: 100, 2: 50}
+    assert limit_rows({0: 0, 1: 0, 2: 0}, {0: 1, 1: 1, 2: 1}, 2) == {0: 1, 1: 1, 2: 0}
+    # a partition the start does not know yet waits from its end: nothing to read there
+    assert limit_rows({0: 0}, {0: 10, 1: 7}, 4) == {0: 4, 1: 7}
