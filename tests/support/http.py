@@ -23,17 +23,21 @@ def curl(*args: str) -> tuple[int, dict[str, str], bytes]:
 
 
 def raw(port: int, data: bytes, wait: float = 3.0) -> bytes:
-    """Send raw bytes and return whatever comes back until the server closes or `wait` ends."""
+    """Send raw bytes; return all the server sends until it closes the connection, which it
+    must do within `wait` seconds (a bad request is answered and the connection closed)."""
     with socket.create_connection(("127.0.0.1", port), timeout=wait) as s:
         s.sendall(data)
         chunks = []
         deadline = time.monotonic() + wait
-        try:
-            while time.monotonic() < deadline:
+        while True:
+            s.settimeout(max(0.01, deadline - time.monotonic()))
+            try:
                 chunk = s.recv(65536)
-                if not chunk:
-                    break
-                chunks.append(chunk)
-        except (TimeoutError, ConnectionResetError):
-            pass
-    return b"".join(chunks)
+            except ConnectionResetError:
+                chunk = b""
+            except TimeoutError:
+                raise AssertionError(f"still open after {wait} s; got {b''.join(chunks)!r}") \
+                    from None
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
