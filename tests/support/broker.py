@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,6 +12,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 _names = itertools.count()
+_markers = itertools.count()
 
 
 @dataclass
@@ -53,3 +55,19 @@ class Kafka:
         for v in values:
             self.produce(topic, v)
         self.flush()
+
+    def mark(self, topic: str, partitions: Iterable[int] = (0,), key: bytes | None = None,
+             headers: list[tuple[str, bytes]] | None = None) -> list[str]:
+        """Produce one marker record into each of `partitions`; return their values.
+
+        A partition is delivered in order, so a stream that has delivered a partition's marker
+        has delivered everything before it there: "nothing else arrives" is checked by reading
+        up to the markers (`SseClient.until`) instead of waiting for a quiet while.
+        """
+        values = []
+        for p in partitions:
+            value = f"marker-{next(_markers)}"
+            self.produce(topic, value.encode(), key=key, partition=p, headers=headers)
+            values.append(value)
+        self.flush()
+        return values

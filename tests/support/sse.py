@@ -138,15 +138,20 @@ class SseClient:
             out.append(e)
         return out
 
-    def quiet(self, seconds: float = 0.5) -> list[Event]:
-        """Events arriving within `seconds` (to check that nothing more comes)."""
-        out = []
-        deadline = time.monotonic() + seconds
-        while (left := deadline - time.monotonic()) > 0:
-            e = self.next_event(left)
+    def until(self, markers: list[str], timeout: float = 10.0) -> list[Event]:
+        """The events before every one of `markers` (event data, see `Kafka.mark`) has arrived,
+        markers left out; fail if they do not all arrive within `timeout`."""
+        out: list[Event] = []
+        waiting = set(markers)
+        deadline = time.monotonic() + timeout
+        while waiting:
+            e = self.next_event(max(0.0, deadline - time.monotonic()))
             if e is None:
-                break
-            out.append(e)
+                raise AssertionError(f"markers {sorted(waiting)} did not arrive; got {out[-3:]}")
+            if e.data in waiting:
+                waiting.discard(e.data)
+            else:
+                out.append(e)
         return out
 
     def close(self) -> None:
