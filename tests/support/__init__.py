@@ -6,5 +6,5 @@ condition instead of sleeping), `broker` (topics and records on the test broker)
 client), `streamd` (the daemon with the streaming test config), `http` (curl and raw sockets),
 `static_site` (a static site config), `pki` (throwaway keys and stores, tls configs),
 `h2client` (an HTTP/2 SSE client), `kafka_records` (producing and reading records without
-the code under test), `rss` (a memory sampler).
+the code under test), `data` (the files of `tests/data/`).
 """
