@@ -22,6 +22,7 @@ from ssekd.broker import Broker, free_port
 from tests.support.broker import Kafka
 from tests.support.daemon import start_daemon
 from tests.support.streamd import write_config
+from tests.support.wait import wait_until
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 
@@ -96,15 +97,9 @@ class Browser:
         shutil.rmtree(self.profile, ignore_errors=True)
 
 
-def _wait(browser: Browser, expr: str, want: Any, timeout: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout
-    value = None
-    while time.monotonic() < deadline:
-        value = browser.evaluate(expr)
-        if value == want:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"{expr} = {value!r}, wanted {want!r}")
+def _wait(browser: Browser, expr: str, want: Any, timeout: float = 20.0) -> None:
+    wait_until(lambda: browser.evaluate(expr) == want, timeout, interval=0.1,
+               what=lambda: f"{expr} = {browser.evaluate(expr)!r}, wanted {want!r}")
 
 
 @pytest.mark.timeout(180)

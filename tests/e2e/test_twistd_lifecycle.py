@@ -8,14 +8,15 @@ import os
 import signal
 import socket
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
+from ssekd.broker import port_open
 from tests.support.daemon import TWISTD, Daemon
 from tests.support.http import curl
 from tests.support.static_site import write_site
+from tests.support.wait import wait_until
 
 pytestmark = [pytest.mark.daemon]
 
@@ -74,25 +75,19 @@ OTHER = """\
 
 
 def test_daemonized_with_twistd_pidfile_and_logfile(tmp_path: Path, port: int) -> None:
-    from ssekd.broker import port_open
-
     config = write_site(tmp_path).read_text().replace("    out:\n      type: stdout\n", "")
     (tmp_path / "zilla.yaml").write_text(config.replace("exporters:\n", "exporters: {}\n"))
     pidfile, logfile = tmp_path / "ssekd.pid", tmp_path / "ssekd.log"
     subprocess.run([TWISTD, f"--pidfile={pidfile}", f"--logfile={logfile}", "ssekd",
                     "--config", str(tmp_path / "zilla.yaml")], check=True, timeout=30,
                    cwd=tmp_path, env={**os.environ, "HTTP_PORT": str(port)})
-    deadline = time.monotonic() + 15
-    while not port_open("127.0.0.1", port) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: port_open("127.0.0.1", port), 15, what=f"nothing listens on {port}")
     pid = int(pidfile.read_text())
     try:
         assert curl(f"http://localhost:{port}/")[0] == 200
         assert "ENGINE_STARTED" in logfile.read_text()
     finally:
         os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + 15
-    while pidfile.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not pidfile.exists(), "twistd removes its pidfile on an orderly stop"
+    wait_until(lambda: not pidfile.exists(), 15,
+               what="twistd removes its pidfile on an orderly stop")
     assert "ENGINE_STOPPED" in logfile.read_text()
