@@ -113,6 +113,14 @@ class _PortFactory:
         return self.server.build_protocol(self.port, addr)
 
 
+#: Why a tcp server route may not name `authority`. At accept there is no host name to match: no
+#: SNI and no Host header has been read yet. Zilla matches it against the peer's reverse-DNS
+#: name, a blocking lookup per connection that the owner of the peer's address controls; ssekd
+#: ignored it, so such a route matched every connection. Refusing is the honest answer.
+AUTHORITY_REFUSED = ("tcp routes cannot match authority; route by authority in the tls or "
+                     "http binding (the tls server's `when: [{authority}]` matches the SNI name)")
+
+
 def _build_server(ctx: BuildContext, binding: Binding) -> TcpServer:
     options = binding.options
     base = ("bindings", binding.name)
@@ -136,6 +144,8 @@ def _build_server(ctx: BuildContext, binding: Binding) -> TcpServer:
                 raise ConfigError([ctx.issue(path + ("cidr",),
                                              f"expected a network such as 10.0.0.0/8: {e}")]) \
                     from e
+            if "authority" in when:
+                raise ConfigError([ctx.issue(path + ("authority",), AUTHORITY_REFUSED)])
             conditions.append(Condition(route_ports, network))
         assert route.exit is not None  # required by the schema
         exit_ = ctx.exit(route.exit, StreamBinding)
