@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 from twisted.internet.testing import MemoryReactorClock
 
+from ssekd.bindings.kafka import client as kafka_client
+from ssekd.bindings.kafka.client import ClientSettings, KafkaClient, TailConsumer
 from ssekd.config import ConfigError
 from ssekd.engine import Engine
 
@@ -47,3 +49,68 @@ def test_tcp_route_on_authority_is_refused_at_its_line(tmp_path: Path) -> None:
     assert issue.path == "bindings.tcp0.routes[0].when[1].authority"
     assert "tcp routes cannot match authority" in issue.message
     assert "route by authority in the tls or http binding" in issue.message
+
+
+# -- the Kafka client's security settings --------------------------------------------------------
+
+SASL = {"mechanism": "scram-sha-512", "username": "u", "password": "p"}
+
+
+def confs(monkeypatch: pytest.MonkeyPatch, settings: ClientSettings) -> tuple[dict, dict]:
+    """The confs the tail consumer hands librdkafka for its Consumer and its AdminClient."""
+    seen: dict[str, dict] = {}
+
+    class FakeConsumer:
+        def __init__(self, conf: dict) -> None:
+            seen["consumer"] = dict(conf)
+
+        def close(self) -> None:
+            pass
+
+    def fake_admin(conf: dict) -> object:
+        seen["admin"] = dict(conf)
+        return object()
+
+    monkeypatch.setattr(kafka_client, "Consumer", FakeConsumer)
+    monkeypatch.setattr(kafka_client, "AdminClient", fake_admin)
+    client = KafkaClient(MemoryReactorClock(), settings, "kc", lambda name, detail: None)
+    tail = TailConsumer(client, "cs")
+    tail.stopping.set()  # build both, then leave the loop at once
+    tail.run()
+    return seen["consumer"], seen["admin"]
+
+
+@pytest.mark.parametrize(("sasl", "properties", "protocol"), [
+    (SASL, {}, "SASL_PLAINTEXT"),
+    (SASL, {"ssl.ca.location": "/etc/kafka/ca.pem"}, "SASL_SSL"),
+    (SASL, {"security.protocol": "SSL"}, "SASL_SSL"),
+    (SASL, {"security.protocol": "sasl_ssl"}, "SASL_SSL"),
+    (None, {"ssl.ca.location": "/etc/kafka/ca.pem"}, "SSL"),
+    (None, {"security.protocol": "SSL"}, "SSL"),
+    (None, {}, None),
+], ids=["sasl", "sasl+ssl-key", "sasl+ssl", "sasl_ssl", "ssl-key", "ssl", "plaintext"])
+def test_security_protocol_follows_the_properties(monkeypatch: pytest.MonkeyPatch,
+                                                  sasl: dict | None, properties: dict,
+                                                  protocol: str | None) -> None:
+    """With TLS asked for in `properties`, SASL credentials travel over TLS (`SASL_SSL`), never
+    as `SASL_PLAINTEXT` to a TLS listener; `ssl.*` keys alone mean `SSL`."""
+    settings = ClientSettings(servers=("kafka:9093",), sasl=sasl, properties=properties)
+    consumer, admin = confs(monkeypatch, settings)
+    assert consumer.get("security.protocol") == protocol
+    assert admin.get("security.protocol") == protocol
+
+
+def test_admin_client_gets_every_security_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    properties = {"ssl.ca.location": "/etc/kafka/ca.pem",
+                  "ssl.certificate.location": "/etc/kafka/client.pem",
+                  "ssl.key.location": "/etc/kafka/client.key",
+                  "ssl.endpoint.identification.algorithm": "https",
+                  "sasl.oauthbearer.config": "scope=x",
+                  "security.protocol": "SSL", "fetch.wait.max.ms": 10}
+    settings = ClientSettings(servers=("kafka:9093",), sasl=SASL, properties=properties)
+    consumer, admin = confs(monkeypatch, settings)
+    security = {k: v for k, v in consumer.items()
+                if k.startswith(("security.", "ssl.", "sasl."))}
+    assert len(security) == 9  # five ssl/sasl properties, three from `sasl`, the protocol
+    assert admin == {"bootstrap.servers": "kafka:9093", **security}
+    assert "group.id" not in admin and "fetch.wait.max.ms" not in admin
