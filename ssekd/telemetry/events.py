@@ -19,6 +19,7 @@ Two things keep event lines from hurting traffic:
 
 from __future__ import annotations
 
+import atexit
 import queue
 import sys
 import threading
@@ -99,6 +100,9 @@ class StdoutWriter:
                 self._thread = threading.Thread(target=self._run, name="ssekd-events-stdout",
                                                 daemon=True)
                 self._thread.start()
+                # A process that exits without an orderly stop (a config refused at start, an
+                # error) still writes what it said; atexit runs before daemon threads stop.
+                atexit.register(self.flush, 1.0)
 
     def _run(self) -> None:
         while True:
