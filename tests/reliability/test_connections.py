@@ -236,6 +236,30 @@ def test_connections_over_the_limits_are_closed_at_once(kafka_broker: Broker, tm
         s.close()
 
 
+def test_a_flood_of_refusals_prints_bounded_lines_that_add_up_after_sigterm(
+        kafka_broker: Broker, tmp_path: Path, daemons: list[Daemon]) -> None:
+    """Every refused connection is accounted for, printed or in a summary line, and the
+    summaries still pending when SIGTERM arrives are written before the daemon exits."""
+    d = start(tmp_path, kafka_broker.bootstrap, limits=", limits: {connections: 1}")
+    daemons.append(d)
+    held = connect(d.port)
+    assert get(held) == 200
+    knocks = 300
+    for _ in range(knocks):
+        s = connect(d.port)
+        assert closed_at_once(s)
+        s.close()
+    assert stop_process(d.process) == 0
+    lines = d.output().splitlines()
+    printed = sum("BINDING_TCP_CONNECTION_REFUSED" in line for line in lines)
+    suppressed = [int(line.split("EVENTS_SUPPRESSED ")[1].split()[0]) for line in lines
+                  if "EVENTS_SUPPRESSED" in line and "BINDING_TCP_CONNECTION_REFUSED" in line]
+    assert suppressed, "300 refusals in a few seconds are more than 100 lines a second"
+    assert printed - len(suppressed) + sum(suppressed) == knocks
+    assert any(line.endswith("ENGINE_STOPPED -") for line in lines)
+    held.close()
+
+
 # -- file descriptors running out --------------------------------------------------------------
 
 NOFILE = 256
