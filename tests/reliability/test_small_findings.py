@@ -149,8 +149,10 @@ def run_dev(tmp_path: Path, *flags: str) -> tuple[int, str]:
                                      "--no-demo", *flags], stdout=out, stderr=subprocess.STDOUT,
                                     cwd=tmp_path)
     try:
+        # Started, not merely listening: the daemon opens its port before its reactor runs, and
+        # a SIGTERM in between would end it with the signal's status instead of 0.
         deadline = time.monotonic() + 30
-        while not port_open("127.0.0.1", port):
+        while "ENGINE_STARTED" not in log.read_text():
             assert launcher.poll() is None, log.read_text()
             assert time.monotonic() < deadline, log.read_text()
             time.sleep(0.05)
