@@ -11,10 +11,11 @@ Every accepted socket is a file descriptor, and so is every Kafka socket, file b
 log file. When the process runs out (EMFILE), Twisted's accept loop does not spin: it keeps one
 descriptor in reserve and spends it to accept and close the clients waiting (logging three lines
 for each). But everything else that opens a descriptor fails too: a file request on a connection
-already open gets a 404, a Kafka client cannot reconnect. So the total limit defaults to the process's soft `RLIMIT_NOFILE` (`ulimit -n`) less
-a reserve for those, and one count per process (`OpenConnections`) holds every tcp server of the
-process under that budget too, however their own limits add up: the daemon refuses connections
-itself, cleanly, before the kernel refuses it anything.
+already open gets a 404, a Kafka client cannot reconnect. So the total limit defaults to the
+process's soft `RLIMIT_NOFILE` (`ulimit -n`) less a reserve for those, and one count per process
+(`OpenConnections`) holds every tcp server of the process under that budget too, however their
+own limits add up: the daemon refuses connections itself, cleanly, before the kernel refuses it
+anything.
 """
 
 from __future__ import annotations
