@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -45,8 +46,16 @@ class Daemon:
 
 def start_daemon(config: Path, env: Mapping[str, str] | None = None,
                  wait_ports: list[int] | None = None, timeout: float = 20.0,
-                 extra_args: list[str] | None = None) -> Daemon:
-    """Start the daemon on `config` and wait until `wait_ports` accept connections."""
+                 extra_args: list[str] | None = None, nofile: int | None = None,
+                 wait_output: str | None = None) -> Daemon:
+    """Start the daemon on `config` and wait until `wait_ports` accept connections, and until
+    its output holds `wait_output` (when a probe connection would disturb what a test counts).
+    With `nofile`, the daemon runs under `ulimit -n nofile`."""
+
+    def limit_fds() -> None:
+        if nofile is not None:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+
     log = config.with_suffix(f".{time.monotonic_ns()}.log")
     out = open(log, "wb")  # noqa: SIM115 - handed to the child, closed just below
     proc_env = dict(os.environ)
@@ -54,7 +63,7 @@ def start_daemon(config: Path, env: Mapping[str, str] | None = None,
     process = subprocess.Popen(
         [TWISTD, "-n", "--pidfile=", "ssekd", "--config", str(config), *(extra_args or [])],
         stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=proc_env,
-        cwd=config.parent,
+        cwd=config.parent, preexec_fn=limit_fds if nofile is not None else None,
     )
     out.close()
     daemon = Daemon(process, config, log, list(wait_ports or []))
@@ -69,6 +78,10 @@ def start_daemon(config: Path, env: Mapping[str, str] | None = None,
         for port in daemon.ports:
             wait_until(lambda: listening(port), max(0.0, deadline - time.monotonic()),
                        what=lambda: f"daemon did not listen on {port}:\n{daemon.output()}")
+        if wait_output is not None:
+            wait_until(lambda: process.poll() is None and wait_output in daemon.output(),
+                       max(0.0, deadline - time.monotonic()),
+                       what=lambda: f"{wait_output!r} not in daemon output:\n{daemon.output()}")
     except AssertionError:
         daemon.stop()
         raise

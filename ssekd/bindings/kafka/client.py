@@ -100,13 +100,39 @@ class ClientSettings:
         }
         if self.sasl:
             conf.update({
-                "security.protocol": "SASL_PLAINTEXT",
                 "sasl.mechanism": self.sasl["mechanism"].upper(),
                 "sasl.username": self.sasl["username"],
                 "sasl.password": self.sasl["password"],
             })
         conf.update(self.properties)
+        protocol = self.security_protocol()
+        if protocol is not None:
+            conf["security.protocol"] = protocol
         return conf
+
+    def security_protocol(self) -> str | None:
+        """librdkafka's `security.protocol`, or None for its default (plaintext).
+
+        `properties` say whether the cluster speaks TLS: an explicit `security.protocol`, or any
+        `ssl.*` key (a CA, a client certificate), which librdkafka would otherwise silently
+        ignore over plaintext. A `sasl` block adds SASL on top of that: `SASL_SSL` over TLS,
+        `SASL_PLAINTEXT` otherwise - never plaintext credentials to a TLS-only cluster."""
+        explicit = self.properties.get("security.protocol")
+        if explicit is not None:
+            tls = str(explicit).lower() in ("ssl", "sasl_ssl")
+        else:
+            tls = any(str(k).startswith("ssl.") for k in self.properties)
+        if self.sasl:
+            return "SASL_SSL" if tls else "SASL_PLAINTEXT"
+        if explicit is not None:
+            return str(explicit)
+        return "SSL" if tls else None
+
+    def admin_config(self, consumer: Mapping[str, Any]) -> dict[str, Any]:
+        """The admin client's conf from the consumer's: the same servers and every security
+        setting (`security.*`, `ssl.*`, `sasl.*`), so it reaches a TLS or SASL cluster too."""
+        return {k: v for k, v in consumer.items()
+                if k == "bootstrap.servers" or k.startswith(("security.", "ssl.", "sasl."))}
 
 
 def _close(consumer: Any) -> None:
@@ -219,9 +245,7 @@ class TailConsumer(_KafkaThread):
         conf = client.settings.consumer_config(f"ssekd-{client.binding}-{self.owner}")
         conf["error_cb"] = self._on_error
         consumer = Consumer(conf)
-        admin = AdminClient({k: v for k, v in conf.items()
-                             if k in ("bootstrap.servers", "security.protocol", "sasl.mechanism",
-                                      "sasl.username", "sasl.password")})
+        admin = AdminClient(client.settings.admin_config(conf))
         backoff = 0.2
         next_refresh = 0.0
         try:

@@ -13,6 +13,7 @@ from ssekd.progress import ProgressId
 from tests.support.broker import Kafka
 from tests.support.sse import Event
 from tests.support.streamd import Streamd
+from tests.support.wait import wait_until
 
 pytestmark = [pytest.mark.daemon, pytest.mark.broker]
 
@@ -59,6 +60,8 @@ START = [(ProgressId.encode({0: n, 1: 0, 2: 0}), str(n)) for n in range(1, 8)]
 
 
 def log_lines(streamd: Streamd, text: str) -> list[str]:
+    """The daemon's lines holding `text`, once there is one (a thread writes event lines)."""
+    streamd.daemon.wait_output(text)
     return [line for line in streamd.daemon.output().splitlines() if text in line]
 
 
@@ -99,9 +102,8 @@ def test_statuses(streamd: Streamd, filtered_topic: str) -> None:
     assert streamd.status(f"/events/{filtered_topic}?lastEventId=" + "A" * 255) == 400
     assert streamd.status(f"/events/{filtered_topic}?since=yesterday-ish") == 400
     assert streamd.status("/events/bad%20topic%00name") == 404
-    out = streamd.daemon.output()
-    assert "BINDING_SSE_REQUEST_REJECTED 405" in out
-    assert "BINDING_SSE_REQUEST_REJECTED 400" in out
+    streamd.daemon.wait_output("BINDING_SSE_REQUEST_REJECTED 405")  # lines are written by a thread
+    streamd.daemon.wait_output("BINDING_SSE_REQUEST_REJECTED 400")
 
 
 HOSTILE = [
@@ -181,6 +183,10 @@ def test_odd_requests_never_hurt_the_daemon(streamd: Streamd, filtered_topic: st
         assert c.status == status
         if status == 200:  # an unreadable id: the stream starts from the beginning
             assert [e.data for e in c.events(7)] == [d for _, d in START]
+    if logged is not None:  # a thread writes event lines: wait for this request's
+        wanted = logged.replace("{t}", filtered_topic)
+        wait_until(lambda: wanted in streamd.daemon.output()[len(before):],
+                   what=lambda: f"{wanted!r} not logged")
     after = streamd.daemon.output()
     assert after.startswith(before)
     new = after[len(before):]
