@@ -9,6 +9,7 @@ itself, with room left for Kafka sockets and files, instead of meeting EMFILE.""
 
 from __future__ import annotations
 
+import resource
 import socket
 import threading
 import time
@@ -36,7 +37,6 @@ from ssekd.bindings.tcp import TcpServer
 from ssekd.broker import Broker, free_port
 from ssekd.telemetry.events import EventLog
 from tests.support.daemon import Daemon, start_daemon
-
 
 CONFIG = """\
 name: rel
