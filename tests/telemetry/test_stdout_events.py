@@ -35,6 +35,7 @@ def test_an_event_line_has_every_part() -> None:
     events = EventLog("ns", clock=lambda: 1_795_341_662.0, stdout=out)
     line = events.emit("tcp0", "ENGINE_STARTED", "a\nb")
     assert line == "ns:tcp0 [22/Nov/2026:10:01:02 +0000] ENGINE_STARTED a\\x0ab"
+    assert events.flush()  # a thread of its own writes the lines
     assert out.getvalue() == line + "\n"
     assert events.emit("tcp0", "ENGINE_STOPPED") == \
         "ns:tcp0 [22/Nov/2026:10:01:02 +0000] ENGINE_STOPPED -"
