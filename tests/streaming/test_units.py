@@ -338,7 +338,8 @@ class FakeClient:
     def consume(self, *a: Any, **kw: Any) -> None:
         pass
 
-    def fetch(self, topic: str, p: int, offset: int, limit: int) -> Deferred[FetchResult]:
+    def fetch(self, topic: str, p: int, offset: int, limit: int,
+              max_bytes: int) -> Deferred[FetchResult]:
         d: Deferred[FetchResult] = Deferred()
         self.fetches.append((p, offset, d))
         return d
