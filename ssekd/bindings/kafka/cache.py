@@ -24,8 +24,8 @@ from twisted.internet.defer import Deferred
 
 from ssekd.bindings.kafka.client import FetchResult, KafkaClient
 from ssekd.bindings.kafka.message import Message
-from ssekd.bindings.kafka.start import Start
 from ssekd.bindings.kafka.missing_topics import DEFAULT_GIVE_UP_AFTER
+from ssekd.bindings.kafka.start import Start
 from ssekd.bindings.kafka.subscription import (
     DEFAULT_CATCH_UP_BYTES,
     EventEncoder,
