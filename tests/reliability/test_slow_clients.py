@@ -9,6 +9,7 @@ full-size measurement (1,000 never-reading clients, 100 readers).
 
 from __future__ import annotations
 
+import http.client
 import queue
 import socket
 import threading
@@ -18,6 +19,7 @@ from typing import Any
 
 import h2.config
 import h2.connection
+import h2.events
 import h2.settings
 from twisted.internet.defer import Deferred
 from twisted.internet.testing import MemoryReactorClock
@@ -401,9 +403,11 @@ def silent_h1(port: int, path: str) -> socket.socket:
     return sock
 
 
-def silent_h2(port: int, path: str, streams: int) -> socket.socket:
+def silent_h2(port: int, path: str, streams: int
+              ) -> tuple[socket.socket, h2.connection.H2Connection]:
     """An HTTP/2 connection (prior knowledge) whose SETTINGS give every stream a zero window,
-    opening `streams` streams; it never reads, so no window is ever opened."""
+    opening `streams` streams; it never reads, so no window is ever opened. With its h2 state,
+    to parse what the server sent when a test does read."""
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)
     sock.connect(("127.0.0.1", port))
@@ -417,7 +421,20 @@ def silent_h2(port: int, path: str, streams: int) -> socket.socket:
                           [(":method", "GET"), (":scheme", "http"), (":authority", "x"),
                            (":path", path)], end_stream=True)
     sock.sendall(conn.data_to_send())
-    return sock
+    return sock, conn
+
+
+def closed(sock: socket.socket) -> bool:
+    """Read until the server closes or resets the connection (True) or 5 s pass (False)."""
+    sock.settimeout(5)
+    try:
+        while sock.recv(65536):
+            pass
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
+    return True
 
 
 def read_all(port: int, path: str, n: int, out: queue.Queue[Any]) -> None:
@@ -446,7 +463,7 @@ def test_clients_that_never_read_cost_bounded_memory_and_readers_lose_nothing(
             warm.events(HISTORY, timeout=60)
         with PeakRss(daemon.process.pid) as rss:
             silent = [silent_h1(port, path) for _ in range(SILENT_H1)]
-            silent.append(silent_h2(port, path, SILENT_H2))
+            silent.append(silent_h2(port, path, SILENT_H2)[0])
             results: queue.Queue[Any] = queue.Queue()
             readers = [threading.Thread(target=read_all, args=(port, path, HISTORY + LIVE,
                                                                results))
@@ -473,3 +490,62 @@ def test_clients_that_never_read_cost_bounded_memory_and_readers_lose_nothing(
             s.close()
     finally:
         daemon.stop()
+
+
+LIMITED = CONFIG.replace("sse: {{type: sse, kind: server, exit: sse_kafka}}",
+                         "sse: {{type: sse, kind: server, exit: sse_kafka,\n"
+                         "        options: {{retry: 900, limits: {{streams: 4, max-lag: 1}}}}}}") \
+    + "telemetry: {{exporters: {{stdout: {{type: stdout}}}}}}\n"
+
+
+def test_on_the_wire_streams_beyond_the_limit_retry_and_silent_streams_are_reset(
+        kafka_broker: Broker, tmp_path: Path) -> None:
+    kafka = Kafka(kafka_broker.bootstrap)
+    topic = kafka.topic(partitions=1)
+    for i in range(HISTORY):  # more than the kernel's socket buffers take
+        kafka.produce(topic, VALUE + b"%d" % i)
+    kafka.flush()
+    port = free_port()
+    config = tmp_path / "zilla.yaml"
+    config.write_text(LIMITED.format(port=port, bootstrap=kafka_broker.bootstrap))
+    daemon: Daemon = start_daemon(config, wait_ports=[port])
+    path = f"/events/{topic}"
+    try:
+        h1_sock = silent_h1(port, path)
+        h2_sock, h2_state = silent_h2(port, path, 3)
+        daemon.wait_output("BINDING_HTTP_REQUEST_ACCEPTED", timeout=10)
+        deadline = time.monotonic() + 10
+        while daemon.output().count("BINDING_HTTP_REQUEST_ACCEPTED") < 4:
+            assert time.monotonic() < deadline, daemon.output()
+            time.sleep(0.05)
+        # four streams open: a fifth is told to come back, with a 200 that ends
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        conn.request("GET", path)
+        r = conn.getresponse()
+        assert (r.status, r.getheader("Content-Type")) == (200, "text/event-stream")
+        assert r.read() == b"retry:900\n\n: try later: 4 streams open (limits.streams)\n\n"
+        conn.close()
+        # the silent ones are reset after max-lag: the HTTP/1.1 connection, each HTTP/2 stream
+        deadline = time.monotonic() + 10
+        while daemon.output().count("BINDING_SSE_STREAM_STALLED") < 4:
+            assert time.monotonic() < deadline, daemon.output()
+            time.sleep(0.05)
+        assert closed(h1_sock), "the silent HTTP/1.1 connection is still open"
+        h2_sock.settimeout(5)
+        resets: set[int] = set()
+        while len(resets) < 3:
+            data = h2_sock.recv(65536)
+            assert data, f"connection closed with resets {resets}"
+            for event in h2_state.receive_data(data):
+                if isinstance(event, h2.events.StreamReset):
+                    resets.add(event.stream_id)
+        # room again: a new stream is served
+        with SseClient(port, path, timeout=10) as client:
+            assert client.status == 200 and len(client.events(HISTORY, timeout=30)) == HISTORY
+        out = daemon.output()
+        assert "Traceback" not in out and "Unhandled" not in out, out
+        h1_sock.close()
+        h2_sock.close()
+    finally:
+        daemon.stop()
+

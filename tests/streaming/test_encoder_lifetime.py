@@ -57,7 +57,8 @@ def test_a_new_topic_beyond_max_topics_is_refused() -> None:
         def __init__(self) -> None:
             self.consumed: list[str] = []
 
-        def consume(self, owner: str, topic: str, sink: Any, from_end: bool = False) -> None:
+        def consume(self, owner: str, topic: str, sink: Any, from_end: bool = False,
+                    give_up_after: int | None = None) -> None:
             self.consumed.append(topic)
 
     client = Client()
