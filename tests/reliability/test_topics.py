@@ -280,3 +280,77 @@ def test_on_the_wire_internal_refused_missing_given_up_full_cache_retried_idle_f
         assert sorted(e.data or "" for e in again.events(8)) == [f"o{i}" for i in range(8)]
         assert again.quiet(0.3) == []
     assert daemon.alive()
+
+
+# -- the tail consumer's side, without a broker -----------------------------------------------------
+
+class Now:
+    """A reactor whose calls from the consumer thread run at once (the test is that thread)."""
+
+    def callFromThread(self, f: Any, *a: Any) -> None:
+        f(*a)
+
+
+class Meta:
+    """What `list_topics` answers: `topics` maps a name to its partition count."""
+
+    def __init__(self, topics: dict[str, int]) -> None:
+        self.topics = {name: type("T", (), {"error": None, "partitions": dict.fromkeys(range(n))})
+                       for name, n in topics.items()}
+
+
+class Consumer:
+    def __init__(self) -> None:
+        self.topics: dict[str, int] = {}
+        self.unassigned: list[tuple[str, int]] = []
+
+    def list_topics(self, timeout: float) -> Meta:
+        return Meta(self.topics)
+
+    def incremental_assign(self, tps: list[Any]) -> None:
+        pass
+
+    def incremental_unassign(self, tps: list[Any]) -> None:
+        self.unassigned += [(tp.topic, tp.partition) for tp in tps]
+
+
+class TopicSink:
+    missing = False
+
+    def on_metadata(self, partitions: int, compacted: bool | None) -> None:
+        pass
+
+    def on_missing(self) -> None:
+        self.missing = True
+
+
+def test_the_tail_consumer_backs_off_for_missing_topics_gives_up_and_unassigns_dropped_ones() -> None:
+    from ssekd.bindings.kafka.client import ClientSettings, KafkaClient, TailConsumer
+
+    client = KafkaClient(Now(), ClientSettings(("x:1",)), "k", lambda *a: None)
+    consumer = Consumer()
+    ghost, later, kept = TopicSink(), TopicSink(), TopicSink()
+    client.consume("cs", "ghost", ghost, give_up_after=1)
+    client.consume("cs", "later", later, give_up_after=5)
+    client.consume("cs", "kept", kept, give_up_after=5)
+    tail: TailConsumer = client.tails["cs"]  # not started: this test runs its steps
+    tail._compacted = lambda admin, topic: False  # type: ignore[method-assign]
+    assert tail._apply_changes(consumer)
+    consumer.topics = {"kept": 2}
+    tail._refresh(consumer, None)
+    assert ghost.missing and "ghost" not in tail._follows, "given up after its one look"
+    assert not later.missing and tail._unknown.next_due() is not None
+    consumer.topics = {"kept": 2, "later": 1}  # created: found, not due for a look any more
+    tail._refresh(consumer, None)
+    assert tail._unknown.next_due() is None and tail._assigned == {"kept": 2, "later": 1}
+    tail._refresh(consumer, None)  # nothing changed: still nothing due
+    assert tail._unknown.next_due() is None
+    consumer.topics = {"later": 1}  # e.g. a broker that restarted empty
+    tail._refresh(consumer, None)
+    assert "kept" in tail._unknown and not kept.missing
+    consumer.topics = {"kept": 2, "later": 1}  # back, as it was: no look due any more
+    tail._refresh(consumer, None)
+    assert tail._unknown.next_due() is None, "a found topic would be looked for in a busy loop"
+    client.unconsume("cs", "kept")
+    tail._apply_changes(consumer)
+    assert consumer.unassigned == [("kept", 0), ("kept", 1)] and "kept" not in tail._assigned

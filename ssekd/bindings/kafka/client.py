@@ -330,14 +330,14 @@ class TailConsumer(_KafkaThread):
                 if topic not in self._unknown:
                     self.client.event("BINDING_KAFKA_TOPIC_UNKNOWN", topic)
                 if self._unknown.missing(topic, now, follow.give_up_after):
-                    del self._follows[topic]
+                    self._drop(consumer, topic)
                     self.client.reactor.callFromThread(follow.sink.on_missing)
                 continue
+            self._unknown.forget(topic)  # found: no longer due for a look
             count = len(tmeta.partitions)
             had = self._assigned.get(topic, 0)
             if count == had:
                 continue
-            self._unknown.forget(topic)
             compacted = self._compacted(admin, topic) if had == 0 else None
             self.client.reactor.callFromThread(follow.sink.on_metadata, count, compacted)
             start = OFFSET_END if (had == 0 and follow.from_end) else OFFSET_BEGINNING

@@ -42,7 +42,7 @@ class MissingTopics:
             return False
         looks += 1
         if give_up_after is not None and looks >= give_up_after:
-            del self._looks[topic]
+            self._looks.pop(topic, None)
             return True
         self._looks[topic] = (looks, now + min(self.first * 2 ** (looks - 1), self.cap))
         return False
