@@ -226,8 +226,11 @@ class CacheServer(Service):
             cache.idle_call = None
 
     def idle(self, cache: TopicCache) -> None:
-        """The topic's last subscription closed: drop it if none comes within idle-timeout."""
-        if (cache.idle_call is None and cache.topic not in self.bootstrap
+        """The topic's last subscription closed: drop it if none comes within idle-timeout.
+
+        Not once the service stopped (a reload replaced it): its streams close after that, and
+        a timer then would unassign a topic from a client the new cache_server may share."""
+        if (self.running and cache.idle_call is None and cache.topic not in self.bootstrap
                 and self.topics.get(cache.topic) is cache):
             cache.idle_call = self.reactor.callLater(self.idle_timeout, self._idle_expired, cache)
 
