@@ -381,6 +381,7 @@ bindings:
     options:
       servers: ["{bootstrap}"]
       properties: {{fetch.wait.max.ms: 10}}
+telemetry: {{exporters: {{stdout: {{type: stdout}}}}}}
 """
 
 #: Clients that never read, and clients that read everything, in the functional version.
@@ -478,6 +479,9 @@ def test_clients_that_never_read_cost_bounded_memory_and_readers_lose_nothing(
             kafka.flush()
             for t in readers:
                 t.join(150)
+        accepted = daemon.output().count("BINDING_HTTP_REQUEST_ACCEPTED")
+        assert accepted == 1 + SILENT_H1 + SILENT_H2 + READERS, \
+            f"{accepted} requests: the silent streams were not all opened"
         got = [results.get_nowait() for _ in range(READERS)]
         for ids in got:
             assert not isinstance(ids, Exception), ids
@@ -494,8 +498,7 @@ def test_clients_that_never_read_cost_bounded_memory_and_readers_lose_nothing(
 
 LIMITED = CONFIG.replace("sse: {{type: sse, kind: server, exit: sse_kafka}}",
                          "sse: {{type: sse, kind: server, exit: sse_kafka,\n"
-                         "        options: {{retry: 900, limits: {{streams: 4, max-lag: 1}}}}}}") \
-    + "telemetry: {{exporters: {{stdout: {{type: stdout}}}}}}\n"
+                         "        options: {{retry: 900, limits: {{streams: 4, max-lag: 1}}}}}}")
 
 
 def test_on_the_wire_streams_beyond_the_limit_retry_and_silent_streams_are_reset(

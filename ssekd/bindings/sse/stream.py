@@ -153,12 +153,12 @@ class SseStream:
         self.server.stalled(self, self.server.max_lag)
         self._close()
         channel: Any = getattr(self.request, "channel", None)
-        if channel is None:
-            return
-        abort = getattr(channel, "abortConnection", None)  # HTTP/2: H2Stream resets one stream
-        if abort is None:  # HTTP/1.1: the connection holds only this response
-            abort = channel.transport.abortConnection
-        abort()
+        # HTTP/2: the H2Stream resets this stream only; HTTP/1.1: the connection, which holds
+        # only this response
+        target = channel if hasattr(channel, "abortConnection") \
+            else getattr(channel, "transport", None)
+        if target is not None:  # None: the connection is already gone
+            target.abortConnection()
 
     def _close(self) -> None:
         if self.done:
