@@ -172,6 +172,9 @@ PRIVATE_NAMES: tuple[Use, ...] = (
         ("self",)),
     Use(f"{H2}:H2Stream.flowControlBlocked", Kind.METHOD, (H2PY,),
         "pauses a stream's producer when its window is used up", ("self",)),
+    Use(f"{H2}:H2Stream.abortConnection", Kind.METHOD, ("ssekd/bindings/sse/stream.py",),
+        "resets one HTTP/2 stream (RST_STREAM) whose client read nothing for limits.max-lag",
+        ("self",)),
     # -- twisted.web.http: the HTTP/1.1-or-HTTP/2 proxy protocol -------------------------------
     Use(f"{HTTP}:_GenericHTTPChannelProtocol", Kind.CLASS, (H2PY, H2C_TESTS),
         "the Site's protocol, which we subclass to switch to our HTTP/2 class"),

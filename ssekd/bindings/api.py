@@ -276,12 +276,25 @@ class StreamHandle(Protocol):
     def close(self) -> None: ...
 
 
+@dataclass(frozen=True)
+class TryLater:
+    """A temporary refusal of a stream (a limit reached that will pass).
+
+    The sse binding answers it with `200 text/event-stream`, `retry:`, a comment giving
+    `reason`, and the end: a browser's EventSource reconnects after a 200 that ends, while any
+    other status (`429`, `503`) makes it give up for good (SPEC §6).
+    """
+
+    reason: str
+
+
 @runtime_checkable
 class StreamSource(Protocol):
     """Role STREAM_SOURCE: opens event streams for the sse binding (sse-kafka)."""
 
-    def open(self, request: StreamRequest, sink: EventSink) -> StreamHandle | int:
-        """Start feeding `sink`, or return an HTTP status to answer instead (400, 404)."""
+    def open(self, request: StreamRequest, sink: EventSink) -> StreamHandle | int | TryLater:
+        """Start feeding `sink`, or return an HTTP status to answer instead (400, 404), or
+        `TryLater` when a limit stops it for now."""
 
 
 # -- files ----------------------------------------------------------------------------------------
@@ -314,9 +327,13 @@ class KafkaCache(Protocol):
 class KafkaClientBinding(Protocol):
     """Role KAFKA_CLIENT: consumes topics and reads history for a cache_server."""
 
-    def consume(self, owner: str, topic: str, sink: Any, from_end: bool = False) -> None: ...
+    def consume(self, owner: str, topic: str, sink: Any, from_end: bool = False,
+                give_up_after: int | None = None) -> None: ...
 
-    def fetch(self, topic: str, partition: int, offset: int, limit: int) -> Any: ...
+    def unconsume(self, owner: str, topic: str) -> None: ...
+
+    def fetch(self, topic: str, partition: int, offset: int, limit: int,
+              max_bytes: int) -> Any: ...
 
 
 #: The protocol each role's runtime object provides, checked when a binding is built.

@@ -3,6 +3,12 @@
 It owns the HTTP side of a stream - method check, last event id (header, else `lastEventId`
 query parameter, at most 254 characters), response headers, `retry:`, keepalive - and hands the
 rest to its exit, a *stream source* (sse-kafka), through `StreamSource.open`.
+
+Its limits (`options.limits`): `streams` open at once, beyond which a stream is told to come back
+later, and `max-lag`, the seconds a stream may stay paused by a client that reads nothing before
+it is ended. A temporary refusal (these, or `TryLater` from the source) is a `200
+text/event-stream` holding `retry:` and a comment saying why, then the end: EventSource retries
+after that, whereas a `429` or `503` would make it give up for good (SPEC §6).
 """
 
 from __future__ import annotations
@@ -13,13 +19,19 @@ from urllib.parse import unquote_to_bytes
 from twisted.application.service import Service
 from twisted.web.server import NOT_DONE_YET, Request
 
-from ssekd.bindings.api import HttpContext, StreamRequest, StreamSource
+from ssekd.bindings.api import HttpContext, StreamRequest, StreamSource, TryLater
 from ssekd.bindings.sse.stream import SseStream
 from ssekd.bindings.sse.wire import http_chunk, retry_field
 from ssekd.progress import MAX_ID_LENGTH
 from ssekd.telemetry.events import EventLog
 
 DEFAULT_MAX_IDLE = 15.0
+#: Streams open at once per sse binding, unless `limits.streams` says otherwise.
+DEFAULT_MAX_STREAMS = 10000
+#: Seconds a stream may stay paused (its client reads nothing) before it is ended.
+DEFAULT_MAX_LAG = 60.0
+#: Milliseconds a refused browser waits before trying again, when `retry` is not set.
+DEFAULT_TRY_LATER_RETRY = 5000
 
 
 def _text(raw: bytes) -> str:
@@ -50,13 +62,17 @@ class SseServer(Service):
     takes_body = False
 
     def __init__(self, name: str, source: StreamSource, clock: Any, events: EventLog,
-                 retry: int | None = None, max_idle: float = DEFAULT_MAX_IDLE) -> None:
+                 retry: int | None = None, max_idle: float = DEFAULT_MAX_IDLE,
+                 max_streams: int = DEFAULT_MAX_STREAMS,
+                 max_lag: float = DEFAULT_MAX_LAG) -> None:
         self.name = name
         self.source = source
         self.clock: Any = clock  # an IReactorTime (a MemoryReactorClock in tests)
         self.events = events
         self.retry = retry
         self.max_idle = max_idle
+        self.max_streams = max_streams
+        self.max_lag = max_lag
         #: Open streams (insertion-ordered), to end them all on stop.
         self.streams: dict[SseStream, None] = {}
         # the last data framed as an HTTP/1.1 chunk, and that chunk (see `chunk`)
@@ -90,11 +106,16 @@ class SseServer(Service):
             last_id = query["lastEventId"]
         if last_id is not None and len(last_id) > MAX_ID_LENGTH:
             return self._reject(request, 400, f"GET {path} last event id of {len(last_id)} chars")
+        if len(self.streams) >= self.max_streams:
+            return self._try_later(request, f"GET {path}",
+                                   f"{len(self.streams)} streams open (limits.streams)")
         stream = SseStream(self, request)
         result = self.source.open(
             StreamRequest(path, last_id, query, ctx, f"GET {path}"), stream)
         if isinstance(result, int):
             return self._reject(request, result, f"GET {path}")
+        if isinstance(result, TryLater):
+            return self._try_later(request, f"GET {path}", result.reason)
         req.setResponseCode(200)
         req.setHeader(b"Content-Type", b"text/event-stream")
         req.setHeader(b"Cache-Control", b"no-store")
@@ -102,6 +123,21 @@ class SseServer(Service):
         self.streams[stream] = None
         stream.start(result, retry_field(self.retry) if self.retry is not None else b"")
         return NOT_DONE_YET
+
+    def _try_later(self, request: Any, describe: str, reason: str) -> bytes:
+        """A 200 event stream that says when to come back and why, and ends at once."""
+        request.setResponseCode(200)
+        request.setHeader(b"Content-Type", b"text/event-stream")
+        request.setHeader(b"Cache-Control", b"no-store")
+        self.events.emit(str(self.name), "BINDING_SSE_TRY_LATER", f"{describe}: {reason}")
+        retry = self.retry if self.retry is not None else DEFAULT_TRY_LATER_RETRY
+        comment = " ".join(f"try later: {reason}".split())  # one line, whatever the reason held
+        return retry_field(retry) + b": " + comment.encode("utf-8", "replace") + b"\n\n"
+
+    def stalled(self, stream: SseStream, paused: float) -> None:
+        """`stream` is ended for reading nothing for `paused` seconds (it reconnects by id)."""
+        self.events.emit(str(self.name), "BINDING_SSE_STREAM_STALLED",
+                         f"{stream.describe()} paused for {paused:g} s (limits.max-lag)")
 
     def _reject(self, request: Any, code: int, detail: str,
                 headers: tuple[tuple[bytes, bytes], ...] = ()) -> bytes:

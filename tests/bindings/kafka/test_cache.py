@@ -28,7 +28,8 @@ class FakeClient:
     def consume(self, *a: Any, **kw: Any) -> None:
         pass
 
-    def fetch(self, topic: str, p: int, offset: int, limit: int) -> Deferred[FetchResult]:
+    def fetch(self, topic: str, p: int, offset: int, limit: int,
+              max_bytes: int) -> Deferred[FetchResult]:
         d: Deferred[FetchResult] = Deferred()
         self.fetches.append((p, offset, d))
         return d
@@ -93,7 +94,8 @@ def test_a_new_topic_beyond_max_topics_is_refused() -> None:
         def __init__(self) -> None:
             self.consumed: list[str] = []
 
-        def consume(self, owner: str, topic: str, sink: Any, from_end: bool = False) -> None:
+        def consume(self, owner: str, topic: str, sink: Any, from_end: bool = False,
+                    give_up_after: int | None = None) -> None:
             self.consumed.append(topic)
 
     client = Client()
