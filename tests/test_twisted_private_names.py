@@ -172,6 +172,11 @@ PRIVATE_NAMES: tuple[Use, ...] = (
         ("self",)),
     Use(f"{H2}:H2Stream.flowControlBlocked", Kind.METHOD, (H2PY,),
         "pauses a stream's producer when its window is used up", ("self",)),
+    Use(f"{H2}:H2Stream.producer", Kind.ATTRIBUTE, (H2PY,),
+        "the stream's producer, stopped if it is a pull producer still running when the stream "
+        "is done (Twisted leaves it running)"),
+    Use(f"{H2}:H2Stream.hasStreamingProducer", Kind.ATTRIBUTE, (H2PY,),
+        "tells a pull producer (wrapped by Twisted, which never stops it) from a push one"),
     Use(f"{H2}:H2Stream.abortConnection", Kind.METHOD, ("ssekd/bindings/sse/stream.py",),
         "resets one HTTP/2 stream (RST_STREAM) whose client read nothing for limits.max-lag",
         ("self",)),

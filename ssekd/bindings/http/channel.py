@@ -24,6 +24,9 @@ DEFAULT_H2_STREAMS = 100
 DEFAULT_H2_RESETS = 100
 #: The window `limits.h2-resets` counts client stream resets in, in seconds.
 H2_RESET_WINDOW = 10.0
+DEFAULT_H2_CONTROL_FRAMES = 1000
+#: The window `limits.h2-control-frames` counts frames the server must answer in, in seconds.
+H2_CONTROL_WINDOW = 10.0
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,7 @@ class Limits:
     body_timeout: float = DEFAULT_BODY_TIMEOUT
     h2_streams: int = DEFAULT_H2_STREAMS
     h2_resets: int = DEFAULT_H2_RESETS
+    h2_control_frames: int = DEFAULT_H2_CONTROL_FRAMES
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any] | None) -> Limits:
@@ -51,6 +55,7 @@ class Limits:
             body_timeout=float(o.get("body-timeout", DEFAULT_BODY_TIMEOUT)),
             h2_streams=int(o.get("h2-streams", DEFAULT_H2_STREAMS)),
             h2_resets=int(o.get("h2-resets", DEFAULT_H2_RESETS)),
+            h2_control_frames=int(o.get("h2-control-frames", DEFAULT_H2_CONTROL_FRAMES)),
         )
 
 
@@ -63,7 +68,8 @@ LIMITS_SCHEMA: Mapping[str, Any] = {
                          "description": "Largest request head (request line and headers); more "
                                         "is `400`. HTTP/2: advertised as "
                                         "SETTINGS_MAX_HEADER_LIST_SIZE; a bigger header "
-                                        "block ends the connection."},
+                                        "block, or one whose HPACK bytes pass 4 times "
+                                        "this, ends the connection."},
         "header-count": {"type": "integer", "minimum": 1, "default": DEFAULT_HEADER_COUNT,
                          "x-ssekd-addition": True,
                          "description": "Most headers in one request; more is `400` "
@@ -94,13 +100,22 @@ LIMITS_SCHEMA: Mapping[str, Any] = {
             "type": "integer", "minimum": 1, "maximum": 1000, "default": DEFAULT_H2_STREAMS,
             "x-ssekd-addition": True,
             "description": "Streams an HTTP/2 client may have open at once "
-                           "(SETTINGS_MAX_CONCURRENT_STREAMS)."},
+                           "(SETTINGS_MAX_CONCURRENT_STREAMS); a stream over it is refused "
+                           "with RST_STREAM REFUSED_STREAM, the connection goes on."},
         "h2-resets": {
             "type": "integer", "minimum": 1, "default": DEFAULT_H2_RESETS,
             "x-ssekd-addition": True,
             "description": f"Stream resets (RST_STREAM) an HTTP/2 client may send in any "
                            f"{H2_RESET_WINDOW:g} seconds; one more and the connection ends with "
                            f"GOAWAY ENHANCE_YOUR_CALM (the rapid reset attack)."},
+        "h2-control-frames": {
+            "type": "integer", "minimum": 1, "default": DEFAULT_H2_CONTROL_FRAMES,
+            "x-ssekd-addition": True,
+            "description": f"Frames an HTTP/2 client may send in any {H2_CONTROL_WINDOW:g} "
+                           f"seconds that the daemon must answer (SETTINGS and PING, each "
+                           f"acknowledged, and streams refused over `h2-streams`); one more and "
+                           f"the connection ends with GOAWAY ENHANCE_YOUR_CALM (SETTINGS and "
+                           f"PING floods)."},
     },
 }
 

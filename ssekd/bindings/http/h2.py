@@ -26,7 +26,16 @@ It also applies the http binding's `Limits` to HTTP/2, where Twisted applies non
 
 * SETTINGS advertise `h2-streams` as MAX_CONCURRENT_STREAMS and `header-bytes` as
   MAX_HEADER_LIST_SIZE, and `h2`'s HPACK decoder refuses a bigger header list (the connection
-  ends with GOAWAY: HPACK state cannot be kept after skipping a block);
+  ends with GOAWAY: HPACK state cannot be kept after skipping a block); a header block whose
+  frames announce more than `HPACK_EXPANSION` times `header-bytes` ends it before `h2` buffers
+  it (`h2` holds up to 64 CONTINUATION frames, 1 MiB, per connection);
+* a stream over `h2-streams` gets RST_STREAM REFUSED_STREAM and the connection goes on (RFC 9113
+  §5.1.2: a stream error; `h2` would end the connection, see `AdvertisedSettings`);
+* more than `h2-control-frames` frames the daemon must answer (SETTINGS and PING, each
+  acknowledged, and refused streams, each reset) in `H2_CONTROL_WINDOW` seconds end the
+  connection with GOAWAY ENHANCE_YOUR_CALM (SETTINGS and PING floods). Twisted bounds only the
+  answers it holds while the transport is paused (17 KiB, then an abort without GOAWAY), so a
+  client that reads its answers could flood for ever, and one that does not gets no GOAWAY;
 * a request with more than `header-count` headers gets `431` on its stream;
 * a header block (HEADERS and its CONTINUATION frames) must be complete `header-timeout` seconds
   after it starts, else GOAWAY: `HeaderBlockWatch` follows frame boundaries to know;
@@ -60,7 +69,7 @@ from twisted.python.failure import Failure
 from twisted.web import http
 from twisted.web._http2 import _END_STREAM_SENTINEL, H2Connection
 
-from ssekd.bindings.http.channel import H2_RESET_WINDOW, BodyRoutes, Limits
+from ssekd.bindings.http.channel import H2_CONTROL_WINDOW, H2_RESET_WINDOW, BodyRoutes, Limits
 from ssekd.bindings.http.header_blocks import HeaderBlockWatch
 
 #: Payload bytes one reactor turn may send before it yields to the reactor (reads, other
@@ -71,6 +80,37 @@ SEND_BUDGET = 256 * 1024
 STREAM_BUFFER_LIMIT = 64 * 1024
 #: Seconds a connection sent away with GOAWAY stays half-open, so the peer reads the GOAWAY.
 LINGER_SECONDS = 2.0
+#: Bytes read and dropped while it lingers; then reading stops. A peer that reads our GOAWAY
+#: stops sending long before; one that floods on would have the reactor read it at full speed
+#: (measured: a CONTINUATION flood made it drop 1 GB a second, and other clients waited).
+LINGER_BYTES = 64 * 1024
+#: Header blocks (new streams) handed to `h2` in one reactor turn. A read can hold thousands
+#: (a HEADERS frame for a stream like the last takes a dozen bytes), and each costs `h2` and
+#: Twisted ~0.1 ms even when the stream is refused: the rest of the read waits for the next
+#: turn, so other connections are served in between.
+BLOCKS_PER_TURN = 100
+#: How many times `header-bytes` a header block's HPACK bytes may be: a header list within the
+#: limit encodes to less (each field counts 32 bytes more than its name and value, and Huffman
+#: codes take at most 30 bits per byte).
+HPACK_EXPANSION = 4
+
+
+class AdvertisedSettings(h2.settings.Settings):
+    """The server's SETTINGS, as sent; but `h2` is shown no MAX_CONCURRENT_STREAMS of its own.
+
+    `h2` checks that setting on every new stream and ends the whole connection (GOAWAY
+    PROTOCOL_ERROR) when a client opens one too many, taking the client's other streams with
+    it; RFC 9113 §5.1.2 makes that a stream error. So `BatchingH2Connection` refuses the stream
+    itself, with REFUSED_STREAM (which tells the client it may retry). The SETTINGS frame still
+    advertises the limit: `h2` writes the settings' stored values, not this property."""
+
+    @property
+    def max_concurrent_streams(self) -> int:
+        return 2**31 - 1
+
+    @max_concurrent_streams.setter
+    def max_concurrent_streams(self, value: int) -> None:
+        self[h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS] = value
 
 
 class BatchingH2Connection(H2Connection):
@@ -86,7 +126,7 @@ class BatchingH2Connection(H2Connection):
         #: Says which requests may carry a body; None: all may (within `limits.body_bytes`).
         self.routes = routes
         # Our SETTINGS, sent by `connectionMade`; as initial values they hold from the start.
-        self.conn.local_settings = h2.settings.Settings(client=False, initial_values={
+        self.conn.local_settings = AdvertisedSettings(client=False, initial_values={
             h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: self.limits.h2_streams,
             h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: self.limits.header_bytes,
         })
@@ -94,8 +134,17 @@ class BatchingH2Connection(H2Connection):
         self._blocks = HeaderBlockWatch()
         self._block_deadline: IDelayedCall | None = None
         self._gone = False  # our GOAWAY is sent: input is dropped until the socket closes
+        self._dropped = 0  # bytes dropped since
+        #: Bytes read but not yet handed to `h2` (a burst of header blocks: `_hand_on`), and
+        #: where header blocks start in them.
+        self._backlog = b""
+        self._backlog_starts: list[int] = []
+        self._backlog_call: IDelayedCall | None = None
         #: When the client's recent stream resets came (at most `h2_resets` + 1 kept).
         self._resets: deque[float] = deque()
+        #: Frames the client made us answer, by read: (when, how many), and their sum.
+        self._answers: deque[tuple[float, int]] = deque()
+        self._answer_count = 0
         #: Bytes each stream's body may still bring, for streams whose route takes a body.
         self._body_left: dict[int, int] = {}
         #: Streams whose route takes no body and whose request waits for END_STREAM.
@@ -284,13 +333,65 @@ class BatchingH2Connection(H2Connection):
         """Twisted does not look at SETTINGS; a new INITIAL_WINDOW_SIZE changes every stream's
         window, so window-blocked streams get another look and their producers a chance.
 
-        Also arms the header block deadline while a block is incomplete (`HeaderBlockWatch`)."""
+        Also arms the header block deadline while a block is incomplete (`HeaderBlockWatch`),
+        bounds a header block's bytes and the frames the client makes us answer, and hands
+        `h2` the bytes one header block at a time."""
         if self._gone:
-            return  # after our GOAWAY: dropped unread while the close lingers
-        self._blocks.feed(data)
-        super().dataReceived(data)
-        if not self._stillProducing:
+            # after our GOAWAY: dropped unread while the close lingers, up to LINGER_BYTES
+            self._dropped += len(data)
+            if self._dropped > LINGER_BYTES:
+                transport: Any = self.transport
+                transport.pauseProducing()  # stop reading; the close comes when it lingered
             return
+        blocks = self._blocks
+        answered = blocks.answered
+        starts = blocks.feed(data)
+        if blocks.block_bytes > HPACK_EXPANSION * self.limits.header_bytes:
+            self._go_away(h2.errors.ErrorCodes.ENHANCE_YOUR_CALM, "header block too big")
+            return
+        if not self._count_answers(blocks.answered - answered):
+            return
+        if self._backlog:
+            # a burst before these bytes waits for its turn: they queue behind it
+            self._backlog_starts += [len(self._backlog) + start for start in starts]
+            self._backlog += data
+            return
+        self._hand_on(data, starts)
+
+    def _hand_on(self, data: bytes, starts: list[int]) -> None:
+        """Give `h2` one header block (one new stream) per call, with the frames after it up to
+        the next one (a RST_STREAM that follows its HEADERS in a read stays with it, so the
+        stream is never handed on), so that a stream over the limit is refused and closed
+        before `h2` counts its open streams again (see HeaderBlockWatch); and at most
+        `BLOCKS_PER_TURN` of them per reactor turn: the rest waits, with reading paused, for
+        the next turn (`_hand_on_backlog`)."""
+        start = 0
+        for n, end in enumerate([*starts, len(data)]):
+            if n == BLOCKS_PER_TURN and end < len(data):
+                self._backlog = data[start:]
+                self._backlog_starts = [e - start for e in starts[n:]]
+                transport: Any = self.transport
+                transport.pauseProducing()
+                self._backlog_call = self._reactor.callLater(0, self._hand_on_backlog)
+                break
+            if end > start:
+                super().dataReceived(data[start:end])
+                if not self._stillProducing:
+                    return
+            start = end
+        self._after_read()
+
+    def _hand_on_backlog(self) -> None:
+        self._backlog_call = None
+        data, starts = self._backlog, self._backlog_starts
+        self._backlog, self._backlog_starts = b"", []
+        self._hand_on(data, starts)
+        if not self._backlog and self._stillProducing:
+            transport: Any = self.transport
+            transport.resumeProducing()
+
+    def _after_read(self) -> None:
+        """The header block deadline, and a new INITIAL_WINDOW_SIZE (dataReceived)."""
         if self._blocks.pending:
             if self._block_deadline is None:
                 self._block_deadline = self._reactor.callLater(self.limits.header_timeout,
@@ -316,6 +417,10 @@ class BatchingH2Connection(H2Connection):
         stream_id = event.stream_id
         if not self._stillProducing or self._stream_closed(stream_id):
             return  # after our GOAWAY; or reset in this same read: nobody will read an answer
+        if len(self.streams) >= self.limits.h2_streams:
+            self.conn.reset_stream(stream_id, h2.errors.ErrorCodes.REFUSED_STREAM)
+            self._count_answers(1)
+            return
         headers = event.headers
         if sum(1 for name, _ in headers if not name.startswith(b":")) > self.limits.header_count:
             self._refuse(stream_id, b"431")
@@ -394,6 +499,22 @@ class BatchingH2Connection(H2Connection):
 
     # -- refusing ----------------------------------------------------------------------------
 
+    def _count_answers(self, n: int) -> bool:
+        """Count `n` frames the client made us answer; over `h2-control-frames` in the last
+        `H2_CONTROL_WINDOW` seconds: GOAWAY ENHANCE_YOUR_CALM, and False."""
+        if not n:
+            return True
+        now = self._reactor.seconds()
+        answers = self._answers
+        answers.append((now, n))
+        self._answer_count += n
+        while answers[0][0] <= now - H2_CONTROL_WINDOW:
+            self._answer_count -= answers.popleft()[1]
+        if self._answer_count > self.limits.h2_control_frames:
+            self._go_away(h2.errors.ErrorCodes.ENHANCE_YOUR_CALM, "too many control frames")
+            return False
+        return True
+
     def _stream_closed(self, stream_id: int) -> bool:
         """`h2` has closed (or already forgotten) the stream: `h2` parses a whole read before
         Twisted handles its events, so a HEADERS and the RST_STREAM after it in the same read
@@ -460,6 +581,13 @@ class BatchingH2Connection(H2Connection):
     # -- stream and connection ends ----------------------------------------------------------
 
     def _requestDone(self, streamID: int) -> None:
+        stream = self.streams.get(streamID)
+        if stream is not None and stream.producer is not None and not stream.hasStreamingProducer:
+            # A pull producer (a static file) still registered: the stream was reset or the
+            # connection lost under it. Twisted leaves it running, and its next step calls
+            # `request.unregisterProducer()` on a request whose channel is gone (AttributeError,
+            # a traceback per file). Stopped here, as HTTP/1.1 stops it.
+            stream.producer.stopProducing()
         self._ready.pop(streamID, None)
         self._window_blocked.discard(streamID)
         self._queued.pop(streamID, None)
@@ -482,6 +610,10 @@ class BatchingH2Connection(H2Connection):
         if self._block_deadline is not None and self._block_deadline.active():
             self._block_deadline.cancel()
         self._block_deadline = None
+        if self._backlog_call is not None and self._backlog_call.active():
+            self._backlog_call.cancel()
+        self._backlog_call = None
+        self._backlog = b""
 
 
 def h2_connection(site: Any) -> BatchingH2Connection:
