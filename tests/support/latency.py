@@ -11,7 +11,6 @@ reads the file and compares windows of time (`LatencyProbe.latencies`).
 
 from __future__ import annotations
 
-import os
 import selectors
 import socket
 import subprocess
@@ -185,7 +184,6 @@ def main(argv: list[str]) -> None:
                 flushed = time.monotonic()
     stop.set()
     producer.join()
-    os._exit(0)  # librdkafka's threads are done with; nothing else to wait for
 
 
 if __name__ == "__main__":

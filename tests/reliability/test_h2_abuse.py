@@ -1,0 +1,512 @@
+"""HTTP/2 abuse against the real daemon over loopback, one scenario per abuse, while other clients
+stream: CONTINUATION flood, SETTINGS and PING floods that never read their acknowledgements, an
+oversized header block (an HPACK bomb), zero-window streams that never open, and 1,000 streams
+on one connection (rapid reset has `test_h2_rapid_reset.py`).
+
+Each scenario must be bounded: the daemon's memory grows by less than `RSS_BOUND` while it runs,
+it answers as RFC 9113 and `h2` say (GOAWAY ENHANCE_YOUR_CALM for a flood, GOAWAY for a header
+block it cannot take, RST_STREAM REFUSED_STREAM for streams over SETTINGS_MAX_CONCURRENT_STREAMS,
+a reset for a stream stuck longer than the sse binding's `max-lag`), and it prints no traceback.
+
+Other clients: `LatencyProbe` holds `WATCHERS` HTTP/1.1 SSE streams in a process of its own, fed
+`RATE` events a second whose payload carries the time they were produced. The rule, per
+scenario: the watchers' p99 latency while the abuse runs is at most
+max(2 x their p99 just before it, `P99_FLOOR`) - the floor because on a loaded two-core machine
+a quiet p99 of a few milliseconds doubles from scheduling noise alone. No watcher stream may end.
+
+Each abuse runs `ATTACK_SECONDS` (3 s; `RELIABILITY_SECONDS` makes it a sixth of that, so the
+file runs about that long), coming back on a new connection (at most `ATTACKS_PER_SECOND`)
+whenever the daemon sends the attacker away; the figures (frames sent, what the daemon
+answered, p99 before and during, memory) are printed.
+
+The scenarios found these, each fixed in `BatchingH2Connection` with a test on a clock below:
+PING and SETTINGS floods were answered without limit (now `limits.h2-control-frames`); `h2`
+buffered a CONTINUATION flood up to 1 MiB per connection (now 4 x `header-bytes`); a stream
+over `h2-streams` ended the whole connection, and 1,000 HEADERS in one read held the reactor
+for ~150 ms (`h2` walks all open streams for each new one); a connection sent away read a
+flood on at full speed while it lingered; a static file's producer outlived its reset stream
+and raised.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import h2.config
+import h2.connection
+import h2.errors
+import h2.events
+import h2.exceptions
+import h2.settings
+import psutil
+import pytest
+from hyperframe.frame import ContinuationFrame, Frame, HeadersFrame, PingFrame, SettingsFrame
+
+from bench.common import PeakRss
+from ssekd.broker import Broker, free_port
+from tests.support.broker import Kafka
+from tests.support.daemon import Daemon, start_daemon
+from tests.support.latency import LatencyProbe, p99
+from tests.support.reliability import RawH2, daemon_config, tracebacks
+
+ATTACK_SECONDS = max(3.0, float(os.environ.get("RELIABILITY_SECONDS", "0")) / 6)
+WATCHERS = 20
+RATE = 50
+P99_FLOOR = 0.050
+#: Events the watchers must have received in the window before an abuse.
+BEFORE_SAMPLES = 1000
+#: Daemon memory growth allowed during one scenario.
+RSS_BOUND = 40 * 1024 * 1024
+#: The daemon's sse `max-lag` here, short so a stuck stream is ended within the test.
+MAX_LAG = 2.0
+#: And its `header-timeout`, short so a trickled header block is cut within the test.
+HEADER_TIMEOUT = 1.0
+FLOOD = 10_000
+#: New abusive connections a second at most: each scenario is about what one connection can do;
+#: how fast connections may come and go is `test_connections.py`'s subject.
+ATTACKS_PER_SECOND = 10
+Codes = h2.errors.ErrorCodes
+
+
+@dataclass
+class Figures:
+    """What one scenario did and saw, printed for the README's table."""
+
+    name: str
+    sent: dict[str, int] = field(default_factory=dict)
+    answers: dict[str, int] = field(default_factory=dict)
+    p99_before: float = 0.0
+    p99_during: float = 0.0
+    samples_during: int = 0
+    rss_growth: int = 0
+    rss_after: int = 0
+
+    def count(self, table: dict[str, int], key: str, n: int = 1) -> None:
+        table[key] = table.get(key, 0) + n
+
+    def __str__(self) -> str:
+        return (f"{self.name}: sent {self.sent}; daemon answered {self.answers}; "
+                f"watchers p99 {self.p99_before * 1000:.1f} ms before, "
+                f"{self.p99_during * 1000:.1f} ms during ({self.samples_during} events); "
+                f"RSS +{self.rss_growth / 2**20:.1f} MiB at most, "
+                f"+{self.rss_after / 2**20:.1f} MiB after")
+
+
+@pytest.fixture(scope="module")
+def abused(kafka_broker: Broker, tmp_path_factory: pytest.TempPathFactory
+           ) -> Iterator[tuple[Daemon, int, str, LatencyProbe]]:
+    """A daemon with a short `max-lag` and `header-timeout`, a topic fed `RATE` events a second
+    and the watchers on it: (daemon, port, topic path, probe)."""
+    folder = tmp_path_factory.mktemp("abuse")
+    port = free_port()
+    config = daemon_config(folder, port, kafka_broker.bootstrap,
+                           limits=f"{{header-timeout: {HEADER_TIMEOUT}}}")
+    text = config.read_text()
+    sse = "    type: sse\n    kind: server\n"
+    assert sse in text
+    config.write_text(text.replace(
+        sse, f"{sse}    options: {{limits: {{max-lag: {MAX_LAG}}}}}\n"))
+    daemon = start_daemon(config, wait_ports=[port])
+    topic = Kafka(kafka_broker.bootstrap).topic(partitions=1, prefix="abuse")
+    probe = LatencyProbe(port, f"/{topic}", kafka_broker.bootstrap, topic,
+                         folder / "latency.txt", streams=WATCHERS, rate=RATE)
+    try:
+        probe.wait_ready()
+        yield daemon, port, f"/{topic}", probe
+    finally:
+        probe.close()
+        daemon.stop()
+
+
+def run_abuse(abused: tuple[Daemon, int, str, LatencyProbe], figures: Figures,
+              attack: Callable[[float], None]) -> None:
+    """Measure the watchers before, run `attack(deadline)` until the deadline, measure during,
+    and check the rule of the module docstring, the memory bound and the daemon's output."""
+    daemon, _, _, probe = abused
+    start = time.time()
+    probe.wait_samples(start, BEFORE_SAMPLES)
+    begin = time.time()
+    before = probe.latencies(start, begin)
+    with PeakRss(daemon.process.pid) as rss:
+        attack(time.monotonic() + ATTACK_SECONDS)
+        end = time.time()
+        figures.rss_after = psutil.Process(daemon.process.pid).memory_info().rss - rss.before
+    during = probe.latencies(begin, end)
+    figures.p99_before, figures.p99_during = p99(before), p99(during)
+    figures.samples_during, figures.rss_growth = len(during), rss.growth
+    print(figures)
+    assert daemon.alive()
+    assert tracebacks(daemon) == [], daemon.output()[-3000:]
+    assert probe.ended() == [], "a watcher's stream ended"
+    assert len(during) >= WATCHERS * RATE * ATTACK_SECONDS / 2, \
+        f"the watchers received {len(during)} events while {figures.name} ran"
+    assert figures.p99_during <= max(2 * figures.p99_before, P99_FLOOR), figures
+    assert figures.rss_growth < RSS_BOUND, figures
+
+
+def paced(deadline: float) -> Iterator[int]:
+    """Rounds of an attack until `deadline`, at most `ATTACKS_PER_SECOND` of them a second."""
+    start, n = time.monotonic(), 0
+    while time.monotonic() < deadline:
+        yield n
+        n += 1
+        time.sleep(max(0.0, start + n / ATTACKS_PER_SECOND - time.monotonic()))  # the pace
+
+
+# -- a raw connection ---------------------------------------------------------------------------
+
+
+class Attacker:
+    """A cleartext HTTP/2 connection that writes whatever frames it is given and, when told,
+    reads what came back through an `h2` client state machine (without acknowledging data)."""
+
+    def __init__(self, port: int, settings: dict[int, int] | None = None,
+                 rcvbuf: int | None = None) -> None:
+        self.sock = socket.socket()
+        if rcvbuf:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        self.sock.connect(("127.0.0.1", port))
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.conn = h2.connection.H2Connection(
+            h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
+        if settings:
+            self.conn.local_settings = h2.settings.Settings(client=True,
+                                                            initial_values=settings)
+        self.conn.initiate_connection()
+        self.events: list[h2.events.Event] = []
+        self.closed = False
+        self.sock.sendall(self.conn.data_to_send())
+        self.sock.setblocking(False)
+
+    def send(self, data: bytes) -> bool:
+        """Send `data`, reading what arrives meanwhile; False once the daemon has sent GOAWAY
+        or closed the connection (where an attacker that reads stops), or took nothing for
+        5 s."""
+        view = memoryview(data)
+        stalled = time.monotonic() + 5
+        while view:
+            if self.closed or self.goaway() is not None or time.monotonic() > stalled:
+                return False
+            readable, writable, _ = select.select([self.sock], [self.sock], [], 0.1)
+            if readable:
+                self._receive()
+            if writable and not self.closed:
+                try:
+                    sent = self.sock.send(view)
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    self.closed = True
+                    return False
+                view = view[sent:]
+                stalled = time.monotonic() + 5
+        return True
+
+    def read(self, until: Callable[[], bool], timeout: float = 10.0) -> None:
+        """Read and parse until `until()` or the connection closes or `timeout` passes."""
+        deadline = time.monotonic() + timeout
+        while not self.closed and not until() and time.monotonic() < deadline:
+            if select.select([self.sock], [], [], 0.1)[0]:
+                self._receive()
+
+    def _receive(self) -> None:
+        try:
+            data = self.sock.recv(1 << 20)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self.closed = True
+            return
+        try:
+            self.events += self.conn.receive_data(data)
+        except h2.exceptions.ProtocolError:
+            self.closed = True  # e.g. frames after the GOAWAY it parsed
+
+    def goaway(self) -> h2.events.ConnectionTerminated | None:
+        found = [e for e in self.events if isinstance(e, h2.events.ConnectionTerminated)]
+        return found[0] if found else None
+
+    def of(self, kind: type[h2.events.Event]) -> list[h2.events.Event]:
+        return [e for e in self.events if isinstance(e, kind)]
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def header_block(attacker: Attacker, path: str, extra: list[tuple[str, str]] | None = None
+                 ) -> tuple[int, bytes]:
+    """A GET's header block as the attacker's HPACK encoder made it (so both ends' tables agree),
+    to be framed by hand; the frames `h2` made of it are dropped."""
+    stream_id = attacker.conn.get_next_available_stream_id()
+    attacker.conn.send_headers(stream_id, [(":method", "GET"), (":scheme", "http"),
+                                           (":authority", "x"), (":path", path),
+                                           *(extra or [])], end_stream=True)
+    data = attacker.conn.data_to_send()
+    block = b""
+    while data:
+        frame, length = Frame.parse_frame_header(memoryview(data[:9]))
+        frame.parse_body(memoryview(data[9:9 + length]))
+        block += bytes(frame.data)  # type: ignore[attr-defined]
+        data = data[9 + length:]
+    return stream_id, block
+
+
+def answered(figures: Figures, attacker: Attacker) -> None:
+    goaway = attacker.goaway()
+    if goaway is not None:
+        figures.count(figures.answers, f"GOAWAY {Codes(goaway.error_code).name}")
+    elif attacker.closed:
+        figures.count(figures.answers, "closed without GOAWAY")
+    else:
+        figures.count(figures.answers, "nothing")
+
+
+# -- the scenarios ------------------------------------------------------------------------------
+
+
+@pytest.mark.daemon
+@pytest.mark.broker
+def test_a_continuation_flood_gets_goaway(
+        abused: tuple[Daemon, int, str, LatencyProbe]) -> None:
+    """HEADERS without END_HEADERS, then CONTINUATION frames without end: full-size ones as fast
+    as the socket takes them (`h2` holds at most 64 of them: GOAWAY), and small ones trickled,
+    which the header deadline (`header-timeout`) cuts."""
+    _, port, path, _ = abused
+    figures = Figures("CONTINUATION flood")
+    trickled: list[Attacker] = []
+
+    def trickle(deadline: float) -> None:
+        """Ten connections, each sending a 1-byte CONTINUATION every 100 ms."""
+        slow = []
+        for _ in range(10):
+            attacker = Attacker(port)
+            stream_id, block = header_block(attacker, path)
+            attacker.send(HeadersFrame(stream_id, data=block[:1]).serialize())
+            slow.append(attacker)
+        trickled.extend(slow)
+        frame = ContinuationFrame(1, data=b"\x20").serialize()
+        while time.monotonic() < deadline and slow:
+            for attacker in slow:
+                figures.count(figures.sent, "CONTINUATION (1 byte, every 100 ms)")
+                if not attacker.send(frame):
+                    slow.remove(attacker)
+            time.sleep(0.1)  # the trickle's pace, not a wait for a condition
+
+    def attack(deadline: float) -> None:
+        slow = threading.Thread(target=trickle, args=(deadline,))
+        slow.start()
+        for _ in paced(deadline):
+            attacker = Attacker(port)
+            stream_id, block = header_block(attacker, path)
+            attacker.send(HeadersFrame(stream_id, data=block[:1]).serialize())
+            frame = ContinuationFrame(stream_id, data=b"\x20" * 16_000).serialize()
+            for _ in range(1000):
+                figures.count(figures.sent, "CONTINUATION (16 KB)")
+                if not attacker.send(frame) or time.monotonic() > deadline:
+                    break
+            attacker.read(lambda: attacker.goaway() is not None, timeout=2)
+            answered(figures, attacker)
+            attacker.close()
+        slow.join()
+        for attacker in trickled:
+            attacker.read(lambda a=attacker: a.goaway() is not None,  # type: ignore[misc]
+                          timeout=HEADER_TIMEOUT + 3)
+            answered(figures, attacker)
+            attacker.close()
+
+    run_abuse(abused, figures, attack)
+    assert set(figures.answers) <= {"GOAWAY PROTOCOL_ERROR", "GOAWAY ENHANCE_YOUR_CALM"}, figures
+    assert figures.answers.get("GOAWAY ENHANCE_YOUR_CALM", 0) >= len(trickled), figures
+
+
+def _flood(port: int, figures: Figures, name: str, frame: bytes, deadline: float) -> None:
+    """Connections that send `FLOOD` copies of `frame` and read nothing until they are done
+    (the daemon's acknowledgements pile up), then read what the daemon said."""
+    batch = frame * 500
+    for _ in paced(deadline):
+        attacker = Attacker(port, rcvbuf=4096)
+        for _ in range(FLOOD // 500):
+            if not attacker.send(batch):
+                break
+            figures.count(figures.sent, name, 500)
+        attacker.read(lambda: attacker.goaway() is not None, timeout=5)
+        answered(figures, attacker)
+        attacker.close()
+
+
+@pytest.mark.daemon
+@pytest.mark.broker
+def test_a_settings_flood_gets_goaway_enhance_your_calm(
+        abused: tuple[Daemon, int, str, LatencyProbe]) -> None:
+    _, port, _, _ = abused
+    figures = Figures("SETTINGS flood")
+    frame = SettingsFrame(0, settings={h2.settings.SettingCodes.HEADER_TABLE_SIZE: 4096}
+                          ).serialize()
+    run_abuse(abused, figures, lambda deadline: _flood(port, figures, "SETTINGS", frame,
+                                                        deadline))
+    assert set(figures.answers) == {"GOAWAY ENHANCE_YOUR_CALM"}, figures
+
+
+@pytest.mark.daemon
+@pytest.mark.broker
+def test_a_ping_flood_gets_goaway_enhance_your_calm(
+        abused: tuple[Daemon, int, str, LatencyProbe]) -> None:
+    _, port, _, _ = abused
+    figures = Figures("PING flood")
+    frame = PingFrame(0, opaque_data=b"abusive!").serialize()
+    run_abuse(abused, figures, lambda deadline: _flood(port, figures, "PING", frame, deadline))
+    assert set(figures.answers) == {"GOAWAY ENHANCE_YOUR_CALM"}, figures
+
+
+@pytest.mark.daemon
+@pytest.mark.broker
+def test_an_oversized_header_block_gets_goaway(
+        abused: tuple[Daemon, int, str, LatencyProbe]) -> None:
+    """Two ways past `header-bytes` (16 KiB): an HPACK bomb (a 4 KB header put into the dynamic
+    table by one request, then named 200 times by one-byte references: 800 KB decoded from a
+    block of 200 bytes) and a plain header list of 64 KB in HEADERS and CONTINUATION frames."""
+    _, port, path, _ = abused
+    figures = Figures("oversized header block")
+
+    def attack(deadline: float) -> None:
+        bomb = True
+        for _ in paced(deadline):
+            attacker = Attacker(port)
+            if bomb:
+                first, indexed = header_block(attacker, "/www/hello.txt",
+                                              [("x-bomb", "b" * 4000)])
+                second, refs = header_block(attacker, path, [("x-bomb", "b" * 4000)] * 200)
+                wire = _frames(first, indexed) + _frames(second, refs)
+                figures.count(figures.sent, f"HPACK bomb (808 KB decoded from {len(refs)} B)")
+            else:
+                stream_id, block = header_block(attacker, path, [(f"x-big-{n}", "v" * 4000)
+                                                                 for n in range(16)])
+                wire = _frames(stream_id, block)
+                figures.count(figures.sent, "64 KB header list")
+            attacker.send(wire)
+            attacker.read(lambda: attacker.goaway() is not None, timeout=3)
+            answered(figures, attacker)
+            attacker.close()
+            bomb = not bomb
+
+    run_abuse(abused, figures, attack)
+    assert set(figures.answers) == {"GOAWAY ENHANCE_YOUR_CALM"}, figures
+
+
+def _frames(stream_id: int, block: bytes) -> bytes:
+    """`block` as a HEADERS frame and CONTINUATION frames of at most 16 KiB."""
+    size = 16_384
+    chunks = [block[i:i + size] for i in range(0, len(block), size)] or [b""]
+    out = HeadersFrame(stream_id, data=chunks[0],
+                       flags=["END_STREAM"] + (["END_HEADERS"] if len(chunks) == 1 else [])
+                       ).serialize()
+    for n, chunk in enumerate(chunks[1:], 2):
+        out += ContinuationFrame(stream_id, data=chunk,
+                                 flags=["END_HEADERS"] if n == len(chunks) else []).serialize()
+    return out
+
+
+@pytest.mark.daemon
+@pytest.mark.broker
+def test_streams_whose_window_never_opens_are_reset_after_max_lag(
+        abused: tuple[Daemon, int, str, LatencyProbe]) -> None:
+    """SETTINGS_INITIAL_WINDOW_SIZE=0 and SSE streams on the watchers' topic that never get a
+    WINDOW_UPDATE while events flow: each is reset once it has been stuck for `max-lag`."""
+    _, port, path, _ = abused
+    figures = Figures("zero window")
+    streams = 50
+
+    def attack(deadline: float) -> None:
+        attacker = Attacker(port, settings={h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 0})
+        for _ in range(streams):
+            attacker.conn.send_headers(attacker.conn.get_next_available_stream_id(),
+                                       [(":method", "GET"), (":scheme", "http"),
+                                        (":authority", "x"), (":path", path)], end_stream=True)
+        attacker.send(attacker.conn.data_to_send())
+        figures.count(figures.sent, "streams with a zero window", streams)
+        opened = time.monotonic()
+        attacker.read(lambda: len(attacker.of(h2.events.StreamReset)) >= streams,
+                      timeout=max(deadline - time.monotonic(), MAX_LAG + 5))
+        took = time.monotonic() - opened
+        for event in attacker.of(h2.events.StreamReset):
+            figures.count(figures.answers, f"RST_STREAM {Codes(event.error_code).name}")
+        figures.count(figures.answers, f"all reset within {took:.1f} s")
+        answered(figures, attacker)
+        attacker.close()
+        assert MAX_LAG * 0.9 <= took <= MAX_LAG + 5, f"streams reset after {took:.1f} s"
+
+    run_abuse(abused, figures, attack)
+    resets = sum(n for k, n in figures.answers.items() if k.startswith("RST_STREAM"))
+    assert resets == streams, figures
+    assert figures.answers.get("nothing") == 1, "the connection itself was ended"
+
+
+@pytest.mark.daemon
+@pytest.mark.broker
+def test_streams_over_the_advertised_limit_are_refused_and_the_first_hundred_work(
+        abused: tuple[Daemon, int, str, LatencyProbe], kafka_broker: Broker) -> None:
+    """1,000 SSE streams opened at once on one connection, before the daemon's SETTINGS are
+    read: `h2-streams` (100) of them are served, the rest get RST_STREAM REFUSED_STREAM
+    (RFC 9113 §5.1.2: a stream error, so the connection and its first hundred go on).
+
+    The streams ask for a topic of their own with ten events: the watchers' topic has a
+    history by now, and a hundred catch-ups of it are load of another kind (the slow-client
+    tests bound that), not what this abuse is about."""
+    daemon, port, _, _ = abused
+    kafka = Kafka(kafka_broker.bootstrap)
+    topic = kafka.topic(partitions=1, prefix="abuse")
+    kafka.send(topic, [b"%d" % n for n in range(10)])
+    path = f"/{topic}"
+    figures = Figures("1,000 streams on one connection")
+    count = 1000
+    served: list[int] = []
+
+    def attack(deadline: float) -> None:
+        client = RawH2(port)
+        try:
+            for _ in range(count):
+                client.request("GET", path)
+            client.flush()
+            figures.count(figures.sent, "HEADERS (new streams)", count)
+
+            def refused() -> list[h2.events.StreamReset]:
+                return [e for e in client.of(h2.events.StreamReset)
+                        if e.error_code == Codes.REFUSED_STREAM]
+
+            client.wait(lambda: len(client.of(h2.events.ResponseReceived)) +
+                        len(refused()) >= count)
+            served.extend(e.stream_id for e in client.of(h2.events.ResponseReceived))
+            # the served streams all receive events
+            client.wait(lambda: {e.stream_id for e in client.of(h2.events.DataReceived)
+                                 } >= set(served), timeout=10)
+            got = {e.stream_id for e in client.of(h2.events.DataReceived)}
+            while time.monotonic() < deadline:
+                client.pump(0.1)
+            for event in client.events:
+                if isinstance(event, h2.events.StreamReset):
+                    figures.count(figures.answers,
+                                  f"RST_STREAM {Codes(event.error_code).name}")
+                elif isinstance(event, h2.events.ResponseReceived):
+                    figures.count(figures.answers, f"{client.status(event.stream_id)}")
+                elif isinstance(event, h2.events.ConnectionTerminated):
+                    figures.count(figures.answers,
+                                  f"GOAWAY {Codes(event.error_code).name}")
+            figures.count(figures.answers, "served streams that received events", len(got))
+        finally:
+            client.close()
+
+    run_abuse(abused, figures, attack)
+    assert figures.answers.get("200") == 100, figures
+    assert figures.answers.get("RST_STREAM REFUSED_STREAM") == count - 100, figures
+    assert figures.answers.get("served streams that received events") == 100, figures
+    assert not any(k.startswith("GOAWAY") for k in figures.answers), figures
+    assert daemon.alive()
+
