@@ -37,6 +37,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import h2.config
 import h2.connection
@@ -47,11 +48,18 @@ import h2.settings
 import psutil
 import pytest
 from hyperframe.frame import ContinuationFrame, Frame, HeadersFrame, PingFrame, SettingsFrame
+from twisted.internet.interfaces import IPullProducer, ITCPTransport
+from twisted.internet.testing import MemoryReactorClock, StringTransport
+from twisted.web.server import NOT_DONE_YET
+from zope.interface import implementer
 
 from bench.common import PeakRss
+from ssekd.bindings.http.channel import LIMITS_SCHEMA, Limits
+from ssekd.bindings.http.h2 import LINGER_BYTES
 from ssekd.broker import Broker, free_port
 from tests.support.broker import Kafka
 from tests.support.daemon import Daemon, start_daemon
+from tests.support.http_fakes import GetOnly, H2Peer, http_site
 from tests.support.latency import LatencyProbe, p99
 from tests.support.reliability import RawH2, daemon_config, tracebacks
 
@@ -510,3 +518,175 @@ def test_streams_over_the_advertised_limit_are_refused_and_the_first_hundred_wor
     assert not any(k.startswith("GOAWAY") for k in figures.answers), figures
     assert daemon.alive()
 
+
+
+# -- each fix on a clock (each failed before it) -------------------------------------------------
+
+
+def _peer(exit: Any = None, **limits: Any) -> H2Peer:
+    return H2Peer(http_site(MemoryReactorClock(), exit or GetOnly(), Limits(**limits)))
+
+
+@pytest.mark.parametrize("frame", [
+    PingFrame(0, opaque_data=b"abusive!").serialize(),
+    SettingsFrame(0, settings={h2.settings.SettingCodes.HEADER_TABLE_SIZE: 4096}).serialize(),
+], ids=["PING", "SETTINGS"])
+def test_more_frames_to_answer_than_the_limit_get_goaway(frame: bytes) -> None:
+    peer = _peer(h2_control_frames=50)  # the client's first SETTINGS counts: 1
+    peer.send_raw(frame * 49)
+    peer.read()
+    assert peer.goaway() is None and not peer.transport.disconnecting
+    peer.send_raw(frame)
+    peer.read()
+    goaway = peer.goaway()
+    assert goaway is not None and goaway.error_code == Codes.ENHANCE_YOUR_CALM
+    assert peer.transport.disconnecting
+
+
+def test_frames_to_answer_spread_over_time_are_fine() -> None:
+    peer = _peer(h2_control_frames=50)
+    for _ in range(200):  # 4 a second for 50 s
+        peer.send_raw(PingFrame(0, opaque_data=b"polite!!").serialize())
+        peer.clock.advance(0.25)
+        peer.read()
+    assert peer.goaway() is None and len(peer.of(h2.events.PingAckReceived)) == 200
+
+
+def test_a_stream_over_the_limit_is_refused_and_the_connection_goes_on() -> None:
+    """`h2` ended the whole connection (GOAWAY PROTOCOL_ERROR) at one stream too many."""
+    exit = GetOnly()
+    peer = _peer(exit, h2_streams=3)
+    peer.client.remote_settings = h2.settings.Settings(client=False)  # as if not yet read
+    opened = [peer.request("GET", "/", end_stream=False) for _ in range(5)]
+    peer.send()
+    peer.read()
+    assert peer.goaway() is None and not peer.transport.disconnecting
+    refused = {e.stream_id for e in peer.of(h2.events.StreamReset)
+               if e.error_code == Codes.REFUSED_STREAM}
+    assert refused == set(opened[3:])
+    assert len(peer.server.streams) == 3
+    for stream_id in opened[:3]:  # the first three are answered once their requests end
+        peer.client.end_stream(stream_id)
+    peer.send()
+    peer.read()
+    assert [peer.status(s) for s in opened[:3]] == ["200"] * 3
+    again = peer.request("GET", "/")  # room again
+    peer.send()
+    peer.read()
+    assert peer.status(again) == "200"
+
+
+def one_turn(clock: MemoryReactorClock) -> None:
+    """Run the calls due now, but not those they schedule (`advance` would run those too)."""
+    due = [call for call in clock.getDelayedCalls() if call.getTime() <= clock.seconds()]
+    for call in due:
+        clock.calls.remove(call)
+        call.called = 1
+        call.func(*call.args, **call.kw)
+
+
+def test_a_burst_of_streams_is_handed_on_a_hundred_per_reactor_turn() -> None:
+    """1,000 HEADERS in one read held the reactor for ~150 ms: `h2` walked its open streams for
+    each new one, all in one turn. Now 100 per turn, with reading paused in between."""
+    exit = GetOnly()
+    peer = _peer(exit, h2_streams=1000, h2_control_frames=5000)
+    peer.client.remote_settings = h2.settings.Settings(client=False)
+    for _ in range(1000):
+        peer.request("GET", "/")
+    peer.send_raw(peer.client.data_to_send())
+    assert len(exit.rendered) == 100
+    assert peer.transport.producerState == "paused"
+    for turn in range(2, 11):
+        one_turn(peer.clock)
+        assert len(exit.rendered) == 100 * turn
+    assert peer.transport.producerState == "producing"
+    peer.read()
+    assert len(peer.of(h2.events.ResponseReceived)) == 1000 and peer.goaway() is None
+
+
+def test_a_header_block_past_four_times_header_bytes_is_cut_before_h2_buffers_it() -> None:
+    """`h2` took up to 64 CONTINUATION frames (1 MiB) before it objected."""
+    peer = _peer(header_bytes=4096)
+    stream_id = peer.request("GET", "/")
+    block = peer.client.data_to_send()[9:]
+    peer.send_raw(HeadersFrame(stream_id, data=block).serialize())  # no END_HEADERS
+    filler = ContinuationFrame(stream_id, data=b"\x20" * 4096).serialize()
+    for _ in range(3):
+        peer.send_raw(filler)
+    peer.read()
+    assert peer.goaway() is None
+    peer.send_raw(filler)  # past 16 KiB
+    peer.read()
+    goaway = peer.goaway()
+    assert goaway is not None and goaway.error_code == Codes.ENHANCE_YOUR_CALM
+
+
+@implementer(ITCPTransport)
+class TcpTransport(StringTransport):
+    """A StringTransport a connection takes for TCP: it lingers when it sends GOAWAY."""
+
+    def loseWriteConnection(self) -> None:
+        self.write_closed = True
+
+    def setTcpNoDelay(self, enabled: bool) -> None:
+        pass
+
+
+def test_a_connection_sent_away_reads_at_most_linger_bytes() -> None:
+    """It read and dropped a flood at full speed for the whole linger."""
+    peer = _peer(h2_control_frames=10)
+    peer.transport = peer.server.transport = TcpTransport()
+    ping = PingFrame(0, opaque_data=b"abusive!").serialize()
+    peer.send_raw(ping * 20)  # GOAWAY
+    assert peer.transport.write_closed and peer.transport.producerState == "producing"
+    for _ in range(LINGER_BYTES // 4096):
+        peer.send_raw(b"\0" * 4096)
+    assert peer.transport.producerState == "producing"
+    peer.send_raw(b"\0" * 4096)
+    assert peer.transport.producerState == "paused"
+
+
+@implementer(IPullProducer)
+class FileLike:
+    """A pull producer, as Twisted's static files are."""
+
+    stopped = False
+
+    def resumeProducing(self) -> None:
+        pass
+
+    def stopProducing(self) -> None:
+        self.stopped = True
+
+
+class PullExit:
+    max_idle: float | None = None
+    takes_body = False
+
+    def __init__(self) -> None:
+        self.producer = FileLike()
+
+    def render(self, request: Any, ctx: Any) -> int:
+        request.registerProducer(self.producer, False)
+        return NOT_DONE_YET
+
+
+def test_a_pull_producer_is_stopped_when_its_stream_is_reset() -> None:
+    """Twisted left it running; its next step raised (the request's channel was gone)."""
+    exit = PullExit()
+    peer = _peer(exit)
+    stream_id = peer.request("GET", "/")
+    peer.send()
+    peer.read()
+    assert peer.server.streams[stream_id].producer is not None
+    peer.client.reset_stream(stream_id, Codes.CANCEL)
+    peer.send()
+    peer.read()
+    assert exit.producer.stopped
+
+
+def test_h2_control_frames_is_a_documented_limit() -> None:
+    prop = LIMITS_SCHEMA["properties"]["h2-control-frames"]
+    assert prop["description"] and prop["default"] == 1000 and prop["x-ssekd-addition"]
+    assert Limits.from_options({"h2-control-frames": 7}).h2_control_frames == 7
+    assert Limits().h2_control_frames == 1000
