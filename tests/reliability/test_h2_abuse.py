@@ -55,7 +55,7 @@ from zope.interface import implementer
 
 from bench.common import PeakRss
 from ssekd.bindings.http.channel import LIMITS_SCHEMA, Limits
-from ssekd.bindings.http.h2 import LINGER_BYTES
+from ssekd.bindings.http.h2 import BLOCKS_PER_TURN, LINGER_BYTES
 from ssekd.broker import Broker, free_port
 from tests.support.broker import Kafka
 from tests.support.daemon import Daemon, start_daemon
@@ -67,8 +67,9 @@ ATTACK_SECONDS = max(3.0, float(os.environ.get("RELIABILITY_SECONDS", "0")) / 6)
 WATCHERS = 20
 RATE = 50
 P99_FLOOR = 0.050
-#: Events the watchers must have received in the window before an abuse.
-BEFORE_SAMPLES = 1000
+#: Events the watchers must have received in the window before an abuse (3 s, as long as
+#: the abuse: a shorter window makes a noisier baseline).
+BEFORE_SAMPLES = WATCHERS * RATE * 3
 #: Daemon memory growth allowed during one scenario.
 RSS_BOUND = 40 * 1024 * 1024
 #: The daemon's sse `max-lag` here, short so a stuck stream is ended within the test.
@@ -94,6 +95,7 @@ class Figures:
     samples_during: int = 0
     rss_growth: int = 0
     rss_after: int = 0
+    cpu: float = 0.0  # the daemon's CPU time while it ran, per second
 
     def count(self, table: dict[str, int], key: str, n: int = 1) -> None:
         table[key] = table.get(key, 0) + n
@@ -102,6 +104,7 @@ class Figures:
         return (f"{self.name}: sent {self.sent}; daemon answered {self.answers}; "
                 f"watchers p99 {self.p99_before * 1000:.1f} ms before, "
                 f"{self.p99_during * 1000:.1f} ms during ({self.samples_during} events); "
+                f"daemon CPU {self.cpu:.0%}; "
                 f"RSS +{self.rss_growth / 2**20:.1f} MiB at most, "
                 f"+{self.rss_after / 2**20:.1f} MiB after")
 
@@ -132,19 +135,36 @@ def abused(kafka_broker: Broker, tmp_path_factory: pytest.TempPathFactory
         daemon.stop()
 
 
-def run_abuse(abused: tuple[Daemon, int, str, LatencyProbe], figures: Figures,
-              attack: Callable[[float], None]) -> None:
-    """Measure the watchers before, run `attack(deadline)` until the deadline, measure during,
-    and check the rule of the module docstring, the memory bound and the daemon's output."""
+def run_abuse(abused: tuple[Daemon, int, str, LatencyProbe], name: str,
+              attack: Callable[[float, Figures], None]) -> Figures:
+    """Measure the watchers before, run `attack(deadline, figures)` until the deadline, measure
+    during, and check the rule of the module docstring, the memory bound and the daemon's
+    output. A run that breaks the latency rule is run once more, and that run decides: a
+    two-core machine shared with other work has slow seconds of its own, while a daemon that
+    starves its clients does it every time (both runs are printed)."""
+    figures = _measure(abused, name, attack)  # prints its figures
+    if figures.p99_during > max(2 * figures.p99_before, P99_FLOOR):
+        figures = _measure(abused, name, attack)
+        figures.name += " (second run)"
+    assert figures.p99_during <= max(2 * figures.p99_before, P99_FLOOR), figures
+    return figures
+
+
+def _measure(abused: tuple[Daemon, int, str, LatencyProbe], name: str,
+             attack: Callable[[float, Figures], None]) -> Figures:
     daemon, _, _, probe = abused
+    figures = Figures(name)
     start = time.time()
     probe.wait_samples(start, BEFORE_SAMPLES)
     begin = time.time()
     before = probe.latencies(start, begin)
+    process = psutil.Process(daemon.process.pid)
+    cpu = sum(process.cpu_times()[:2])
     with PeakRss(daemon.process.pid) as rss:
-        attack(time.monotonic() + ATTACK_SECONDS)
+        attack(time.monotonic() + ATTACK_SECONDS, figures)
         end = time.time()
-        figures.rss_after = psutil.Process(daemon.process.pid).memory_info().rss - rss.before
+    figures.cpu = (sum(process.cpu_times()[:2]) - cpu) / (end - begin)
+    figures.rss_after = process.memory_info().rss - rss.before
     during = probe.latencies(begin, end)
     figures.p99_before, figures.p99_during = p99(before), p99(during)
     figures.samples_during, figures.rss_growth = len(during), rss.growth
@@ -154,8 +174,8 @@ def run_abuse(abused: tuple[Daemon, int, str, LatencyProbe], figures: Figures,
     assert probe.ended() == [], "a watcher's stream ended"
     assert len(during) >= WATCHERS * RATE * ATTACK_SECONDS / 2, \
         f"the watchers received {len(during)} events while {figures.name} ran"
-    assert figures.p99_during <= max(2 * figures.p99_before, P99_FLOOR), figures
     assert figures.rss_growth < RSS_BOUND, figures
+    return figures
 
 
 def paced(deadline: float) -> Iterator[int]:
@@ -189,6 +209,8 @@ class Attacker:
         self.conn.initiate_connection()
         self.events: list[h2.events.Event] = []
         self.closed = False
+        self.started = time.monotonic()
+        self.stopped = float("inf")  # when a send found the connection sent away
         self.sock.sendall(self.conn.data_to_send())
         self.sock.setblocking(False)
 
@@ -267,14 +289,14 @@ def header_block(attacker: Attacker, path: str, extra: list[tuple[str, str]] | N
     return stream_id, block
 
 
-def answered(figures: Figures, attacker: Attacker) -> None:
+def answered(figures: Figures, attacker: Attacker, prefix: str = "") -> None:
     goaway = attacker.goaway()
     if goaway is not None:
-        figures.count(figures.answers, f"GOAWAY {Codes(goaway.error_code).name}")
+        figures.count(figures.answers, f"{prefix}GOAWAY {Codes(goaway.error_code).name}")
     elif attacker.closed:
-        figures.count(figures.answers, "closed without GOAWAY")
+        figures.count(figures.answers, f"{prefix}closed without GOAWAY")
     else:
-        figures.count(figures.answers, "nothing")
+        figures.count(figures.answers, f"{prefix}nothing")
 
 
 # -- the scenarios ------------------------------------------------------------------------------
@@ -285,31 +307,30 @@ def answered(figures: Figures, attacker: Attacker) -> None:
 def test_a_continuation_flood_gets_goaway(
         abused: tuple[Daemon, int, str, LatencyProbe]) -> None:
     """HEADERS without END_HEADERS, then CONTINUATION frames without end: full-size ones as fast
-    as the socket takes them (`h2` holds at most 64 of them: GOAWAY), and small ones trickled,
-    which the header deadline (`header-timeout`) cuts."""
+    as the socket takes them (cut once the block passes 4 x `header-bytes`), and small ones
+    trickled, which the header deadline (`header-timeout`) cuts."""
     _, port, path, _ = abused
-    figures = Figures("CONTINUATION flood")
-    trickled: list[Attacker] = []
 
-    def trickle(deadline: float) -> None:
+    def trickle(deadline: float, figures: Figures, slow: list[Attacker]) -> None:
         """Ten connections, each sending a 1-byte CONTINUATION every 100 ms."""
-        slow = []
         for _ in range(10):
             attacker = Attacker(port)
             stream_id, block = header_block(attacker, path)
             attacker.send(HeadersFrame(stream_id, data=block[:1]).serialize())
             slow.append(attacker)
-        trickled.extend(slow)
         frame = ContinuationFrame(1, data=b"\x20").serialize()
-        while time.monotonic() < deadline and slow:
-            for attacker in slow:
+        going = list(slow)
+        while time.monotonic() < deadline and going:
+            for attacker in list(going):
                 figures.count(figures.sent, "CONTINUATION (1 byte, every 100 ms)")
                 if not attacker.send(frame):
-                    slow.remove(attacker)
+                    attacker.stopped = time.monotonic()
+                    going.remove(attacker)
             time.sleep(0.1)  # the trickle's pace, not a wait for a condition
 
-    def attack(deadline: float) -> None:
-        slow = threading.Thread(target=trickle, args=(deadline,))
+    def attack(deadline: float, figures: Figures) -> None:
+        trickled: list[Attacker] = []
+        slow = threading.Thread(target=trickle, args=(deadline, figures, trickled))
         slow.start()
         for _ in paced(deadline):
             attacker = Attacker(port)
@@ -327,12 +348,18 @@ def test_a_continuation_flood_gets_goaway(
         for attacker in trickled:
             attacker.read(lambda a=attacker: a.goaway() is not None,  # type: ignore[misc]
                           timeout=HEADER_TIMEOUT + 3)
-            answered(figures, attacker)
+            answered(figures, attacker, "trickled: ")
+            took = attacker.stopped - attacker.started
+            figures.count(figures.answers, f"trickled: cut within {HEADER_TIMEOUT + 0.5:g} s",
+                          took <= HEADER_TIMEOUT + 0.5)
             attacker.close()
 
-    run_abuse(abused, figures, attack)
-    assert set(figures.answers) <= {"GOAWAY PROTOCOL_ERROR", "GOAWAY ENHANCE_YOUR_CALM"}, figures
-    assert figures.answers.get("GOAWAY ENHANCE_YOUR_CALM", 0) >= len(trickled), figures
+    figures = run_abuse(abused, "CONTINUATION flood", attack)
+    assert set(figures.answers) == {"GOAWAY ENHANCE_YOUR_CALM",
+                                    "trickled: GOAWAY ENHANCE_YOUR_CALM",
+                                    f"trickled: cut within {HEADER_TIMEOUT + 0.5:g} s"}, figures
+    assert figures.answers["trickled: GOAWAY ENHANCE_YOUR_CALM"] == 10, figures
+    assert figures.answers[f"trickled: cut within {HEADER_TIMEOUT + 0.5:g} s"] == 10, figures
 
 
 def _flood(port: int, figures: Figures, name: str, frame: bytes, deadline: float) -> None:
@@ -355,11 +382,11 @@ def _flood(port: int, figures: Figures, name: str, frame: bytes, deadline: float
 def test_a_settings_flood_gets_goaway_enhance_your_calm(
         abused: tuple[Daemon, int, str, LatencyProbe]) -> None:
     _, port, _, _ = abused
-    figures = Figures("SETTINGS flood")
     frame = SettingsFrame(0, settings={h2.settings.SettingCodes.HEADER_TABLE_SIZE: 4096}
                           ).serialize()
-    run_abuse(abused, figures, lambda deadline: _flood(port, figures, "SETTINGS", frame,
-                                                        deadline))
+    figures = run_abuse(abused, "SETTINGS flood",
+                        lambda deadline, figures: _flood(port, figures, "SETTINGS", frame,
+                                                         deadline))
     assert set(figures.answers) == {"GOAWAY ENHANCE_YOUR_CALM"}, figures
 
 
@@ -368,9 +395,9 @@ def test_a_settings_flood_gets_goaway_enhance_your_calm(
 def test_a_ping_flood_gets_goaway_enhance_your_calm(
         abused: tuple[Daemon, int, str, LatencyProbe]) -> None:
     _, port, _, _ = abused
-    figures = Figures("PING flood")
     frame = PingFrame(0, opaque_data=b"abusive!").serialize()
-    run_abuse(abused, figures, lambda deadline: _flood(port, figures, "PING", frame, deadline))
+    figures = run_abuse(abused, "PING flood",
+                        lambda deadline, figures: _flood(port, figures, "PING", frame, deadline))
     assert set(figures.answers) == {"GOAWAY ENHANCE_YOUR_CALM"}, figures
 
 
@@ -382,9 +409,8 @@ def test_an_oversized_header_block_gets_goaway(
     table by one request, then named 200 times by one-byte references: 800 KB decoded from a
     block of 200 bytes) and a plain header list of 64 KB in HEADERS and CONTINUATION frames."""
     _, port, path, _ = abused
-    figures = Figures("oversized header block")
 
-    def attack(deadline: float) -> None:
+    def attack(deadline: float, figures: Figures) -> None:
         bomb = True
         for _ in paced(deadline):
             attacker = Attacker(port)
@@ -405,7 +431,7 @@ def test_an_oversized_header_block_gets_goaway(
             attacker.close()
             bomb = not bomb
 
-    run_abuse(abused, figures, attack)
+    figures = run_abuse(abused, "oversized header block", attack)
     assert set(figures.answers) == {"GOAWAY ENHANCE_YOUR_CALM"}, figures
 
 
@@ -425,14 +451,17 @@ def _frames(stream_id: int, block: bytes) -> bytes:
 @pytest.mark.daemon
 @pytest.mark.broker
 def test_streams_whose_window_never_opens_are_reset_after_max_lag(
-        abused: tuple[Daemon, int, str, LatencyProbe]) -> None:
-    """SETTINGS_INITIAL_WINDOW_SIZE=0 and SSE streams on the watchers' topic that never get a
-    WINDOW_UPDATE while events flow: each is reset once it has been stuck for `max-lag`."""
-    _, port, path, _ = abused
-    figures = Figures("zero window")
+        abused: tuple[Daemon, int, str, LatencyProbe], kafka_broker: Broker) -> None:
+    """SETTINGS_INITIAL_WINDOW_SIZE=0 and SSE streams that never get a WINDOW_UPDATE while
+    events flow on their topic: each is reset once it has been stuck for `max-lag`. (A topic
+    of their own: fifty catch-ups of the watchers' history would be load of another kind.)"""
+    _, port, _, _ = abused
+    kafka = Kafka(kafka_broker.bootstrap)
+    topic = kafka.topic(partitions=1, prefix="abuse")
+    path = f"/{topic}"
     streams = 50
 
-    def attack(deadline: float) -> None:
+    def attack(deadline: float, figures: Figures) -> None:
         attacker = Attacker(port, settings={h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 0})
         for _ in range(streams):
             attacker.conn.send_headers(attacker.conn.get_next_available_stream_id(),
@@ -441,9 +470,16 @@ def test_streams_whose_window_never_opens_are_reset_after_max_lag(
         attacker.send(attacker.conn.data_to_send())
         figures.count(figures.sent, "streams with a zero window", streams)
         opened = time.monotonic()
-        attacker.read(lambda: len(attacker.of(h2.events.StreamReset)) >= streams,
-                      timeout=max(deadline - time.monotonic(), MAX_LAG + 5))
+        produced = 0
+        while (len(attacker.of(h2.events.StreamReset)) < streams and not attacker.closed
+               and time.monotonic() < max(deadline, opened + MAX_LAG + 5)):
+            kafka.produce(topic, b"event %d" % produced)
+            produced += 1
+            attacker.read(lambda: len(attacker.of(h2.events.StreamReset)) >= streams,
+                          timeout=0.02)
+        kafka.flush()
         took = time.monotonic() - opened
+        figures.count(figures.sent, "events produced meanwhile", produced)
         for event in attacker.of(h2.events.StreamReset):
             figures.count(figures.answers, f"RST_STREAM {Codes(event.error_code).name}")
         figures.count(figures.answers, f"all reset within {took:.1f} s")
@@ -451,7 +487,7 @@ def test_streams_whose_window_never_opens_are_reset_after_max_lag(
         attacker.close()
         assert MAX_LAG * 0.9 <= took <= MAX_LAG + 5, f"streams reset after {took:.1f} s"
 
-    run_abuse(abused, figures, attack)
+    figures = run_abuse(abused, "zero window", attack)
     resets = sum(n for k, n in figures.answers.items() if k.startswith("RST_STREAM"))
     assert resets == streams, figures
     assert figures.answers.get("nothing") == 1, "the connection itself was ended"
@@ -473,11 +509,10 @@ def test_streams_over_the_advertised_limit_are_refused_and_the_first_hundred_wor
     topic = kafka.topic(partitions=1, prefix="abuse")
     kafka.send(topic, [b"%d" % n for n in range(10)])
     path = f"/{topic}"
-    figures = Figures("1,000 streams on one connection")
     count = 1000
-    served: list[int] = []
 
-    def attack(deadline: float) -> None:
+    def attack(deadline: float, figures: Figures) -> None:
+        served: list[int] = []
         client = RawH2(port)
         try:
             for _ in range(count):
@@ -511,7 +546,7 @@ def test_streams_over_the_advertised_limit_are_refused_and_the_first_hundred_wor
         finally:
             client.close()
 
-    run_abuse(abused, figures, attack)
+    figures = run_abuse(abused, "1,000 streams on one connection", attack)
     assert figures.answers.get("200") == 100, figures
     assert figures.answers.get("RST_STREAM REFUSED_STREAM") == count - 100, figures
     assert figures.answers.get("served streams that received events") == 100, figures
@@ -585,20 +620,20 @@ def one_turn(clock: MemoryReactorClock) -> None:
         call.func(*call.args, **call.kw)
 
 
-def test_a_burst_of_streams_is_handed_on_a_hundred_per_reactor_turn() -> None:
+def test_a_burst_of_streams_is_handed_on_a_few_per_reactor_turn() -> None:
     """1,000 HEADERS in one read held the reactor for ~150 ms: `h2` walked its open streams for
-    each new one, all in one turn. Now 100 per turn, with reading paused in between."""
+    each new one, all in one turn. Now `BLOCKS_PER_TURN` per turn, reading paused in between."""
     exit = GetOnly()
     peer = _peer(exit, h2_streams=1000, h2_control_frames=5000)
     peer.client.remote_settings = h2.settings.Settings(client=False)
     for _ in range(1000):
         peer.request("GET", "/")
     peer.send_raw(peer.client.data_to_send())
-    assert len(exit.rendered) == 100
+    assert len(exit.rendered) == BLOCKS_PER_TURN
     assert peer.transport.producerState == "paused"
-    for turn in range(2, 11):
+    for turn in range(2, 1000 // BLOCKS_PER_TURN + 1):
         one_turn(peer.clock)
-        assert len(exit.rendered) == 100 * turn
+        assert len(exit.rendered) == BLOCKS_PER_TURN * turn
     assert peer.transport.producerState == "producing"
     peer.read()
     assert len(peer.of(h2.events.ResponseReceived)) == 1000 and peer.goaway() is None

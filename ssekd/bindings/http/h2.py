@@ -86,9 +86,9 @@ LINGER_SECONDS = 2.0
 LINGER_BYTES = 64 * 1024
 #: Header blocks (new streams) handed to `h2` in one reactor turn. A read can hold thousands
 #: (a HEADERS frame for a stream like the last takes a dozen bytes), and each costs `h2` and
-#: Twisted ~0.1 ms even when the stream is refused: the rest of the read waits for the next
-#: turn, so other connections are served in between.
-BLOCKS_PER_TURN = 100
+#: Twisted ~0.1 ms even when the stream is refused, an SSE stream's render ~1 ms: the rest of
+#: the read waits for the next turn, so other connections are served in between.
+BLOCKS_PER_TURN = 20
 #: How many times `header-bytes` a header block's HPACK bytes may be: a header list within the
 #: limit encodes to less (each field counts 32 bytes more than its name and value, and Huffman
 #: codes take at most 30 bits per byte).
