@@ -83,15 +83,22 @@ class H2SseClient:
         self.max_concurrent = 100
         self._flush()
 
-    def open(self, path: str, headers: dict[str, str] | None = None) -> int:
+    def open(self, path: str, headers: dict[str, str] | None = None, *,
+             flush: bool = True) -> int:
+        """Start a GET stream; with `flush=False` its HEADERS wait for `flush()`."""
         stream_id = self.conn.get_next_available_stream_id()
         request = [(":method", "GET"), (":scheme", self.scheme),
                    (":authority", self.authority), (":path", path),
                    ("accept", "text/event-stream"), *(headers or {}).items()]
         self.conn.send_headers(stream_id, request, end_stream=True)
         self.streams[stream_id] = Stream()
-        self._flush()
+        if flush:
+            self._flush()
         return stream_id
+
+    def flush(self) -> None:
+        """Write what the connection has to send."""
+        self._flush()
 
     def pump(self, timeout: float = 0.1) -> None:
         """Read and handle whatever arrives within `timeout` seconds (at least one select)."""
