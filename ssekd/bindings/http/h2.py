@@ -48,6 +48,12 @@ It also applies the http binding's `Limits` to HTTP/2, where Twisted applies non
   read is never handed to the site (no render, no subscription), and writes to a stream the
   client reset are dropped quietly.
 
+And it bounds the work one connection can cause at a time: `h2` gets a read one header block
+(one new stream) at a time, at most `BLOCKS_PER_TURN` per reactor turn, the rest waiting with
+reading paused; a connection sent away reads at most `LINGER_BYTES` more; and a pull producer
+(a static file) still registered on a stream that ends is stopped (Twisted leaves it running,
+and it raised once its request had lost its channel).
+
 `SwitchingChannelProtocol` is the Site's protocol: HTTP/1.1 until TLS says ALPN chose `h2`, then
 this connection class (Twisted's own switch always builds its own class); `h2_connection` builds
 one for cleartext h2c.
@@ -134,7 +140,7 @@ class BatchingH2Connection(H2Connection):
         self._blocks = HeaderBlockWatch()
         self._block_deadline: IDelayedCall | None = None
         self._gone = False  # our GOAWAY is sent: input is dropped until the socket closes
-        self._dropped = 0  # bytes dropped since
+        self._dropped = 0  # bytes dropped since then
         #: Bytes read but not yet handed to `h2` (a burst of header blocks: `_hand_on`), and
         #: where header blocks start in them.
         self._backlog = b""
