@@ -555,6 +555,43 @@ def test_streams_over_the_advertised_limit_are_refused_and_the_first_hundred_wor
 
 
 
+#: Frames a well-behaved client never sends, by hand where hyperframe will not build them, and
+#: the connection error RFC 9113 names for each (§4.2, §5.1.1, §6.2, §6.5, §6.7, §6.9).
+MALFORMED = {
+    "a DATA frame over SETTINGS_MAX_FRAME_SIZE": (
+        b"\x00\x40\x01\x00\x00\x00\x00\x00\x01" + b"x" * 16_385, Codes.FRAME_SIZE_ERROR),
+    "a PING of 7 bytes": (b"\x00\x00\x07\x06\x00\x00\x00\x00\x00" + b"x" * 7,
+                          Codes.FRAME_SIZE_ERROR),
+    "a SETTINGS frame of 5 bytes": (b"\x00\x00\x05\x04\x00\x00\x00\x00\x00" + b"x" * 5,
+                                    Codes.FRAME_SIZE_ERROR),
+    "HEADERS on stream 0": (HeadersFrame(1, data=b"\x82", flags=["END_HEADERS"]).serialize()
+                            [:5] + b"\x00\x00\x00\x00" + b"\x82", Codes.PROTOCOL_ERROR),
+    "HEADERS on an even (server) stream": (
+        HeadersFrame(2, data=b"\x82", flags=["END_HEADERS"]).serialize(), Codes.PROTOCOL_ERROR),
+    "a WINDOW_UPDATE of 0": (b"\x00\x00\x04\x08\x00\x00\x00\x00\x00\x00\x00\x00\x00",
+                             Codes.PROTOCOL_ERROR),
+}
+
+
+@pytest.mark.daemon
+@pytest.mark.broker
+@pytest.mark.parametrize("what", list(MALFORMED))
+def test_malformed_frames_get_goaway_with_the_rfc_error(
+        abused: tuple[Daemon, int, str, LatencyProbe], what: str) -> None:
+    daemon, port, _, _ = abused
+    frame, code = MALFORMED[what]
+    attacker = Attacker(port)
+    try:
+        attacker.send(frame)
+        attacker.read(lambda: attacker.goaway() is not None, timeout=5)
+        goaway = attacker.goaway()
+        print(f"{what}: {goaway and Codes(goaway.error_code).name}")
+        assert goaway is not None and goaway.error_code == code, attacker.events
+    finally:
+        attacker.close()
+    assert tracebacks(daemon) == [], daemon.output()[-3000:]
+
+
 # -- each fix on a clock (each failed before it) -------------------------------------------------
 
 
