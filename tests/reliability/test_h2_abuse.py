@@ -665,6 +665,23 @@ def test_a_stream_over_the_limit_is_refused_and_the_connection_goes_on() -> None
     assert peer.status(again) == "200"
 
 
+def test_refused_streams_count_as_frames_to_answer() -> None:
+    """Each refusal makes the daemon write a RST_STREAM: a client that keeps opening streams over
+    the limit floods like one that sends PINGs."""
+    peer = _peer(h2_streams=1, h2_control_frames=10)  # its first SETTINGS counts: 1
+    peer.client.remote_settings = h2.settings.Settings(client=False)
+    for _ in range(10):  # one served, nine refused: ten answered
+        peer.request("GET", "/", end_stream=False)
+    peer.send()
+    peer.read()
+    assert peer.goaway() is None
+    peer.request("GET", "/", end_stream=False)
+    peer.send()
+    peer.read()
+    goaway = peer.goaway()
+    assert goaway is not None and goaway.error_code == Codes.ENHANCE_YOUR_CALM
+
+
 def one_turn(clock: MemoryReactorClock) -> None:
     """Run the calls due now, but not those they schedule (`advance` would run those too)."""
     due = [call for call in clock.getDelayedCalls() if call.getTime() <= clock.seconds()]
