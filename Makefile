@@ -6,7 +6,7 @@ CONFIG ?= etc/zilla.yaml
 # Reinstall whenever pyproject.toml changes.
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 # Debian programs the tests and benchmarks drive as real clients.
-DEBS   := curl openssl wrk nghttp2-client chromium default-jre-headless
+DEBS   := curl openssl wrk nghttp2-client chromium default-jre-headless prometheus
 PYTEST_ARGS ?=
 
 # `make test-compat`: the same suite in a second venv on the oldest Twisted pyproject.toml allows

@@ -38,7 +38,9 @@ from ssekd.bindings.registry import Registry, discover
 from ssekd.config.errors import ConfigError, ConfigIssue
 from ssekd.config.load import load_config
 from ssekd.config.model import Binding, Config
+from ssekd.telemetry import prometheus
 from ssekd.telemetry.events import EventLog, stdout_stream
+from ssekd.telemetry.metrics import Metrics, known_names, label_name, matches
 
 log = Logger()
 
@@ -58,6 +60,7 @@ class GraphBuilder:
         self.config = config
         self.reactor: Reactor = engine.reactor
         self.events: EventLog = engine.events
+        self.metrics: Metrics = engine.metrics
         self.registry = engine.registry
         self._previous = previous
         self._built: dict[str, object] = {}
@@ -157,6 +160,38 @@ class GraphBuilder:
         return self._reused
 
 
+#: Labels every metric carries or some carry: an attribute may not take their names.
+RESERVED_LABELS = frozenset({"namespace", "binding", "topic", "partition", "route", "outcome",
+                             "limit", "protocol", "le", "quantile"})
+
+
+def telemetry_problems(config: Config) -> list[ConfigIssue]:
+    """A `telemetry.metrics` entry (top level or a binding's) that matches no metric ssekd has
+    is a mistake (a typo would otherwise silently export nothing); so is an attribute whose
+    label name collides with one ssekd sets."""
+    issues: list[ConfigIssue] = []
+    names = known_names()
+    lists: list[tuple[tuple[str | int, ...], tuple[str, ...]]] = []
+    if config.telemetry.metrics is not None:
+        lists.append((("telemetry", "metrics"), config.telemetry.metrics))
+    for b in config.bindings.values():
+        if b.metrics is not None:
+            lists.append((("bindings", b.name, "telemetry", "metrics"), b.metrics))
+    for base, patterns in lists:
+        for i, pattern in enumerate(patterns):
+            if not any(matches((pattern,), n) for n in names):
+                issues.append(config.issue(base + (i,), f"{pattern!r} matches no metric of "
+                                           f"ssekd; expected a name or glob of: "
+                                           f"{', '.join(names)}"))
+    for key in config.telemetry.attributes:
+        if label_name(key) in RESERVED_LABELS:
+            issues.append(config.issue(("telemetry", "attributes", key),
+                                       f"attribute {key!r} would be the label "
+                                       f"{label_name(key)!r}, which ssekd's metrics set "
+                                       f"themselves; choose another name"))
+    return issues
+
+
 def exit_path(binding: Binding, target: str) -> tuple[str | int, ...]:
     """Where `binding` names `target` as an exit: its `exit`, else the first route's."""
     base: tuple[str | int, ...] = ("bindings", binding.name)
@@ -193,9 +228,11 @@ class Graph:
     runtimes: dict[str, object]
     reused: set[str] = field(default_factory=set)
     store_stamps: dict[str, tuple[tuple[str, int, int], ...]] = field(default_factory=dict)
+    #: The prometheus exporters' sockets (not a binding's).
+    exporter_specs: list[ListenSpec] = field(default_factory=list)
 
     def listen_specs(self) -> list[ListenSpec]:
-        specs: list[ListenSpec] = []
+        specs: list[ListenSpec] = list(self.exporter_specs)
         for runtime in self.runtimes.values():
             if isinstance(runtime, ListenerBinding):
                 specs.extend(runtime.listen_specs())
@@ -234,10 +271,12 @@ class Engine(MultiService):
         self._ports: dict[tuple[str, int], tuple[IListeningPort, SwitchFactory]] = {}
         self.events = events or EventLog("ssekd")
         self.print_events = print_events
+        self.metrics = Metrics()
         # Build the first graph now, so a bad config fails before twistd daemonizes or listens.
         config = load_config(config_path, self.registry, environ)
         self._configure_events(config)
         self._pending: Graph | None = self._build(config, previous=None)
+        self._configure_metrics(config)
 
     # -- building -------------------------------------------------------------------------
 
@@ -247,7 +286,16 @@ class Engine(MultiService):
             any(e.type == "stdout" for e in config.telemetry.exporters.values())
         self.events.stdout = stdout_stream() if stdout else None
 
+    def _configure_metrics(self, config: Config) -> None:
+        self.metrics.configure(
+            config.namespace, config.telemetry.metrics, config.telemetry.attributes,
+            {n: b.metrics for n, b in config.bindings.items() if b.metrics is not None},
+            config.bindings)
+
     def _build(self, config: Config, previous: Graph | None) -> Graph:
+        telemetry_issues = telemetry_problems(config)
+        if telemetry_issues:
+            raise ConfigError(telemetry_issues)
         unsupported = [config.issue(("guards", g.name), f"guard type {g.type} is not supported "
                                     f"by this version of ssekd; remove the guard and the "
                                     f"routes' `guarded` until it is")
@@ -263,7 +311,10 @@ class Engine(MultiService):
                 issues.extend(i for i in e.issues if i not in issues)
         if issues:
             raise ConfigError(issues)
-        return Graph(config, dict(ctx.built), set(ctx.reused), ctx.store_stamps)
+        exporters = [ListenSpec(e.host, e.port, prometheus.site(self.metrics, e, self.reactor))
+                     for e in prometheus.endpoints((x.type, x.options)
+                                                   for x in config.telemetry.exporters.values())]
+        return Graph(config, dict(ctx.built), set(ctx.reused), ctx.store_stamps, exporters)
 
     # -- service lifecycle ----------------------------------------------------------------
 
@@ -357,6 +408,7 @@ class Engine(MultiService):
             log.failure("reload failed")
             return False
         self._configure_events(config)
+        self._configure_metrics(config)
         self.events.emit(ENGINE, "CONFIG_RELOADED",
                          f"{self.config_path} ({len(graph.reused)} bindings kept)")
         return True

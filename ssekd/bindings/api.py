@@ -8,8 +8,9 @@ registered under the `ssekd.bindings` entry point group (see `ssekd.bindings.reg
 roles its exits must play. The config loader composes the schema from these and checks every
 exit's role; `ssekd.engine` builds the graph. Nothing else in the tree needs a type's name.
 
-This module is a leaf: it imports nothing of ssekd but the config model, its errors and the event
-log, so every binding, the engine and the config loader can import it without an import circle.
+This module is a leaf: it imports nothing of ssekd but the config model, its errors, the event
+log and the metrics (`ssekd.telemetry` leaf modules), so every binding, the engine and the
+config loader can import it without an import circle.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from twisted.web.server import Request
 from ssekd.config.errors import ConfigIssue
 from ssekd.config.model import Binding, Config
 from ssekd.telemetry.events import EventLog
+from ssekd.telemetry.metrics import Metrics
 
 JsonSchema = Mapping[str, Any]
 
@@ -92,6 +94,10 @@ class BuildContext(Protocol):
 
     @property
     def events(self) -> EventLog: ...
+
+    @property
+    def metrics(self) -> Metrics:
+        """The engine's metrics: a binding takes its instruments here, once, when built."""
 
     def issue(self, path: tuple[str | int, ...], message: str) -> ConfigIssue:
         """A problem at `path` of the config, with its line, to raise in a `ConfigError`."""

@@ -57,9 +57,12 @@ def binding_schema(kind: KindSpec, type_name: str, kind_name: str) -> dict[str, 
             "type": "object", "additionalProperties": False,
             "description": "This binding's telemetry.",
             "properties": {"metrics": {
-                "type": "array", "items": {"type": "string"},
-                "description": "Metrics to keep for this binding.",
-                "x-ssekd-not-built": "Accepted and not used: ssekd keeps no metrics yet."}},
+                "type": "array",
+                "items": {"type": "string", "pattern": "^[a-z*][a-z0-9.*_-]*$",
+                          "x-expected": "a metric name or glob such as stream.* or "
+                                        "http.duration"},
+                "description": "Metrics to export for this binding, by name or glob (of those "
+                               "`telemetry.metrics` keeps); without it, all of those."}},
         },
     }
     if kind.vault:

@@ -7,7 +7,7 @@ from ssekd.bindings.api import BindingType, BuildContext, Exit, HttpBinding, Kin
 from ssekd.bindings.http.channel import LIMITS_SCHEMA, Limits
 from ssekd.bindings.http.cors import AccessControl
 from ssekd.bindings.http.routing import Condition, HeaderPattern
-from ssekd.bindings.http.server import HttpRoot, HttpRoute, HttpServer, HttpSite
+from ssekd.bindings.http.server import HttpRoot, HttpRoute, HttpServer, HttpSite, HttpStats
 from ssekd.config import ConfigError
 from ssekd.config.model import Binding
 
@@ -34,7 +34,8 @@ def _build(ctx: BuildContext, binding: Binding) -> HttpServer:
             ("bindings", binding.name, "options", "access-control", "allow", "credentials"),
             "expected `allow.origins` beside `credentials: true`: with any origin allowed, "
             "every site a user visits could read these responses with the user's cookies")])
-    root = HttpRoot(binding.name, routes, default, cors, ctx.events)
+    root = HttpRoot(binding.name, routes, default, cors, ctx.events,
+                    HttpStats(ctx.metrics, binding.name, ctx.reactor))
     site = HttpSite(root, limits, ctx.reactor)
     versions = tuple(options.get("versions", DEFAULT_VERSIONS))
     return HttpServer(binding.name, site, versions)

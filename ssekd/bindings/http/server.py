@@ -22,6 +22,7 @@ from ssekd.bindings.http.cors import AccessControl
 from ssekd.bindings.http.h2 import SwitchingChannelProtocol
 from ssekd.bindings.http.routing import Condition, head_headers, match_any, request_headers
 from ssekd.telemetry.events import EventLog
+from ssekd.telemetry.metrics import Metrics
 
 SERVER_NAME = b"ssekd"
 
@@ -38,14 +39,40 @@ class SsekdRequest(BodyCountingRequest):
     defaultContentType = None
 
 
+class HttpStats:
+    """Zilla's http metrics of one binding: every request counts from `render` to its end."""
+
+    def __init__(self, metrics: Metrics, binding: str, clock: Any) -> None:
+        self.clock = clock  # an IReactorTime
+        self.active = metrics.gauge("http.active.requests", binding)
+        self.request_size = metrics.histogram("http.request.size", binding)
+        self.response_size = metrics.histogram("http.response.size", binding)
+        self.duration = metrics.histogram("http.duration", binding)
+
+    def started(self, request: Request) -> None:
+        self.active.value += 1
+        req: Any = request  # twisted.web is untyped for mypy
+        length = req.getHeader(b"content-length")
+        self.request_size.observe(float(length) if length and length.isdigit() else 0.0)
+        req.notifyFinish().addBoth(self._finished, req, self.clock.seconds())
+
+    def _finished(self, _: object, request: Any, began: float) -> None:
+        """Finished or cut off: either way the request is over (the failure is not ours)."""
+        self.active.value -= 1
+        self.response_size.observe(float(request.sentLength))
+        self.duration.observe((self.clock.seconds() - began) * 1000.0)
+
+
 class HttpRoot(Resource):
     """The only resource of the Site: every request is routed by its headers, not by a tree."""
 
     isLeaf = True
 
     def __init__(self, name: str, routes: Sequence[HttpRoute], default: HttpBinding | None,
-                 cors: AccessControl, events: EventLog) -> None:
+                 cors: AccessControl, events: EventLog,
+                 stats: HttpStats | None = None) -> None:
         super().__init__()
+        self.stats = stats
         self.name = name
         self.routes = list(routes)
         self.default = default
@@ -54,6 +81,8 @@ class HttpRoot(Resource):
 
     def render(self, request: Request) -> bytes | int:
         request.setHeader(b"server", SERVER_NAME)
+        if self.stats is not None:
+            self.stats.started(request)
         headers = request_headers(request)
         if self.events.stdout is not None:
             self.events.emit(self.name, "BINDING_HTTP_REQUEST_ACCEPTED",

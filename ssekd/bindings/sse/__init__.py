@@ -18,7 +18,8 @@ def _build(ctx: BuildContext, binding: Binding) -> SseServer:
     opts = binding.options
     return SseServer(binding.name, ctx.exit(binding.exit, StreamSource), ctx.reactor, ctx.events,
                      retry=opts.get("retry"),
-                     max_idle=float(opts.get("max-idle-time", DEFAULT_MAX_IDLE)))
+                     max_idle=float(opts.get("max-idle-time", DEFAULT_MAX_IDLE)),
+                     metrics=ctx.metrics)
 
 
 BINDING = BindingType("sse", {

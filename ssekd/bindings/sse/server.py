@@ -14,10 +14,12 @@ from twisted.application.service import Service
 from twisted.web.server import NOT_DONE_YET, Request
 
 from ssekd.bindings.api import HttpContext, StreamRequest, StreamSource
+from ssekd.bindings.sse.stats import SseStats
 from ssekd.bindings.sse.stream import SseStream
 from ssekd.bindings.sse.wire import http_chunk, retry_field
 from ssekd.progress import MAX_ID_LENGTH
 from ssekd.telemetry.events import EventLog
+from ssekd.telemetry.metrics import Metrics
 
 DEFAULT_MAX_IDLE = 15.0
 
@@ -50,8 +52,10 @@ class SseServer(Service):
     takes_body = False
 
     def __init__(self, name: str, source: StreamSource, clock: Any, events: EventLog,
-                 retry: int | None = None, max_idle: float = DEFAULT_MAX_IDLE) -> None:
+                 retry: int | None = None, max_idle: float = DEFAULT_MAX_IDLE,
+                 metrics: Metrics | None = None) -> None:
         self.name = name
+        self.stats = SseStats(metrics or Metrics(), name)
         self.source = source
         self.clock: Any = clock  # an IReactorTime (a MemoryReactorClock in tests)
         self.events = events
@@ -78,6 +82,7 @@ class SseServer(Service):
     def render(self, request: Request, ctx: HttpContext) -> bytes | int:
         req: Any = request  # twisted.web is untyped for mypy
         path = _text(request.path)
+        self.stats.opens_received.value += 1
         if request.method != b"GET":
             return self._reject(request, 405, f"{_text(request.method)} {path}",
                                 ((b"Allow", b"GET"),))
@@ -100,11 +105,13 @@ class SseServer(Service):
         req.setHeader(b"Cache-Control", b"no-store")
         req.setHeader(b"X-Accel-Buffering", b"no")
         self.streams[stream] = None
+        self.stats.opened()
         stream.start(result, retry_field(self.retry) if self.retry is not None else b"")
         return NOT_DONE_YET
 
     def _reject(self, request: Any, code: int, detail: str,
                 headers: tuple[tuple[bytes, bytes], ...] = ()) -> bytes:
+        self.stats.errors_received.value += 1
         request.setResponseCode(code)
         for name, value in headers:
             request.setHeader(name, value)

@@ -22,6 +22,7 @@ from twisted.web.server import Request
 from zope.interface import implementer
 
 from ssekd.bindings.api import StreamHandle
+from ssekd.bindings.sse.stats import SseStats
 from ssekd.bindings.sse.wire import KEEPALIVE
 
 
@@ -30,6 +31,7 @@ class StreamOwner(Protocol):
 
     clock: Any  # an IReactorTime
     max_idle: float
+    stats: SseStats
     #: open streams, insertion-ordered; a stream removes itself when it ends
     streams: dict[SseStream, None]
 
@@ -83,6 +85,7 @@ class SseStream:
         if self.done or not data:  # an empty chunk would end the response
             return
         self.written += len(data)
+        self.server.stats.data_sent.value += len(data)
         self.last_write = self.server.clock.seconds()
         send = self._send
         if send is None:
@@ -95,7 +98,7 @@ class SseStream:
         """Finish the response with a 200 that ends: the browser reconnects with its last id."""
         if self.done:
             return
-        self._close()
+        self._close(by_client=False)
         try:
             self.request.unregisterProducer()
             self.request.finish()
@@ -106,6 +109,7 @@ class SseStream:
 
     def pauseProducing(self) -> None:
         if self.handle is not None and not self.done:
+            self.server.stats.pauses.value += 1
             self.handle.pause()
 
     def resumeProducing(self) -> None:
@@ -113,17 +117,18 @@ class SseStream:
             self.handle.resume()
 
     def stopProducing(self) -> None:
-        self._close()
+        self._close(by_client=True)
 
     # -- internals ---------------------------------------------------------------------------
 
     def _finished(self, _: Any) -> None:
-        self._close()
+        self._close(by_client=True)
 
-    def _close(self) -> None:
+    def _close(self, by_client: bool) -> None:
         if self.done:
             return
         self.done = True
+        self.server.stats.closed(by_client)
         if self._timer is not None and self._timer.active():
             self._timer.cancel()
         self._timer = None
