@@ -51,6 +51,7 @@ from ssekd.config.errors import ConfigError, ConfigIssue
 from ssekd.config.model import Binding
 from ssekd.patterns import Pattern
 from ssekd.telemetry.events import EventLog
+from ssekd.telemetry.metrics import Metrics
 from ssekd.vaults import FilesystemVault, StoreEntry, open_vault
 
 #: A client must finish its handshake within this many seconds (a stalled one holds a socket).
@@ -126,8 +127,10 @@ class TlsServer:
     def __init__(self, name: str, keys: Sequence[ServerKey], sni: Sequence[str] | None,
                  alpn: Sequence[str] | None, routes: Sequence[TlsRoute],
                  default: StreamBinding | None, events: EventLog, reactor: Any,
-                 handshake_timeout: float = HANDSHAKE_TIMEOUT) -> None:
+                 handshake_timeout: float = HANDSHAKE_TIMEOUT,
+                 metrics: Metrics | None = None) -> None:
         self.name = name
+        self.metrics = metrics or Metrics()
         self.keys = list(keys)
         self.sni = {n.lower() for n in sni} if sni else None
         self.alpn = tuple(alpn) if alpn else ()
@@ -198,6 +201,8 @@ class TlsServer:
         authority = self.authority(tls.getHandle())
         negotiated = tls.negotiatedProtocol
         alpn = negotiated.decode("ascii", "replace") if negotiated else None
+        self.metrics.counter("tls.handshakes", self.name, outcome="ok",
+                             protocol=alpn or "none").value += 1
         exit_ = self.route(authority, alpn)
         if exit_ is None:
             return None
@@ -207,6 +212,8 @@ class TlsServer:
     def handshake_failed(self, conn: ConnectionInfo, why: str) -> None:
         peer = conn.peer
         where = f"{getattr(peer, 'host', peer)}:{getattr(peer, 'port', '')}"
+        self.metrics.counter("tls.handshakes", self.name, outcome="failed",
+                             protocol="none").value += 1
         self.events.emit(self.name, HANDSHAKE_FAILED, f"{where} {why}")
 
 
@@ -402,7 +409,7 @@ def _build(ctx: BuildContext, binding: Binding) -> TlsServer:
         routes.append(TlsRoute(conditions, ctx.exit(route.exit, StreamBinding)))
     default = ctx.exit(binding.exit, StreamBinding) if binding.exit else None
     return TlsServer(binding.name, server_keys, options.get("sni"), options.get("alpn"),
-                     routes, default, ctx.events, ctx.reactor)
+                     routes, default, ctx.events, ctx.reactor, metrics=ctx.metrics)
 
 
 OPTIONS = {"type": "object", "additionalProperties": False,

@@ -47,10 +47,16 @@ class Telemetryd(Streamd):
         return 0.0
 
 
-def run_telemetryd(tmp: Path, bootstrap: str, extra: str = "", **kw: Any) -> Telemetryd:
+def run_telemetryd(tmp: Path, bootstrap: str, extra: str = "",
+                   replace: tuple[str, str] | None = None, **kw: Any) -> Telemetryd:
+    """The streaming test daemon with a prometheus exporter; `extra` is added under
+    `telemetry:` and `replace` = (old, new) edits the config text."""
     port, metrics_port = free_port(), free_port()
     config = write_config(tmp, bootstrap, port, **kw)
     text = config.read_text()
+    if replace is not None:
+        assert replace[0] in text
+        text = text.replace(*replace)
     assert STDOUT_EXPORTER in text
     text = text.replace(STDOUT_EXPORTER, STDOUT_EXPORTER +
                         "    prom:\n      type: prometheus\n      options:\n"

@@ -74,7 +74,8 @@ def _build_cache_server(ctx: BuildContext, binding: Binding) -> CacheServer:
     live = [t["name"] for t in opts.get("topics", ()) if t.get("defaultOffset") == "live"]
     return CacheServer(ctx.reactor, ctx.exit(binding.exit, KafkaClient), binding.name, ctx.events,
                        bootstrap=bootstrap_topics(opts), live_topics=live, bounds=bounds,
-                       max_topics=int(opts.get("max-topics", DEFAULT_MAX_TOPICS)))
+                       max_topics=int(opts.get("max-topics", DEFAULT_MAX_TOPICS)),
+                       metrics=ctx.metrics)
 
 
 def _build_cache_client(ctx: BuildContext, binding: Binding) -> CacheClient:

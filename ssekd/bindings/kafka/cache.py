@@ -22,6 +22,7 @@ from ssekd.bindings.kafka.start import Start
 from ssekd.bindings.kafka.subscription import EventEncoder, EventSink, Subscription, TailGroup
 from ssekd.bindings.kafka.topic_log import CacheBounds, TopicLog
 from ssekd.progress import ProgressState
+from ssekd.telemetry.metrics import Metrics, Reading
 
 #: Topics one cache_server follows at most, unless `max-topics` says otherwise.
 DEFAULT_MAX_TOPICS = 100
@@ -144,7 +145,8 @@ class CacheServer(Service):
 
     def __init__(self, reactor: Any, client: KafkaClient, binding: str, events: Any,
                  bootstrap: Iterable[str] = (), live_topics: Iterable[str] = (),
-                 bounds: CacheBounds | None = None, max_topics: int = DEFAULT_MAX_TOPICS) -> None:
+                 bounds: CacheBounds | None = None, max_topics: int = DEFAULT_MAX_TOPICS,
+                 metrics: Metrics | None = None) -> None:
         self.reactor = reactor
         self.client = client
         self.binding = binding
@@ -154,6 +156,8 @@ class CacheServer(Service):
         self.bounds = bounds or CacheBounds()
         self.topics: dict[str, TopicCache] = {}
         self.max_topics = max_topics
+        if metrics is not None:
+            metrics.reader(binding, "cache", self.figures)
 
     def event(self, name: str, detail: str) -> None:
         self.events.emit(self.binding, name, detail)
@@ -179,6 +183,28 @@ class CacheServer(Service):
     def subscribe(self, topic: str, encoder: EventEncoder, sink: EventSink,
                   start: Start) -> Subscription:
         return self.topic(topic).subscribe(encoder, sink, start)
+
+    def figures(self) -> Iterable[Reading]:
+        """Per topic (never per stream): its cache's size, oldest record age, readers, and the
+        consumer lag per partition from the tail consumer's last measurement."""
+        now = self.reactor.seconds()
+        for name, cache in self.topics.items():
+            log = cache.log
+            labels = {"topic": name}
+            yield "kafka.cache.messages", labels, float(log.count)
+            yield "kafka.cache.size", labels, float(log.bytes)
+            heads = [part.records[part.head].timestamp for part in log.partitions.values()
+                     if len(part)]
+            oldest = min((t for t in heads if t > 0), default=None)
+            yield "kafka.cache.oldest.age", labels, \
+                max(0.0, now - oldest / 1000.0) if oldest is not None else 0.0
+            yield "kafka.cache.subscribers", labels, \
+                float(len(cache.group_of) + len(cache.lagging))
+        tail = self.client.tails.get(self.binding)
+        lag = tail.lag if tail is not None else {}
+        for (topic, partition), behind in lag.items():
+            yield "kafka.consumer.lag", {"topic": topic, "partition": str(partition)}, \
+                float(behind)
 
 
 class CacheClient:

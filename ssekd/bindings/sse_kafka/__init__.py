@@ -34,7 +34,7 @@ def _build(ctx: BuildContext, binding: Binding) -> SseKafkaProxy:
     if issues:
         raise ConfigError(issues)
     caches = {name: ctx.exit(name, Cache) for name in binding.exits}
-    return SseKafkaProxy(binding.name, tuple(routes), caches, ctx.events)
+    return SseKafkaProxy(binding.name, tuple(routes), caches, ctx.events, ctx.metrics)
 
 
 BINDING = BindingType("sse-kafka", {

@@ -24,6 +24,7 @@ from ssekd.bindings.sse_kafka.encoder import Filter, KafkaEventEncoder
 from ssekd.patterns import Pattern, Unresolvable, substitute
 from ssekd.progress import ETAG_FORMAT, UndecodableId, parse_last_event_id
 from ssekd.telemetry.events import EventLog
+from ssekd.telemetry.metrics import Gauge, Metrics
 
 #: Kafka's own rule for topic names; anything else from a path is a 404, not a consumer.
 _TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
@@ -59,6 +60,10 @@ class SseKafkaRoute:
     exit: str
     with_: Mapping[str, Any] | None
 
+    def label(self) -> str:
+        """The route as a metric label: its paths."""
+        return "|".join(p.text for p in self.patterns)
+
     def match(self, path: str) -> dict[str, str] | None:
         """The decoded captures of the first pattern that matches `path`, else None."""
         for pattern in self.patterns:
@@ -79,21 +84,48 @@ def parse_since(text: str) -> int:
     return int(dt.timestamp() * 1000)
 
 
+class RouteHandle:
+    """A subscription counted in its route's subscriber gauge until it closes."""
+
+    __slots__ = ("gauge", "subscription")
+
+    def __init__(self, subscription: Subscription, gauge: Gauge) -> None:
+        self.subscription = subscription
+        self.gauge = gauge
+        gauge.value += 1
+
+    def pause(self) -> None:
+        self.subscription.pause()
+
+    def resume(self) -> None:
+        self.subscription.resume()
+
+    def close(self) -> None:
+        if not self.subscription.closed:
+            self.gauge.value -= 1
+        self.subscription.close()
+
+
 class SseKafkaProxy:
     """Runtime of an `sse-kafka` binding of kind `proxy` (the stream source of an sse server)."""
 
     def __init__(self, name: str, routes: tuple[SseKafkaRoute, ...],
-                 caches: Mapping[str, Cache], events: EventLog) -> None:
+                 caches: Mapping[str, Cache], events: EventLog,
+                 metrics: Metrics | None = None) -> None:
         self.name = name
         self.routes = routes
         self.caches = caches
         self.events = events
+        self.metrics = metrics or Metrics()
+        #: id(route) -> its streams-open gauge (routes hold dicts: not hashable themselves)
+        self._subscribers = {id(r): self.metrics.gauge("sse.kafka.subscribers", name,
+                                                       route=r.label()) for r in routes}
         # Weak: with filters from `{params}`, every distinct path would otherwise leave an
         # encoder behind forever; one lives exactly as long as a stream uses it.
         self._encoders: weakref.WeakValueDictionary[Any, KafkaEventEncoder] = \
             weakref.WeakValueDictionary()
 
-    def open(self, request: StreamRequest, sink: EventSink) -> Subscription | int:
+    def open(self, request: StreamRequest, sink: EventSink) -> RouteHandle | int:
         for route in self.routes:
             params = route.match(request.path)
             if params is not None:
@@ -102,7 +134,7 @@ class SseKafkaProxy:
         return 404
 
     def _open(self, route: SseKafkaRoute, params: dict[str, str], request: StreamRequest,
-              sink: EventSink) -> Subscription | int:
+              sink: EventSink) -> RouteHandle | int:
         identities = request.context.identities() if request.context is not None else {}
         w = route.with_ or {}
         try:
@@ -130,13 +162,30 @@ class SseKafkaProxy:
             key = (topic, filters, id_format)
             encoder = self._encoders.get(key)
             if encoder is None:
-                encoder = self._encoders[key] = KafkaEventEncoder(topic, filters, id_format)
-            return cache.subscribe(topic, encoder, sink, start)
+                encoder = self._encoders[key] = KafkaEventEncoder(
+                    topic, filters, id_format,
+                    self.metrics.counter("sse.kafka.filtered", self.name, topic=topic))
+            if start.has_id:
+                self._count_resume(start, cache, topic)
+            return RouteHandle(cache.subscribe(topic, encoder, sink, start),
+                               self._subscribers[id(route)])
         except TopicLimitReached as e:
             # Not overload that passes (which ends a 200 so the browser comes back), but a
             # policy: this daemon will not follow more topics until its config says so.
             self.events.emit(self.name, "BINDING_SSE_KAFKA_TOPIC_LIMIT", f"{request.describe}: {e}")
             return 503
+
+    def _count_resume(self, start: Start, cache: Cache, topic: str) -> None:
+        """Where a stream that came back resumes: the cache holds every position its id names,
+        or some are older (read from Kafka), or the id did not decode."""
+        if start.undecodable_id:
+            outcome = "undecodable"
+        else:
+            held = cache.topic(topic).log.partitions
+            older = any(p in held and pos < held[p].start
+                        for p, pos in (start.resume or {}).items())
+            outcome = "kafka" if older else "cache"
+        self.metrics.counter("sse.kafka.resumes", self.name, outcome=outcome).value += 1
 
     def _start(self, request: StreamRequest, cache: Cache, topic: str) -> Start | int:
         """What the request asks for (its last event id, else `since`), reporting what it cannot
