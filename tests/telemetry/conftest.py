@@ -19,6 +19,7 @@ import pytest
 from ssekd.broker import Broker, free_port, port_open, stop_process
 from tests.conftest import start_daemon
 from tests.streaming.conftest import SseClient, Streamd, kafka, write_config  # noqa: F401 - kafka is a fixture
+from tests.tls.conftest import pki  # noqa: F401 - a fixture the event tests use
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
