@@ -41,6 +41,7 @@ from ssekd.config.model import Binding, Config
 from ssekd.telemetry import prometheus
 from ssekd.telemetry.events import EventLog, stdout_stream
 from ssekd.telemetry.metrics import Metrics, known_names, label_name, matches
+from ssekd.vaults import open_vault
 
 log = Logger()
 
@@ -192,6 +193,20 @@ def telemetry_problems(config: Config) -> list[ConfigIssue]:
     return issues
 
 
+def unused_vault_problems(config: Config, found: list[ConfigIssue]) -> list[ConfigIssue]:
+    """Open the vaults no binding uses: a wrong password or a missing store is reported when
+    the config is checked, not on the day a binding starts using the vault."""
+    used = {b.vault for b in config.bindings.values() if b.vault}
+    issues: list[ConfigIssue] = []
+    for name in config.vaults:
+        if name not in used:
+            try:
+                open_vault(config, name)
+            except ConfigError as e:
+                issues.extend(i for i in e.issues if i not in found)
+    return issues
+
+
 def exit_path(binding: Binding, target: str) -> tuple[str | int, ...]:
     """Where `binding` names `target` as an exit: its `exit`, else the first route's."""
     base: tuple[str | int, ...] = ("bindings", binding.name)
@@ -300,6 +315,9 @@ class Engine(MultiService):
                                     f"by this version of ssekd; remove the guard and the "
                                     f"routes' `guarded` until it is")
                        for g in config.guards.values()]
+        unsupported += [config.issue(("catalogs", c), "catalogs are not supported yet by this "
+                                     "version of ssekd (no binding reads one); remove the "
+                                     "catalog") for c in config.catalogs]
         if unsupported:
             raise ConfigError(unsupported)
         ctx = GraphBuilder(self, config, previous)
@@ -309,6 +327,7 @@ class Engine(MultiService):
                 ctx.build(name)
             except ConfigError as e:
                 issues.extend(i for i in e.issues if i not in issues)
+        issues.extend(unused_vault_problems(config, issues))
         if issues:
             raise ConfigError(issues)
         exporters = [ListenSpec(e.host, e.port, prometheus.site(self.metrics, e, self.reactor))

@@ -90,12 +90,12 @@ def _build(ctx: BuildContext, binding: Binding) -> HttpFilesystemProxy:
 BINDING = BindingType("http-filesystem", {
     "proxy": KindSpec(
         role=Role.HTTP, build=_build, exit=Exit.REQUIRED, exit_roles=(Role.FILES,),
-        options={"type": "object",
+        options={"type": "object", "additionalProperties": False,
                  "description": "Maps a request path to a file path for its exit (a filesystem "
                                 "server). A `{name}` that ends a `when.path` takes the rest of the "
                                 "path, slashes included. Without routes, or when none matches, "
-                                "`exit` gets the request path as it is; with neither, `404`.",
-                 "x-ssekd-not-built": "Any options are accepted and none is read."},
+                                "`exit` gets the request path as it is; with neither, `404`. It "
+                                "takes no options."},
         when=PATH_WHEN,
         with_={"type": "object", "additionalProperties": False,
                "properties": {"path": {"type": "string", "default": DEFAULT_PATH,

@@ -363,6 +363,11 @@ def _build(ctx: BuildContext, binding: Binding) -> TlsServer:
     if binding.vault is None:
         raise ConfigError([ctx.issue(base, f"tls server {binding.name!r} needs a `vault` "
                                            f"holding its keys")])
+    if options.get("trustcacerts"):
+        raise ConfigError([ctx.issue(base + ("options", "trustcacerts"),
+                                     "trustcacerts: true is not supported: ssekd trusts only "
+                                     "the vault's `trust` entries for client certificates; "
+                                     "put the CA certificates you trust there")])
     vault = open_vault(ctx.config, binding.vault)
     issues: list[ConfigIssue] = []
     keys = _aliases(binding, ctx, vault, "keys", "keys", issues)
@@ -425,8 +430,11 @@ OPTIONS = {"type": "object", "additionalProperties": False,
                                             "for client certificates."},
     "signers": {**STRING_LIST, "description": "Aliases of CA certificates in the vault's `signers` "
                                               "store: every key of `keys` they issued is served too."},
-    "trustcacerts": {"type": "boolean", "description": "Zilla's switch for the system's CA certificates.",
-                     "x-ssekd-not-built": "Accepted and not used: only `trust` entries are trusted."},
+    "trustcacerts": {"type": "boolean", "default": False,
+                     "description": "Zilla's switch for the system's CA certificates. `false` is "
+                                    "what ssekd does: only `trust` entries are trusted for client "
+                                    "certificates; `true` is refused (trusting every public CA to "
+                                    "vouch for clients is not supported)."},
     "sni": {**STRING_LIST, "x-ssekd-default": "any name",
             "description": "Server names accepted. Another name is treated as if none was sent: "
                            "the first key, and only routes without `authority` match."},

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -110,3 +111,23 @@ def test_resumes_by_outcome(kafka: Kafka, telemetryd: Telemetryd) -> None:
     after = {o: resumes(telemetryd, o) for o in ("cache", "kafka", "undecodable")}
     assert {o: after[o] - before[o] for o in after} == {"cache": 1, "kafka": 1,
                                                           "undecodable": 1}
+
+
+def test_bootstrap_topics_are_cached_before_any_stream(kafka: Kafka, kafka_broker: Broker,
+                                                       tmp_path: Path) -> None:
+    topic = kafka.topic(1)
+    for i in range(3):
+        kafka.produce(topic, b"early %d" % i)
+    kafka.flush()
+    cache = "    kind: cache_server\n    options:\n      cache:"
+    t = run_telemetryd(tmp_path, kafka_broker.bootstrap,
+                       replace=(cache, f"    kind: cache_server\n    options:\n"
+                                       f"      bootstrap: [{topic}]\n      cache:"))
+    try:
+        messages = rf'kafka_cache_messages\{{binding="cache_server",namespace="test",' \
+                   rf'topic="{topic}"\}}'
+        assert wait_value(t, messages, lambda v: v == 3) == 3
+        # no stream was ever opened: the cache consumed the topic from start-up
+        assert t.value('stream_opens_received_total{binding="sse",namespace="test"}') == 0
+    finally:
+        t.daemon.stop()

@@ -86,11 +86,10 @@ def _build_cache_client(ctx: BuildContext, binding: Binding) -> CacheClient:
 BINDING = BindingType("kafka", {
     "cache_client": KindSpec(role=Role.KAFKA_CACHE, build=_build_cache_client,
                              exit=Exit.REQUIRED, exit_roles=(Role.KAFKA_CACHE,),
-                             options={"type": "object",
+                             options={"type": "object", "additionalProperties": False,
                                       "description": "What sse-kafka routes exit to: it hands "
-                                                     "every stream to its cache_server.",
-                                      "x-ssekd-not-built": "Any options are accepted and none "
-                                                           "is read."}),
+                                                     "every stream to its cache_server. It "
+                                                     "takes no options."}),
     "cache_server": KindSpec(
         role=Role.KAFKA_CACHE, build=_build_cache_server, exit=Exit.REQUIRED,
         exit_roles=(Role.KAFKA_CLIENT,), bootstrap_topics=bootstrap_topics,

@@ -22,6 +22,13 @@ __all__ = ["BINDING"]
 def _build(ctx: BuildContext, binding: Binding) -> SseKafkaProxy:
     routes = []
     issues: list[ConfigIssue] = []
+    if binding.exit is not None:
+        # Every route names its exit (the schema requires it) and a path no route matches is
+        # 404, so a binding-level exit could never be used: refused rather than ignored.
+        issues.append(ctx.issue(("bindings", binding.name, "exit"),
+                                "an sse-kafka binding-level exit is never used by ssekd: each "
+                                "route names its own exit and a path no route matches is 404; "
+                                "remove it or add a route for it"))
     for i, r in enumerate(binding.routes):
         exit_name = r.exit or binding.exit
         if exit_name is None:
