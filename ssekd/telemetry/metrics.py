@@ -68,8 +68,8 @@ METRICS: Mapping[str, MetricDef] = _defs(
               "refused ones).", zilla=True),
     MetricDef("stream.opens.sent", "counter", "Event streams started (a 200 sent).", zilla=True),
     MetricDef("stream.closes.received", "counter", "Streams the client closed.", zilla=True),
-    MetricDef("stream.closes.sent", "counter", "Streams the server ended (limits, shutdown, "
-              "a route gone on reload).", zilla=True),
+    MetricDef("stream.closes.sent", "counter", "Streams the server ended (shutdown, a "
+              "limit).", zilla=True),
     MetricDef("stream.errors.received", "counter", "Stream requests refused (400, 404, 405, "
               "503).", zilla=True),
     MetricDef("stream.errors.sent", "counter", "Streams ended by an error on the server side "
@@ -95,8 +95,8 @@ METRICS: Mapping[str, MetricDef] = _defs(
               "high watermark minus next offset.", labels=("topic", "partition")),
     MetricDef("sse.kafka.subscribers", "gauge", "Streams open per sse-kafka route.",
               labels=("route",)),
-    MetricDef("sse.kafka.filtered", "counter", "Records not delivered to a stream because "
-              "its route's filters did not match.", labels=("topic",)),
+    MetricDef("sse.kafka.filtered", "counter", "Records a route's filters held back (counted "
+              "once per group of streams reading together, not per stream).", labels=("topic",)),
     MetricDef("sse.kafka.resumes", "counter", "Streams that came back with a last event id, "
               "by where they resumed from (cache, kafka, undecodable).", labels=("outcome",)),
     MetricDef("sse.pauses", "counter", "Times a slow client's full buffer paused its "
