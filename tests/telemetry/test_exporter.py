@@ -86,6 +86,11 @@ class _Request:
 
     def write(self, data: bytes) -> None: ...
 
+    def unregisterProducer(self) -> None: ...
+
+    def finish(self) -> None:
+        self.finished.callback(None)
+
 
 class _Source:
     """A stream source that keeps every stream open and writes nothing."""
@@ -118,3 +123,25 @@ def test_a_scrape_with_ten_thousand_streams_takes_under_100_ms() -> None:
         best = min(best, time.perf_counter() - began)
     assert b'stream_active_sent{binding="sse",env="test",namespace="ns"} 10000.0' in body
     assert best < 0.1, f"scrape took {best * 1000:.1f} ms"
+
+
+def test_stream_counts_pauses_and_who_closed() -> None:
+    """A full client buffer pauses the stream (counted); the server ending a stream is a
+    `closes.sent`, the client going away a `closes.received`."""
+    metrics = Metrics("ns")
+    metrics.configure("ns", None, {}, {}, ["sse"])
+    sse = SseServer("sse", _Source(), MemoryReactorClock(), EventLog("ns"), metrics=metrics)
+    ended, gone = _Request(), _Request()
+    sse.render(ended, None)  # type: ignore[arg-type]
+    sse.render(gone, None)  # type: ignore[arg-type]
+    first, second = list(sse.streams)
+    first.pauseProducing()
+    first.resumeProducing()
+    first.pauseProducing()
+    assert metrics.counter("sse.pauses", "sse").value == 2
+    first.end()
+    gone.finished.errback(ConnectionError("client went away"))
+    assert metrics.counter("stream.closes.sent", "sse").value == 1
+    assert metrics.counter("stream.closes.received", "sse").value == 1
+    assert metrics.gauge("stream.active.sent", "sse").value == 0
+    assert metrics.counter("stream.opens.sent", "sse").value == 2
