@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.client
 import time
+from pathlib import Path
 from typing import Any
 
 from twisted.internet.defer import Deferred
@@ -12,6 +13,7 @@ from twisted.web.test.requesthelper import DummyRequest
 
 from ssekd.bindings.api import StreamRequest
 from ssekd.bindings.sse.server import SseServer
+from ssekd.engine import Engine
 from ssekd.telemetry.events import EventLog
 from ssekd.telemetry.metrics import METRICS, Metrics, exported_name
 from ssekd.telemetry.prometheus import MetricsPage
@@ -145,3 +147,44 @@ def test_stream_counts_pauses_and_who_closed() -> None:
     assert metrics.counter("stream.closes.received", "sse").value == 1
     assert metrics.gauge("stream.active.sent", "sse").value == 0
     assert metrics.counter("stream.opens.sent", "sse").value == 2
+
+
+def test_exporter_sockets_follow_reloads_and_metrics_survive_them(tmp_path: Path) -> None:
+    """The exporter's socket is one more of the engine's: kept when its port stays (its page
+    then reads the same metrics), closed and opened when it moves; the selection is the new
+    config's."""
+    config = tmp_path / "zilla.yaml"
+    text = ("name: t\nbindings:\n"
+            "  tcp0: {type: tcp, kind: server, options: {host: 127.0.0.1, port: 7001}, "
+            "exit: http0}\n"
+            "  http0: {type: http, kind: server, exit: map0}\n"
+            "  map0: {type: http-filesystem, kind: proxy, exit: fs0}\n"
+            "  fs0: {type: filesystem, kind: server, options: {location: .}}\n"
+            "telemetry:\n  metrics: [http.*]\n  exporters:\n"
+            "    prom: {type: prometheus, options: {endpoints: [{port: 9464}]}}\n")
+    config.write_text(text)
+    reactor = MemoryReactorClock()
+    engine = Engine(config, reactor=reactor, events=EventLog("t"), print_events=False)
+    engine.startService()
+    assert sorted(engine.listening_ports()) == [("127.0.0.1", 7001), ("127.0.0.1", 9464)]
+    engine.metrics.gauge("http.active.requests", "http0").value = 3
+    config.write_text(text.replace("metrics: [http.*]", "metrics: [http.active.*]"))
+    assert engine.reload()
+    assert sorted(p[0] for p in reactor.tcpServers) == [7001, 9464]  # nothing reopened
+    page = _render(engine)
+    assert 'http_active_requests{binding="http0",namespace="t"} 3.0' in page
+    assert "http_duration_milliseconds" not in page
+    config.write_text(text.replace("port: 9464", "port: 9465"))
+    assert engine.reload()
+    assert sorted(engine.listening_ports()) == [("127.0.0.1", 7001), ("127.0.0.1", 9465)]
+    assert "http_duration_milliseconds_count" in _render(engine)
+
+
+def _render(engine: Engine) -> str:
+    """The page the engine's exporter socket serves, rendered as a GET would be."""
+    assert engine.graph is not None
+    [spec] = engine.graph.exporter_specs
+    site: Any = spec.factory
+    req = DummyRequest([b"metrics"])
+    req.path = b"/metrics"
+    return str(site.resource.render(req).decode())
