@@ -29,6 +29,7 @@ from twisted.python.failure import Failure
 from ssekd.bindings.api import (
     ROLE_PROTOCOLS,
     ConnectionFactory,
+    Guard,
     ListenerBinding,
     ListenSpec,
     R,
@@ -38,6 +39,8 @@ from ssekd.bindings.registry import Registry, discover
 from ssekd.config.errors import ConfigError, ConfigIssue
 from ssekd.config.load import load_config
 from ssekd.config.model import Binding, Config
+from ssekd.guards import GuardTypes
+from ssekd.guards import discover as discover_guards
 from ssekd.telemetry.events import EventLog, stdout_stream
 
 log = Logger()
@@ -59,9 +62,13 @@ class GraphBuilder:
         self.reactor: Reactor = engine.reactor
         self.events: EventLog = engine.events
         self.registry = engine.registry
+        self.guard_types = engine.guard_types
         self._previous = previous
         self._built: dict[str, object] = {}
         self._reused: set[str] = set()
+        self._guards: dict[str, Guard] = {}
+        #: Guards whose runtime (and keys) was carried over from before a reload.
+        self.reused_guards: set[str] = set()
         self._building: list[str] = []
         self._failed: set[str] = set()
         #: Stat of each vault's store files, taken once per build (compared on reload).
@@ -84,6 +91,37 @@ class GraphBuilder:
                                                 f"expected a binding that provides "
                                                 f"{role.__name__}")])
         return runtime  # type: ignore[return-value]  # checked just above
+
+    def guard(self, name: str) -> Guard:
+        """The runtime of guard `name`, built once (or kept from before a reload when its
+        config did not change, so a guard keeps the keys it fetched)."""
+        if name in self._guards:
+            return self._guards[name]
+        config = self.config.guards[name]
+        prev = self._previous
+        if prev is not None and name in prev.guards and prev.config.guards.get(name) == config:
+            self._guards[name] = prev.guards[name]
+            self.reused_guards.add(name)
+            return self._guards[name]
+        guard_type = self.guard_types.types.get(config.type)
+        if guard_type is None:
+            reason = self.guard_types.broken.get(config.type, "it is not installed")
+            raise ConfigError([self.issue(("guards", name, "type"),
+                                          f"cannot build guard type {config.type}: {reason}")])
+        try:
+            runtime = guard_type.build(self, config)
+        except ConfigError:
+            raise
+        except Exception as e:
+            log.failure("building guard {name}", name=name, level=LogLevel.debug)
+            raise ConfigError([self.issue(("guards", name), f"cannot build guard {config.type}: "
+                                          f"{type(e).__name__}: {e}")]) from e
+        self._guards[name] = runtime
+        return runtime
+
+    @property
+    def guards(self) -> Mapping[str, Guard]:
+        return self._guards
 
     def build(self, name: str) -> object:
         """The runtime object of binding `name`, built (or reused from before a reload) once."""
@@ -140,6 +178,8 @@ class GraphBuilder:
         old = prev.config.bindings.get(binding.name)
         if old != binding or not all(e in self._reused for e in binding.exits):
             return None
+        if not guard_names(binding) <= self.reused_guards:
+            return None  # a changed guard: the binding must check tokens with the new one
         if binding.vault and (prev.config.vaults.get(binding.vault) !=
                               self.config.vaults.get(binding.vault) or
                               prev.store_stamps.get(binding.vault) !=
@@ -168,6 +208,14 @@ def exit_path(binding: Binding, target: str) -> tuple[str | int, ...]:
     return base
 
 
+def guard_names(binding: Binding) -> set[str]:
+    """The guards a binding names: in `options.authorization` and in its routes' `guarded`."""
+    names = set(binding.options.get("authorization") or {})
+    for route in binding.routes:
+        names.update(route.guarded)
+    return names
+
+
 def store_stamps(config: Config) -> dict[str, tuple[tuple[str, int, int], ...]]:
     """Per vault, (path, mtime, size) of each store file it names, to notice rotated keys."""
     stamps: dict[str, tuple[tuple[str, int, int], ...]] = {}
@@ -193,6 +241,8 @@ class Graph:
     runtimes: dict[str, object]
     reused: set[str] = field(default_factory=set)
     store_stamps: dict[str, tuple[tuple[str, int, int], ...]] = field(default_factory=dict)
+    guards: dict[str, Guard] = field(default_factory=dict)
+    reused_guards: set[str] = field(default_factory=set)
 
     def listen_specs(self) -> list[ListenSpec]:
         specs: list[ListenSpec] = []
@@ -202,7 +252,17 @@ class Graph:
         return specs
 
     def services(self) -> dict[str, IService]:
-        return {n: r for n, r in self.runtimes.items() if IService.providedBy(r)}
+        """Bindings and guards that run (timers, threads), by binding name or `guards.name`."""
+        found = {n: r for n, r in self.runtimes.items() if IService.providedBy(r)}
+        found.update({f"guards.{n}": g for n, g in self.guards.items()
+                      if IService.providedBy(g)})
+        return found
+
+    def kept(self, service_name: str) -> bool:
+        """Whether the service of that name was carried over from before a reload."""
+        if service_name.startswith("guards."):
+            return service_name.removeprefix("guards.") in self.reused_guards
+        return service_name in self.reused
 
 
 class SwitchFactory(ServerFactory):
@@ -223,6 +283,7 @@ class Engine(MultiService):
     def __init__(self, config_path: Path, reactor: Any,
                  registry: Registry | None = None,
                  environ: Mapping[str, str] | None = None,
+                 guard_types: GuardTypes | None = None,
                  events: EventLog | None = None, print_events: bool = True) -> None:
         super().__init__()
         #: an IReactorTCP and `api.Reactor` (a MemoryReactorClock in tests)
@@ -230,6 +291,7 @@ class Engine(MultiService):
         self.config_path = config_path
         self.environ = environ
         self.registry = registry or discover()
+        self.guard_types = guard_types or discover_guards()
         self.graph: Graph | None = None
         self._ports: dict[tuple[str, int], tuple[IListeningPort, SwitchFactory]] = {}
         self.events = events or EventLog("ssekd")
@@ -248,14 +310,15 @@ class Engine(MultiService):
         self.events.stdout = stdout_stream() if stdout else None
 
     def _build(self, config: Config, previous: Graph | None) -> Graph:
-        unsupported = [config.issue(("guards", g.name), f"guard type {g.type} is not supported "
-                                    f"by this version of ssekd; remove the guard and the "
-                                    f"routes' `guarded` until it is")
-                       for g in config.guards.values()]
-        if unsupported:
-            raise ConfigError(unsupported)
         ctx = GraphBuilder(self, config, previous)
         issues: list[ConfigIssue] = []
+        for name in config.guards:
+            try:
+                ctx.guard(name)
+            except ConfigError as e:
+                issues.extend(i for i in e.issues if i not in issues)
+        if issues:
+            raise ConfigError(issues)
         for name in config.bindings:
             try:
                 ctx.build(name)
@@ -263,7 +326,8 @@ class Engine(MultiService):
                 issues.extend(i for i in e.issues if i not in issues)
         if issues:
             raise ConfigError(issues)
-        return Graph(config, dict(ctx.built), set(ctx.reused), ctx.store_stamps)
+        return Graph(config, dict(ctx.built), set(ctx.reused), ctx.store_stamps,
+                     dict(ctx.guards), set(ctx.reused_guards))
 
     # -- service lifecycle ----------------------------------------------------------------
 
@@ -291,7 +355,7 @@ class Engine(MultiService):
         self._listen(graph)
         old_services = previous.services() if previous else {}
         for name, service in graph.services().items():
-            if name in graph.reused and old_services.get(name) is service:
+            if graph.kept(name) and old_services.get(name) is service:
                 continue
             service.setServiceParent(self)
         self.graph = graph

@@ -15,11 +15,14 @@ from twisted.web.server import NOT_DONE_YET, Request
 
 from ssekd.bindings.api import HttpContext, StreamRequest, StreamSource
 from ssekd.bindings.sse.stream import SseStream
-from ssekd.bindings.sse.wire import http_chunk, retry_field
+from ssekd.bindings.sse.wire import comment, http_chunk, retry_field
 from ssekd.progress import MAX_ID_LENGTH
 from ssekd.telemetry.events import EventLog
 
 DEFAULT_MAX_IDLE = 15.0
+#: Seconds a browser is told to wait before coming back after a temporary refusal, when the
+#: refusal does not say.
+DEFAULT_RETRY_AFTER = 5.0
 
 
 def _text(raw: bytes) -> str:
@@ -87,10 +90,13 @@ class SseServer(Service):
             last_id = query["lastEventId"]
         if last_id is not None and len(last_id) > MAX_ID_LENGTH:
             return self._reject(request, 400, f"GET {path} last event id of {len(last_id)} chars")
-        stream = SseStream(self, request)
+        stream = SseStream(self, request, ctx.lease)
         result = self.source.open(
             StreamRequest(path, last_id, query, ctx, f"GET {path}"), stream)
         if isinstance(result, int):
+            if result == 503:
+                return self.answer_unavailable(request, f"GET {path} refused for now",
+                                               DEFAULT_RETRY_AFTER)
             return self._reject(request, result, f"GET {path}")
         req.setResponseCode(200)
         req.setHeader(b"Content-Type", b"text/event-stream")
@@ -100,8 +106,23 @@ class SseServer(Service):
         stream.start(result, retry_field(self.retry) if self.retry is not None else b"")
         return NOT_DONE_YET
 
+    def answer_unavailable(self, request: Request, reason: str, retry_after: float) -> bytes:
+        """A temporary refusal, as a browser's EventSource understands it (SPEC §6): a `200`
+        stream that says `retry:` and why, then ends - the browser comes back after `retry`
+        ms, where a `503` would make it give up for good."""
+        req: Any = request
+        req.setResponseCode(200)
+        req.setHeader(b"Content-Type", b"text/event-stream")
+        req.setHeader(b"Cache-Control", b"no-store")
+        req.setHeader(b"X-Accel-Buffering", b"no")
+        self.events.emit(str(self.name), "BINDING_SSE_REQUEST_DEFERRED",
+                         f"{_text(request.path)}: {reason}; retry in {retry_after:g} s")
+        return retry_field(int(retry_after * 1000)) + comment(reason)
+
     def _reject(self, request: Any, code: int, detail: str,
                 headers: tuple[tuple[bytes, bytes], ...] = ()) -> bytes:
+        if code == 401:  # no credentials: say which kind (RFC 9110 §11.6.1)
+            headers += ((b"WWW-Authenticate", b"Bearer"),)
         request.setResponseCode(code)
         for name, value in headers:
             request.setHeader(name, value)

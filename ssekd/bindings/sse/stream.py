@@ -10,6 +10,11 @@ pre-framed chunk (framed once per batch for every stream, `SseServer.chunk`) ins
 `Request.write`, which re-checks the response state and hands the transport four pieces per
 call: at a thousand streams per batch that per-write cost was most of the fan-out. The transport
 is the same one `Request.write` would reach, so its buffer still pauses this producer.
+
+A stream opened with credentials holds their `Lease` (SPEC §9): `challenge` seconds before it
+expires the stream gets `event:challenge`; a renewal moves both deadlines; at the expiry itself
+the stream is cut - HTTP/2 resets the stream (RST_STREAM), HTTP/1.1 aborts the connection - and
+nothing more is written to it, not even what was still queued.
 """
 
 from __future__ import annotations
@@ -21,8 +26,8 @@ from twisted.internet.interfaces import IPushProducer
 from twisted.web.server import Request
 from zope.interface import implementer
 
-from ssekd.bindings.api import StreamHandle
-from ssekd.bindings.sse.wire import KEEPALIVE
+from ssekd.bindings.api import Lease, StreamHandle
+from ssekd.bindings.sse.wire import CHALLENGE, KEEPALIVE
 
 
 class StreamOwner(Protocol):
@@ -43,6 +48,9 @@ class SseStream:
 
     __slots__ = (
         "__weakref__",
+        "_challenge_call",
+        "_expiry_call",
+        "_lease",
         "_send",
         "_timer",
         "done",
@@ -53,7 +61,7 @@ class SseStream:
         "written",
     )
 
-    def __init__(self, server: StreamOwner, request: Request) -> None:
+    def __init__(self, server: StreamOwner, request: Request, lease: Lease | None = None) -> None:
         self.server = server
         # Twisted's Request and IReactorTime are untyped for mypy: keep them as Any here
         self.request: Any = request
@@ -64,6 +72,9 @@ class SseStream:
         self._timer: Any = None
         #: The HTTP/1.1 connection's `transport.write`, once the response is chunked.
         self._send: Callable[[bytes], None] | None = None
+        self._lease = lease
+        self._challenge_call: Any = None
+        self._expiry_call: Any = None
 
     def start(self, handle: StreamHandle, first: bytes) -> None:
         """Send the headers (and `retry:`), become the request's producer, arm the keepalive."""
@@ -76,6 +87,9 @@ class SseStream:
             self._send = transport.write
         self.last_write = self.server.clock.seconds()
         self._arm(self.server.max_idle)
+        if self._lease is not None:
+            self._lease.hold(self._renewed)
+            self._arm_lease()
 
     # -- EventSink ---------------------------------------------------------------------------
 
@@ -127,6 +141,9 @@ class SseStream:
         if self._timer is not None and self._timer.active():
             self._timer.cancel()
         self._timer = None
+        self._cancel_lease_timers()
+        if self._lease is not None:
+            self._lease.release()
         if self.handle is not None:
             self.handle.close()
         self.server.streams.pop(self, None)
@@ -144,3 +161,51 @@ class SseStream:
             self.write(KEEPALIVE)
             idle = 0.0
         self._arm(self.server.max_idle - idle)
+
+    # -- continuous authorization -----------------------------------------------------------
+
+    def _arm_lease(self) -> None:
+        """(Re)schedule the challenge and the end from the lease's expiry."""
+        self._cancel_lease_timers()
+        lease = self._lease
+        expires_at = lease.expires_at if lease is not None else None
+        if lease is None or expires_at is None:
+            return
+        clock = self.server.clock
+        left = expires_at - clock.seconds()
+        if lease.challenge > 0:
+            self._challenge_call = clock.callLater(max(0.0, left - lease.challenge),
+                                                   self._challenge)
+        self._expiry_call = clock.callLater(max(0.0, left), self._expire)
+
+    def _cancel_lease_timers(self) -> None:
+        for call in (self._challenge_call, self._expiry_call):
+            if call is not None and call.active():
+                call.cancel()
+        self._challenge_call = self._expiry_call = None
+
+    def _renewed(self) -> None:
+        if not self.done:
+            self._arm_lease()
+
+    def _challenge(self) -> None:
+        self._challenge_call = None
+        self.write(CHALLENGE)
+
+    def _expire(self) -> None:
+        """The credentials expired unrenewed: cut the stream, so not one more byte reaches the
+        client (a finished 200 would first flush what is queued, and invite a reconnect)."""
+        self._expiry_call = None
+        if self.done:
+            return
+        self._close()
+        request = self.request
+        try:
+            request.unregisterProducer()
+        except RuntimeError:
+            pass
+        transport = getattr(request, "transport", None)
+        if transport is not None:  # HTTP/1.1: the connection is the stream
+            transport.abortConnection()
+        else:  # HTTP/2 (no transport per request): RST_STREAM this stream only
+            request.channel.abortConnection()

@@ -30,11 +30,12 @@ def _build(ctx: BuildContext, binding: Binding) -> SseKafkaProxy:
         issues += [ctx.issue(("bindings", binding.name, "routes", i, "with"), problem)
                    for problem in reference_problems(with_templates(r.with_), patterns,
                                                      ctx.config.guards)]
-        routes.append(SseKafkaRoute(patterns, exit_name, r.with_))
+        routes.append(SseKafkaRoute(patterns, exit_name, r.with_, r.guarded))
     if issues:
         raise ConfigError(issues)
     caches = {name: ctx.exit(name, Cache) for name in binding.exits}
-    return SseKafkaProxy(binding.name, tuple(routes), caches, ctx.events)
+    guards = {g: ctx.guard(g) for r in binding.routes for g in r.guarded}
+    return SseKafkaProxy(binding.name, tuple(routes), caches, ctx.events, guards)
 
 
 BINDING = BindingType("sse-kafka", {

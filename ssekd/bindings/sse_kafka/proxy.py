@@ -3,11 +3,14 @@
 Routes match the path (query string already removed by sse) with the rules of `ssekd.patterns`;
 captures are percent-decoded. `with` values may use `${params.name}` and
 `${guarded['guard'].identity}`, resolved by `ssekd.patterns.substitute`. The first matching route
-wins; none is 404, and so is a request that lacks a value its route refers to.
+wins; none is 404, and so is a request that lacks a value its route refers to. A route's
+`guarded: {guard: [roles]}` needs a session of that guard (from the http binding in front) with
+every listed role: none is 401, an invalid token or a missing role 403.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import weakref
 from collections.abc import Mapping
@@ -16,7 +19,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol, runtime_checkable
 from urllib.parse import unquote
 
-from ssekd.bindings.api import EventSink, StreamRequest
+from ssekd.bindings.api import EventSink, Guard, HttpContext, StreamRequest
 from ssekd.bindings.kafka.cache import TopicLimitReached
 from ssekd.bindings.kafka.start import Start
 from ssekd.bindings.kafka.subscription import EventEncoder, Subscription
@@ -58,6 +61,8 @@ class SseKafkaRoute:
     patterns: tuple[Pattern, ...]
     exit: str
     with_: Mapping[str, Any] | None
+    #: guard name -> roles a stream of this route needs (`guarded`).
+    guarded: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
 
     def match(self, path: str) -> dict[str, str] | None:
         """The decoded captures of the first pattern that matches `path`, else None."""
@@ -83,11 +88,14 @@ class SseKafkaProxy:
     """Runtime of an `sse-kafka` binding of kind `proxy` (the stream source of an sse server)."""
 
     def __init__(self, name: str, routes: tuple[SseKafkaRoute, ...],
-                 caches: Mapping[str, Cache], events: EventLog) -> None:
+                 caches: Mapping[str, Cache], events: EventLog,
+                 guards: Mapping[str, Guard] | None = None) -> None:
         self.name = name
         self.routes = routes
         self.caches = caches
         self.events = events
+        #: The guards routes name in `guarded`, to report the refusals decided here.
+        self.guards = dict(guards or {})
         # Weak: with filters from `{params}`, every distinct path would otherwise leave an
         # encoder behind forever; one lives exactly as long as a stream uses it.
         self._encoders: weakref.WeakValueDictionary[Any, KafkaEventEncoder] = \
@@ -103,6 +111,14 @@ class SseKafkaProxy:
 
     def _open(self, route: SseKafkaRoute, params: dict[str, str], request: StreamRequest,
               sink: EventSink) -> Subscription | int:
+        if route.guarded:
+            context = request.context or HttpContext(self.name)
+            denied = context.authorize(route.guarded)
+            if denied is not None:
+                guard, refusal = denied
+                if not refusal.reported and guard in self.guards:
+                    self.guards[guard].report(f"{request.describe}: {refusal.reason}")
+                return refusal.status
         identities = request.context.identities() if request.context is not None else {}
         w = route.with_ or {}
         try:
