@@ -169,6 +169,7 @@ class JwtGuard(Service):
         self._timer: IDelayedCall | None = None
         self._failures = 0
         self._last_kid_refresh = float("-inf")
+        self._last_attempt = float("-inf")
         self._decode_options: Any = {
             "require": ["exp"], "verify_exp": False, "verify_nbf": False, "verify_iat": False,
             "verify_aud": self.audience is not None, "verify_iss": self.issuer is not None}
@@ -275,8 +276,11 @@ class JwtGuard(Service):
         return float(min(MAX_RETRY, 2 ** max(0, self._failures - 1)))
 
     def _refresh_soon(self) -> None:
-        """Keys are missing: fetch now unless a fetch or its retry is already on the way."""
-        if self._fetching is None and self._timer is None and self.running:
+        """Keys are missing and a request wants them: fetch now rather than at the next retry of
+        the back-off, unless a fetch is under way or the last one started under a second ago
+        (so a crowd of clients cannot turn into a crowd of fetches)."""
+        if self._fetching is None and self.running and \
+                self.clock.seconds() - self._last_attempt >= 1.0:
             self._refresh()
 
     def _refresh(self) -> defer.Deferred[None]:
@@ -287,6 +291,7 @@ class JwtGuard(Service):
         self._waiters.append(waiter)
         if self._fetching is None:
             self._cancel_timer()
+            self._last_attempt = self.clock.seconds()
             self._fetching = d = self._fetch(self.url)
             d.addCallbacks(self._loaded, self._failed)
             d.addBoth(self._fetched)

@@ -199,6 +199,7 @@ def test_keys_down_at_start_refuse_for_now_then_recover(keys: dict[str, SigningK
     assert isinstance(verdict, Refusal) and verdict.status == 503 and verdict.retry_after == 1
     assert "GUARD_JWT_KEYS_UNAVAILABLE http://keys.test/jwks.json: connection refused" in \
         "\n".join(events.recent)
+    assert len(fetches.calls) == 1, "a request under a second after a fetch does not fetch"
     clock.advance(1)  # retried with back-off: 1, 2, 4 ...
     assert len(fetches.calls) == 2
     fetches.fail()
@@ -206,6 +207,10 @@ def test_keys_down_at_start_refuse_for_now_then_recover(keys: dict[str, SigningK
     assert len(fetches.calls) == 2
     clock.advance(0.1)
     assert len(fetches.calls) == 3
+    fetches.fail()
+    clock.advance(1)  # the next retry is 4 s away, but a request asks for the keys now
+    assert isinstance(guard.verify(token), Refusal)
+    assert len(fetches.calls) == 4
     fetches.answer(keys["rsa"])
     assert isinstance(guard.verify(token), JwtSession)
     assert "GUARD_JWT_KEYS_LOADED 1 keys (rsa1)" in events.recent[-1]
