@@ -268,8 +268,13 @@ def test_http1_renewal_reaches_the_clients_other_connections(guarded: Guarded,
         for s in carols + daves:
             s.wait_for("data:hello")
         post = ["-X", "POST", "-H", "Content-Type: application/x-challenge-response"]
+        assert curl(guarded.url("/"), *post,
+                    token=guarded.rsa.token(sub="carol", scope="")).status == 403
+        guarded.wait_failure("renewal for carol drops role(s) read")
         assert curl(guarded.url("/"), *post, token=guarded.rsa.token(sub="carol")).status == 204
         assert curl(guarded.url("/"), *post, token=guarded.rsa.token(sub="eve")).status == 403
+        guarded.wait_failure("renewal for eve reaches only streams of another identity")
+        assert curl(guarded.url("/"), *post).status == 401
         time.sleep(max(0.0, exp + 0.7 - time.time()))
         kafka.produce(topic, b"after-exp", key=b"k")
         kafka.flush()
@@ -298,6 +303,12 @@ def test_a_per_user_stream_shows_each_user_only_their_messages(guarded: Guarded,
         [f"data:for-alice-{i}" for i in range(3)]
     assert [line for line in bob.body.decode().splitlines() if line.startswith("data:")] == \
         [f"data:for-bob-{i}" for i in range(3)]
+    # both streams are over now: a renewal finds nothing to renew
+    renewal = curl(guarded.url("/mine/x"), "-X", "POST", "-H",
+                   "Content-Type: application/x-challenge-response",
+                   token=guarded.rsa.token(sub="alice"))
+    assert renewal.status == 403
+    guarded.wait_failure("renewal with no stream to renew")
 
 
 def test_jwks_key_rotation_is_picked_up_without_a_restart(kafka_broker: Broker,

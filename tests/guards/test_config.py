@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from twisted.internet.defer import Deferred
 from twisted.internet.testing import MemoryReactorClock
 
 from ssekd.config.errors import ConfigError
@@ -120,3 +121,29 @@ def test_naming_an_unknown_guard_is_a_config_error(
     [issue] = raised.value.issues
     assert (issue.line, issue.path) == (line, path), str(issue)
     assert "is not defined under guards" in issue.message
+
+
+def test_a_reload_keeps_an_unchanged_guard_and_rebuilds_what_a_changed_one_guards(
+        tmp_path: Path) -> None:
+    path = _write(tmp_path, "http://127.0.0.1:9/jwks.json")
+    fetched: list[str] = []
+    engine = _engine(path)
+    assert engine._pending is not None
+    guard = engine._pending.guards["jwt0"]
+    assert isinstance(guard, JwtGuard)
+    guard._fetch = lambda url: fetched.append(url) or Deferred()  # type: ignore[method-assign]
+    engine.startService()
+    assert guard.running and fetched == ["http://127.0.0.1:9/jwks.json"], "started: fetches"
+    assert engine.reload()
+    graph = engine.graph
+    assert graph is not None and graph.guards["jwt0"] is guard and guard.running
+    assert {"http0", "map0", "fs0", "tcp0"} <= graph.reused
+    path.write_text(path.read_text().replace("challenge: 3", "challenge: 5"))
+    assert engine.reload()
+    graph = engine.graph
+    assert graph is not None
+    new = graph.guards["jwt0"]
+    assert new is not guard and new.challenge == 5.0 and not guard.running
+    assert "http0" not in graph.reused, "it checks tokens with the new guard"
+    assert {"map0", "fs0"} <= graph.reused
+    engine.stopService()
