@@ -221,6 +221,8 @@ def test_renewals_that_renew_nothing_are_refused_with_a_reason(key: SigningKey) 
     assert s.renew(s.token(ttl=60, scope="read")) == 403, "drops a role the stream had"
     assert s.renew(s.token(ttl=60), host="10.9.9.9") == 403, "no stream of that client"
     assert s.renew("garbage") == 403
+    assert s.renew(s.key.sign({"iss": ISSUER, "aud": AUDIENCE, "scope": "read write",
+                               "exp": s.clock.seconds() + 60})) == 403, "no identity"
     expired = s.token(ttl=1)
     s.clock.advance(1)
     assert s.renew(expired) == 403
@@ -230,6 +232,7 @@ def test_renewals_that_renew_nothing_are_refused_with_a_reason(key: SigningKey) 
         "renewal for alice drops role(s) write",
         "renewal with no stream to renew",
         "malformed token: Not enough segments",
+        "renewal with a token that names no identity",
         "token expired (alice)",
     ]
     s.clock.advance(2)

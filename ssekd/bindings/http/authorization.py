@@ -197,6 +197,8 @@ class Renewal:
 def renew(leases: Leases, origin: Origin, guard: str, session: Session) -> Renewal:
     """Extend the leases `origin` reaches that hold a session of `guard` for the same identity,
     when `session` keeps all their roles; otherwise say why nothing was renewed."""
+    if session.identity is None:  # "the same identity" means nothing without one
+        return Renewal(0, Refusal(403, "renewal with a token that names no identity"))
     held = [lease for lease in leases.reachable(origin) if guard in lease.sessions]
     if not held:
         return Renewal(0, Refusal(403, "renewal with no stream to renew"))
