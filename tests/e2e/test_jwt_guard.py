@@ -164,7 +164,7 @@ def test_challenge_then_renewal_keeps_the_stream_going(guarded: Guarded, kafka: 
     stream = CurlStream(guarded.url(f"/events/{topic}"), token=guarded.rsa.token(ttl=5))
     try:
         challenged = stream.wait_for(CHALLENGE, timeout=5)
-        assert 1.7 < challenged - opened < 2.7, challenged - opened
+        assert 1.7 < challenged - opened < 3.0, challenged - opened  # exp - challenge = 2 s
         renewal = curl(guarded.url("/any/path"), "-X", "POST", "-H",
                        "Content-Type: application/x-challenge-response",
                        token=guarded.rsa.token(ttl=30))
