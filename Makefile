@@ -41,7 +41,7 @@ system-deps:
 
 # Serve etc/zilla.yaml in the foreground: dev TLS key, dev broker and demo producer as needed.
 run: setup
-	$(BIN)/python -m ssekd.dev --config $(CONFIG)
+	$(BIN)/python -m ssekd.dev --dev-broker --dev-tokens --config $(CONFIG)
 
 test: setup system-deps
 	SPARK_LOCAL_IP=127.0.0.1 $(BIN)/python -m pytest -q $(PYTEST_ARGS)

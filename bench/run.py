@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import RESULTS
 
 #: In the order they run. Each module has `main() -> dict`.
-BENCHES = ["static", "fanout", "tls", "spark_snapshot", "jwt_guard"]
+BENCHES = ["static", "fanout", "slow_clients", "tls", "spark_snapshot", "jwt_guard"]
 #: The benchmarks that take `--quick`.
 QUICK = {"fanout", "jwt_guard"}
 

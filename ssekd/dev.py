@@ -1,19 +1,24 @@
 """`make run`: everything a fresh machine needs around the daemon, then the daemon.
 
-    python -m ssekd.dev --config etc/zilla.yaml [--no-broker] [--no-demo]
+    python -m ssekd.dev --config etc/zilla.yaml [--dev-broker] [--dev-tokens] [--no-demo]
 
 1. A development TLS store for each vault store the config names that does not exist yet
    (`ssekd.devcert`, password `$KEYSTORE_PASSWORD`, else the documented dev password).
-2. The development broker (tansu) on each local address a binding connects to (a kafka client's
-   `servers`) when nothing listens there. A real Kafka that already listens is used as it is.
+2. With `--dev-broker` (as `make run` passes it), the development broker (tansu) on each local
+   address a binding connects to (a kafka client's `servers`) when nothing listens there. A real
+   Kafka that already listens is used as it is. Without the flag nothing is started, only
+   reported: on a production host whose Kafka is briefly down, an empty fake broker on its
+   address would take the daemon's connections and serve nothing.
 3. The demo producer (`ssekd produce`) writing to the bootstrap topics, when we started the broker.
-3b. For a guard whose `keys` is a JWKS URL on this machine where nothing listens (as in
-   `etc/zilla-jwt.yaml`), the development token service (`ssekd.devtoken`) there, with a key it
-   creates under the config's folder (`jwt/dev-key.pem`), and a `?token=` link to the demo page.
+4. With `--dev-tokens` (as `make run` passes it), for a guard whose `keys` is a JWKS URL on this
+   machine where nothing listens (as in `etc/zilla-jwt.yaml`), the development token service
+   (`ssekd.devtoken`) there, with a key it creates under the config's folder
+   (`jwt/dev-key.pem`), and a `?token=` link to the demo page. Never without the flag: a token
+   service with a key of its own must not stand in for a production JWKS endpoint.
+5. `twistd -n ssekd --config …` in the foreground. Ctrl-C or SIGTERM stops all of it.
 
 What a binding connects to and consumes comes from its kind (`KindSpec.connects_to`,
 `KindSpec.bootstrap_topics`): this launcher names no binding type.
-4. `twistd -n ssekd --config …` in the foreground. Ctrl-C or SIGTERM stops all of it.
 """
 
 from __future__ import annotations
@@ -123,8 +128,13 @@ def ensure_dev_stores(config_path: Path) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", "-c", type=Path, default=Path("etc/zilla.yaml"))
-    parser.add_argument("--no-broker", action="store_true", help="never start the dev broker")
+    parser.add_argument("--dev-broker", action="store_true",
+                        help="start the development broker on local Kafka addresses where "
+                             "nothing listens (make run passes it)")
     parser.add_argument("--no-demo", action="store_true", help="do not run the demo producer")
+    parser.add_argument("--dev-tokens", action="store_true",
+                        help="start the development token service for a guard whose JWKS URL "
+                             "is local and silent (make run passes it)")
     parser.add_argument("--page", default="http://localhost:7114/",
                         help="the demo page, for the link printed for a guarded config")
     args = parser.parse_args(argv)
@@ -141,13 +151,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     children: list[subprocess.Popen[bytes]] = []
     bin_dir = Path(sys.executable).parent
     try:
-        children += start_dev_tokens(config, args.page)
-        if not args.no_broker:
-            for host, port in local_servers(config, registry):
-                if not port_open(host, port):
-                    brokers.append(start_broker(port, host))
-                    print(f"ssekd.dev: development broker (tansu) on {host}:{port}",
-                          file=sys.stderr)
+        if args.dev_tokens:
+            children += start_dev_tokens(config, args.page)
+        for host, port in local_servers(config, registry):
+            if port_open(host, port):
+                continue
+            if args.dev_broker:
+                brokers.append(start_broker(port, host))
+                print(f"ssekd.dev: development broker (tansu) on {host}:{port}",
+                      file=sys.stderr)
+            else:
+                print(f"ssekd.dev: nothing listens on {host}:{port} yet; the daemon retries "
+                      f"until it does (--dev-broker starts a development broker there)",
+                      file=sys.stderr)
         topics = bootstrap_topics(config, registry)
         if brokers and topics and not args.no_demo:
             for topic in topics:

@@ -23,6 +23,7 @@ from twisted.application.service import IService, MultiService
 from twisted.internet import defer
 from twisted.internet.interfaces import IAddress, IListeningPort, IProtocol, IReactorTCP
 from twisted.internet.protocol import ServerFactory
+from twisted.internet.task import LoopingCall
 from twisted.logger import Logger, LogLevel
 from twisted.python.failure import Failure
 
@@ -296,6 +297,10 @@ class Engine(MultiService):
         self._ports: dict[tuple[str, int], tuple[IListeningPort, SwitchFactory]] = {}
         self.events = events or EventLog("ssekd")
         self.print_events = print_events
+        # Summaries of event floods are written when their second is over, not at the next
+        # event of the same name, which may never come.
+        self._ticker = LoopingCall(self.events.tick)
+        self._ticker.clock = reactor
         # Build the first graph now, so a bad config fails before twistd daemonizes or listens.
         config = load_config(config_path, self.registry, environ)
         self._configure_events(config)
@@ -345,6 +350,7 @@ class Engine(MultiService):
         super().startService()  # when privilegedStartService was skipped, _activate listens
         self._activate(graph, previous=None)
         self.events.emit(ENGINE, "ENGINE_STARTED", f"{self.config_path} pid {os.getpid()}")
+        self._ticker.start(1.0, now=False).addErrback(self._log_failure, "event summaries")
 
     def _activate(self, graph: Graph, previous: Graph | None) -> None:
         """Move the sockets to the new graph, start its services, stop what it dropped.
@@ -396,12 +402,17 @@ class Engine(MultiService):
         return {k: int(getattr(p.getHost(), "port", 0)) for k, (p, _) in self._ports.items()}
 
     def stopService(self) -> defer.Deferred[None]:
+        if self._ticker.running:
+            self._ticker.stop()
         ports = [p for p, _ in self._ports.values()]
         self._ports.clear()
         stops = [defer.maybeDeferred(p.stopListening) for p in ports]
         d: defer.Deferred[Any] = defer.DeferredList(stops)
         d.addCallback(lambda _: super(Engine, self).stopService())
         d.addCallback(lambda _: self.events.emit(ENGINE, "ENGINE_STOPPED", "-"))
+        # The process exits soon after: let the stdout writer take every line first (bounded,
+        # in case nobody reads stdout any more).
+        d.addCallback(lambda _: self.events.flush(timeout=5.0))
         return d.addCallback(lambda _: None)
 
     # -- reload ---------------------------------------------------------------------------

@@ -339,6 +339,12 @@ class HttpBinding(Protocol):
         it holds no long-lived responses. The http binding refuses one its idle timeout would
         cut."""
 
+    @property
+    def takes_body(self) -> bool:
+        """Whether requests routed here may carry a body. When False, the http binding hands a
+        request that comes with one on at once, without reading the body, and closes the
+        connection after the answer (HTTP/1.1) or resets the stream (HTTP/2)."""
+
     def render(self, request: Request, ctx: HttpContext) -> bytes | int: ...
 
 
@@ -379,12 +385,28 @@ class StreamHandle(Protocol):
     def close(self) -> None: ...
 
 
+@dataclass(frozen=True)
+class TryLater:
+    """A temporary refusal of a stream (a limit reached that will pass).
+
+    The sse binding answers it with `200 text/event-stream`, `retry:`, a comment giving
+    `reason`, and the end: a browser's EventSource reconnects after a 200 that ends, while any
+    other status (`429`, `503`) makes it give up for good (SPEC §6).
+    """
+
+    reason: str
+    #: Seconds the browser should wait, when the refusal knows (a guard fetching its keys);
+    #: else the sse binding's `retry`.
+    retry_after: float | None = None
+
+
 @runtime_checkable
 class StreamSource(Protocol):
     """Role STREAM_SOURCE: opens event streams for the sse binding (sse-kafka)."""
 
-    def open(self, request: StreamRequest, sink: EventSink) -> StreamHandle | int:
-        """Start feeding `sink`, or return an HTTP status to answer instead (400, 404)."""
+    def open(self, request: StreamRequest, sink: EventSink) -> StreamHandle | int | TryLater:
+        """Start feeding `sink`, or return an HTTP status to answer instead (400, 404), or
+        `TryLater` when a limit stops it for now."""
 
 
 # -- files ----------------------------------------------------------------------------------------
@@ -417,9 +439,13 @@ class KafkaCache(Protocol):
 class KafkaClientBinding(Protocol):
     """Role KAFKA_CLIENT: consumes topics and reads history for a cache_server."""
 
-    def consume(self, owner: str, topic: str, sink: Any, from_end: bool = False) -> None: ...
+    def consume(self, owner: str, topic: str, sink: Any, from_end: bool = False,
+                give_up_after: int | None = None) -> None: ...
 
-    def fetch(self, topic: str, partition: int, offset: int, limit: int) -> Any: ...
+    def unconsume(self, owner: str, topic: str) -> None: ...
+
+    def fetch(self, topic: str, partition: int, offset: int, limit: int,
+              max_bytes: int) -> Any: ...
 
 
 #: The protocol each role's runtime object provides, checked when a binding is built.

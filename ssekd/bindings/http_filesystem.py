@@ -42,6 +42,8 @@ class HttpFilesystemProxy:
 
     #: Responses are whole files, never held open (see `api.HttpBinding.max_idle`).
     max_idle: float | None = None
+    #: GET and HEAD only: a request body is never read (see `api.HttpBinding.takes_body`).
+    takes_body = False
 
     def __init__(self, name: str, routes: list[FilesRoute]) -> None:
         self.name = name

@@ -14,12 +14,12 @@ from urllib.parse import quote
 import pytest
 
 from ssekd.broker import Broker, free_port
-from tests.conftest import start_daemon
-from tests.streaming.conftest import Kafka
-from tests.streaming.test_browser import Browser
-from tests.support_jwt import JwksServer, ec_key, write_config
+from tests.support.broker import Kafka
+from tests.support.browser import Browser
+from tests.support.daemon import start_daemon
+from tests.support.jwt import JwksServer, ec_key, write_config
 
-pytestmark = [pytest.mark.browser]
+pytestmark = [pytest.mark.browser, pytest.mark.daemon, pytest.mark.broker]
 
 
 def _wait(browser: Browser, expr: str, done: object, timeout: float = 20.0) -> object:
@@ -34,6 +34,7 @@ def _wait(browser: Browser, expr: str, done: object, timeout: float = 20.0) -> o
 
 
 @pytest.mark.timeout(180)
+@pytest.mark.broker
 def test_guarded_page_streams_across_renewals_and_misses_nothing(
         kafka_broker: Broker, tmp_path: Path) -> None:
     kafka = Kafka(kafka_broker.bootstrap)
@@ -85,6 +86,7 @@ def test_guarded_page_streams_across_renewals_and_misses_nothing(
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.broker
 def test_without_renewal_the_page_shows_expired(kafka_broker: Broker, tmp_path: Path) -> None:
     key = ec_key()
     jwks = JwksServer([key]).up()

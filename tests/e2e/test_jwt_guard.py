@@ -13,9 +13,9 @@ import jwt
 import pytest
 
 from ssekd.broker import Broker, free_port
-from tests.conftest import Daemon, start_daemon
-from tests.streaming.conftest import Kafka
-from tests.support_jwt import (
+from tests.support.broker import Kafka
+from tests.support.daemon import Daemon, start_daemon
+from tests.support.jwt import (
     AUDIENCE,
     ISSUER,
     RENEW,
@@ -38,6 +38,8 @@ from tests.support_jwt import (
 H2 = "--http2-prior-knowledge"
 CHALLENGE = ('event:challenge\ndata:{"method":"POST","headers":'
              '{"content-type":"application/x-challenge-response"}}\n\n')
+
+pytestmark = [pytest.mark.daemon, pytest.mark.broker]
 
 
 @dataclass
@@ -87,6 +89,7 @@ def _topic(kafka: Kafka) -> str:
 
 
 @pytest.mark.parametrize("version", ["http/1.1", "h2"])
+@pytest.mark.broker
 def test_no_token_401_good_token_streams_missing_role_403(guarded: Guarded, kafka: Kafka,
                                                           version: str) -> None:
     args = [H2] if version == "h2" else []
@@ -158,6 +161,7 @@ def test_every_bad_token_is_refused_with_its_reason(guarded: Guarded, version: s
         assert longest not in output, f"{name}: never the token itself"
 
 
+@pytest.mark.broker
 def test_challenge_then_renewal_keeps_the_stream_going(guarded: Guarded, kafka: Kafka) -> None:
     topic = _topic(kafka)
     opened = time.time()
@@ -199,6 +203,7 @@ class Producer:
         self.thread.join(5)
 
 
+@pytest.mark.broker
 def test_unrenewed_streams_end_at_exp_and_nothing_follows(guarded: Guarded,
                                                           kafka: Kafka) -> None:
     topic = _topic(kafka)
@@ -225,6 +230,7 @@ def test_unrenewed_streams_end_at_exp_and_nothing_follows(guarded: Guarded,
         h2.close()
 
 
+@pytest.mark.broker
 def test_http2_one_post_renews_every_stream_of_its_identity_on_the_connection(
         guarded: Guarded, kafka: Kafka) -> None:
     topic = _topic(kafka)
@@ -254,6 +260,7 @@ def test_http2_one_post_renews_every_stream_of_its_identity_on_the_connection(
         refused.close()
 
 
+@pytest.mark.broker
 def test_http1_renewal_reaches_the_clients_other_connections(guarded: Guarded,
                                                              kafka: Kafka) -> None:
     topic = _topic(kafka)
@@ -289,6 +296,7 @@ def test_http1_renewal_reaches_the_clients_other_connections(guarded: Guarded,
             s.stop()
 
 
+@pytest.mark.broker
 def test_a_per_user_stream_shows_each_user_only_their_messages(guarded: Guarded,
                                                                kafka: Kafka) -> None:
     topic = _topic(kafka)
@@ -311,6 +319,7 @@ def test_a_per_user_stream_shows_each_user_only_their_messages(guarded: Guarded,
     guarded.wait_failure("renewal with no stream to renew")
 
 
+@pytest.mark.broker
 def test_jwks_key_rotation_is_picked_up_without_a_restart(kafka_broker: Broker,
                                                           tmp_path_factory: pytest.TempPathFactory
                                                           ) -> None:
@@ -334,6 +343,7 @@ def test_jwks_key_rotation_is_picked_up_without_a_restart(kafka_broker: Broker,
         jwks.down()
 
 
+@pytest.mark.broker
 def test_jwks_down_at_start_refuses_for_now_then_recovers(kafka_broker: Broker,
                                                           tmp_path_factory: pytest.TempPathFactory
                                                           ) -> None:
@@ -350,7 +360,7 @@ def test_jwks_down_at_start_refuses_for_now_then_recovers(kafka_broker: Broker,
         sse = curl(f"http://127.0.0.1:{port}/events/x", token=key.token())
         assert sse.status == 200, "SSE: a 200 that ends, so the browser comes back"
         assert sse.headers["content-type"] == "text/event-stream"
-        assert sse.body.startswith(b"retry:") and b"\n: no keys yet from" in sse.body
+        assert sse.body.startswith(b"retry:") and b"\n: try later: no keys yet from" in sse.body
         assert curl(f"http://127.0.0.1:{port}/www/index.html").status == 200, \
             "unguarded routes are served"
         jwks.up()

@@ -14,7 +14,7 @@ from ssekd.config.errors import ConfigError
 from ssekd.engine import Engine
 from ssekd.guards.jwt import JwtGuard
 from ssekd.telemetry.events import EventLog
-from tests.support_jwt import ec_key, rsa_key
+from tests.support.jwt import ec_key, rsa_key
 
 CONFIG = """\
 name: t

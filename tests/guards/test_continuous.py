@@ -21,7 +21,7 @@ from ssekd.bindings.sse.server import SseServer
 from ssekd.bindings.sse.wire import CHALLENGE
 from ssekd.guards.jwt import JwtGuard, parse_jwk
 from ssekd.telemetry.events import EventLog
-from tests.support_jwt import AUDIENCE, ISSUER, SigningKey, rsa_key
+from tests.support.jwt import AUDIENCE, ISSUER, SigningKey, rsa_key
 
 NOW = 1_800_000_000.0
 

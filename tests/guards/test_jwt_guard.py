@@ -22,7 +22,7 @@ from ssekd.guards.jwt import (
     parse_jwk,
 )
 from ssekd.telemetry.events import EventLog
-from tests.support_jwt import (
+from tests.support.jwt import (
     AUDIENCE,
     ISSUER,
     SigningKey,

@@ -22,6 +22,23 @@ timeouts, GOAWAY and RST_STREAM handling, and replaces only the data path:
   client that opens huge windows but reads slowly makes its producers stop instead of making the
   queues grow without bound - and resumed once its queue has drained to half that.
 
+It also applies the http binding's `Limits` to HTTP/2, where Twisted applies none:
+
+* SETTINGS advertise `h2-streams` as MAX_CONCURRENT_STREAMS and `header-bytes` as
+  MAX_HEADER_LIST_SIZE, and `h2`'s HPACK decoder refuses a bigger header list (the connection
+  ends with GOAWAY: HPACK state cannot be kept after skipping a block);
+* a request with more than `header-count` headers gets `431` on its stream;
+* a header block (HEADERS and its CONTINUATION frames) must be complete `header-timeout` seconds
+  after it starts, else GOAWAY: `HeaderBlockWatch` follows frame boundaries to know;
+* bodies as on HTTP/1.1 (`channel.py`): a route that takes none gets its request at the first
+  body byte (or at once if `content-length` announces one) and the stream is reset once
+  answered; other bodies are counted as DATA arrives and the stream gets `413` and a reset the
+  moment the body crosses `body-bytes`;
+* more than `h2-resets` client RST_STREAMs in `H2_RESET_WINDOW` seconds end the connection with
+  GOAWAY ENHANCE_YOUR_CALM (rapid reset, CVE-2023-44487). A stream opened and reset in the same
+  read is never handed to the site (no render, no subscription), and writes to a stream the
+  client reset are dropped quietly.
+
 `SwitchingChannelProtocol` is the Site's protocol: HTTP/1.1 until TLS says ALPN chose `h2`, then
 this connection class (Twisted's own switch always builds its own class); `h2_connection` builds
 one for cleartext h2c.
@@ -29,14 +46,22 @@ one for cleartext h2c.
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from typing import Any
 
-from twisted.internet.interfaces import IDelayedCall
+import h2.errors
+import h2.events
+import h2.exceptions
+import h2.settings
+from twisted.internet.error import ConnectionLost
+from twisted.internet.interfaces import IDelayedCall, ITCPTransport
 from twisted.internet.protocol import connectionDone
 from twisted.python.failure import Failure
 from twisted.web import http
 from twisted.web._http2 import _END_STREAM_SENTINEL, H2Connection
+
+from ssekd.bindings.http.channel import H2_RESET_WINDOW, BodyRoutes, Limits
+from ssekd.bindings.http.header_blocks import HeaderBlockWatch
 
 #: Payload bytes one reactor turn may send before it yields to the reactor (reads, other
 #: connections, timers); the rest goes on the next turn.
@@ -44,6 +69,8 @@ SEND_BUDGET = 256 * 1024
 
 #: Bytes queued for one stream before its producer is paused.
 STREAM_BUFFER_LIMIT = 64 * 1024
+#: Seconds a connection sent away with GOAWAY stays half-open, so the peer reads the GOAWAY.
+LINGER_SECONDS = 2.0
 
 
 class BatchingH2Connection(H2Connection):
@@ -52,8 +79,29 @@ class BatchingH2Connection(H2Connection):
     send_budget = SEND_BUDGET
     stream_buffer_limit = STREAM_BUFFER_LIMIT
 
-    def __init__(self, reactor: Any = None) -> None:
+    def __init__(self, reactor: Any = None, limits: Limits | None = None,
+                 routes: BodyRoutes | None = None) -> None:
         super().__init__(reactor)
+        self.limits = limits or Limits()
+        #: Says which requests may carry a body; None: all may (within `limits.body_bytes`).
+        self.routes = routes
+        # Our SETTINGS, sent by `connectionMade`; as initial values they hold from the start.
+        self.conn.local_settings = h2.settings.Settings(client=False, initial_values={
+            h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: self.limits.h2_streams,
+            h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: self.limits.header_bytes,
+        })
+        self.conn.decoder.max_header_list_size = self.limits.header_bytes
+        self._blocks = HeaderBlockWatch()
+        self._block_deadline: IDelayedCall | None = None
+        self._gone = False  # our GOAWAY is sent: input is dropped until the socket closes
+        #: When the client's recent stream resets came (at most `h2_resets` + 1 kept).
+        self._resets: deque[float] = deque()
+        #: Bytes each stream's body may still bring, for streams whose route takes a body.
+        self._body_left: dict[int, int] = {}
+        #: Streams whose route takes no body and whose request waits for END_STREAM.
+        self._bodiless: set[int] = set()
+        #: Streams handed on before their body came: what else arrives for them is dropped.
+        self._unread: set[int] = set()
         #: Streams with queued data that may send now, in round-robin order (the OrderedDict
         #: gives O(1) pop from the front, append at the back and removal from the middle).
         self._ready: OrderedDict[int, None] = OrderedDict()
@@ -67,10 +115,13 @@ class BatchingH2Connection(H2Connection):
     # -- writes from streams -----------------------------------------------------------------
 
     def writeDataToStream(self, streamID: int, data: bytes) -> None:
-        """Queue `data` for the stream and make sure a send is scheduled for this turn."""
-        if not data:
+        """Queue `data` for the stream and make sure a send is scheduled for this turn.
+
+        A stream already forgotten (reset by the client) takes nothing: the write is dropped."""
+        queue = self._outboundStreamQueues.get(streamID)
+        if not data or queue is None:
             return
-        self._outboundStreamQueues[streamID].append(data)
+        queue.append(data)
         self._queued[streamID] = self._queued.get(streamID, 0) + len(data)
         if streamID not in self._window_blocked:
             self._ready[streamID] = None
@@ -79,8 +130,11 @@ class BatchingH2Connection(H2Connection):
             self.streams[streamID].flowControlBlocked()
 
     def endRequest(self, streamID: int) -> None:
-        """END_STREAM goes out after whatever is queued for the stream."""
-        self._outboundStreamQueues[streamID].append(_END_STREAM_SENTINEL)
+        """END_STREAM goes out after whatever is queued for the stream (if it still exists)."""
+        queue = self._outboundStreamQueues.get(streamID)
+        if queue is None:
+            return
+        queue.append(_END_STREAM_SENTINEL)
         if streamID not in self._window_blocked:
             self._ready[streamID] = None
             self._wake()
@@ -88,8 +142,21 @@ class BatchingH2Connection(H2Connection):
     def remainingOutboundWindow(self, streamID: int) -> int:
         """Room left for the stream's producer: its window, capped by the buffer limit, minus
         what is queued. H2Stream pauses its producer at <= 0 and resumes it above."""
-        window = min(self.conn.local_flow_control_window(streamID), self.stream_buffer_limit)
+        try:
+            window = min(self.conn.local_flow_control_window(streamID), self.stream_buffer_limit)
+        except h2.exceptions.StreamClosedError:
+            # Reset by the client in the read being handled: `h2` has closed it, Twisted will
+            # forget it when it reaches the reset. No room: the producer stays paused.
+            return 0
         return int(window - self._queued.get(streamID, 0))
+
+    def writeHeaders(self, version: bytes, code: bytes, reason: bytes,
+                     headers: list[tuple[bytes, bytes]], streamID: int) -> None:
+        """Twisted drops headers for a stream `h2` has closed; also for one it has forgotten."""
+        try:
+            super().writeHeaders(version, code, reason, headers, streamID)
+        except h2.exceptions.StreamIDTooLowError:
+            pass
 
     # -- the send loop -----------------------------------------------------------------------
 
@@ -208,12 +275,29 @@ class BatchingH2Connection(H2Connection):
             for stream in list(self.streams.values()):
                 stream.windowUpdated()
 
+    def _handlePriorityUpdate(self, event: Any) -> None:
+        """Priorities are not honoured (the send loop is round-robin), so PRIORITY frames are
+        ignored. Twisted kept a tree entry for every stream one names, opened or not, and the
+        tree raises on its 1001st: a PRIORITY flood dropped the connection with a traceback."""
+
     def dataReceived(self, data: bytes) -> None:
         """Twisted does not look at SETTINGS; a new INITIAL_WINDOW_SIZE changes every stream's
-        window, so window-blocked streams get another look and their producers a chance."""
+        window, so window-blocked streams get another look and their producers a chance.
+
+        Also arms the header block deadline while a block is incomplete (`HeaderBlockWatch`)."""
+        if self._gone:
+            return  # after our GOAWAY: dropped unread while the close lingers
+        self._blocks.feed(data)
         super().dataReceived(data)
         if not self._stillProducing:
             return
+        if self._blocks.pending:
+            if self._block_deadline is None:
+                self._block_deadline = self._reactor.callLater(self.limits.header_timeout,
+                                                               self._block_too_slow)
+        elif self._block_deadline is not None:
+            self._block_deadline.cancel()
+            self._block_deadline = None
         initial = self.conn.remote_settings.initial_window_size
         if initial != self._initial_window:
             self._initial_window = initial
@@ -225,13 +309,169 @@ class BatchingH2Connection(H2Connection):
             for stream in list(self.streams.values()):
                 stream.windowUpdated()
 
+    # -- requests arriving -------------------------------------------------------------------
+
+    def _requestReceived(self, event: Any) -> None:
+        """A request head: checked against the limits before Twisted makes it a request."""
+        stream_id = event.stream_id
+        if not self._stillProducing or self._stream_closed(stream_id):
+            return  # after our GOAWAY; or reset in this same read: nobody will read an answer
+        headers = event.headers
+        if sum(1 for name, _ in headers if not name.startswith(b":")) > self.limits.header_count:
+            self._refuse(stream_id, b"431")
+            return
+        super()._requestReceived(event)
+        if event.stream_ended is not None:
+            return  # no body
+        stream = self.streams[stream_id]
+        length = stream._request.requestHeaders.getRawHeaders(b"content-length", [b"0"])[0]
+        announced = int(length) if length.isdigit() else 0
+        if self.routes is not None and not self.routes.takes_body(
+                stream._request, stream.command, stream.path):
+            if announced:
+                self._hand_on_unread(stream_id)
+            else:
+                self._bodiless.add(stream_id)  # until its first body byte
+        elif announced > self.limits.body_bytes:
+            self._refuse_stream(stream_id, b"413")
+        else:
+            self._body_left[stream_id] = self.limits.body_bytes
+
+    def _requestDataReceived(self, event: Any) -> None:
+        """Body bytes: counted against the limit, or not read at all."""
+        stream_id = event.stream_id
+        if not self._stillProducing:
+            return
+        if (stream_id not in self.streams or stream_id in self._unread
+                or self._stream_closed(stream_id)):
+            # not handed on, or reset later in this same read (Twisted forgets it there)
+            self._drop(event)
+            return
+        data = event.data or b""
+        if stream_id in self._bodiless:
+            if data:
+                self._hand_on_unread(stream_id)
+                self._drop(event)
+                return
+        else:
+            left = self._body_left.get(stream_id)
+            if left is not None:
+                left -= len(data)
+                if left < 0:
+                    self._refuse_stream(stream_id, b"413")
+                    self._drop(event)
+                    return
+                self._body_left[stream_id] = left
+        super()._requestDataReceived(event)
+
+    def _requestEnded(self, event: Any) -> None:
+        stream_id = event.stream_id
+        self._bodiless.discard(stream_id)
+        self._body_left.pop(stream_id, None)
+        if not self._stillProducing or stream_id not in self.streams:
+            return
+        if stream_id in self._unread:
+            self._unread.discard(stream_id)  # handed on already
+            return
+        if self._stream_closed(stream_id):
+            return  # reset later in this same read: Twisted forgets it when it gets there
+        super()._requestEnded(event)
+
+    def _requestAborted(self, event: Any) -> None:
+        """A stream reset: forget it (if Twisted knows it), and count the client's resets."""
+        if not self._stillProducing:
+            return
+        if event.stream_id in self.streams:
+            super()._requestAborted(event)
+        if event.remote_reset and self._stillProducing:
+            now = self._reactor.seconds()
+            resets = self._resets
+            resets.append(now)
+            while resets[0] <= now - H2_RESET_WINDOW:
+                resets.popleft()
+            if len(resets) > self.limits.h2_resets:
+                self._go_away(h2.errors.ErrorCodes.ENHANCE_YOUR_CALM, "too many stream resets")
+
+    # -- refusing ----------------------------------------------------------------------------
+
+    def _stream_closed(self, stream_id: int) -> bool:
+        """`h2` has closed (or already forgotten) the stream: `h2` parses a whole read before
+        Twisted handles its events, so a HEADERS and the RST_STREAM after it in the same read
+        reach Twisted as a request for a stream that no longer exists."""
+        stream = self.conn.streams.get(stream_id)
+        return stream is None or bool(stream.closed)
+
+    def _refuse(self, stream_id: int, status: bytes) -> None:
+        """Answer `status` on a stream Twisted does not know, and stop it."""
+        self.conn.send_headers(stream_id, [(b":status", status), (b"content-length", b"0")],
+                               end_stream=True)
+        if not self._stream_closed(stream_id):
+            # the client may still be sending a body: ask it to stop (RFC 9113 §8.1)
+            self.conn.reset_stream(stream_id, h2.errors.ErrorCodes.NO_ERROR)
+
+    def _refuse_stream(self, stream_id: int, status: bytes) -> None:
+        """`_refuse` for a stream whose request Twisted holds but has not handed on yet."""
+        self._refuse(stream_id, status)
+        self.streams[stream_id].connectionLost(Failure(ConnectionLost("request refused")))
+        self._requestDone(stream_id)
+
+    def _hand_on_unread(self, stream_id: int) -> None:
+        """The request goes to the site now, as if it had no body; its body is dropped and the
+        stream reset once the answer is complete (see `_requestDone`)."""
+        self._bodiless.discard(stream_id)
+        self._unread.add(stream_id)
+        self.streams[stream_id].requestComplete()
+
+    def _drop(self, event: Any) -> None:
+        """Body bytes nobody reads. They still count against the connection's flow-control
+        window, which is handed back; the stream's own window is not, so a client still sending
+        on an open stream stops once that window is used up."""
+        size = event.flow_controlled_length or 0
+        if not size:
+            return
+        if self._stream_closed(event.stream_id):
+            self.conn.acknowledge_received_data(size, event.stream_id)  # only the connection's
+        else:
+            self.conn.increment_flow_control_window(size)
+
+    def _block_too_slow(self) -> None:
+        self._block_deadline = None
+        self._go_away(h2.errors.ErrorCodes.ENHANCE_YOUR_CALM, "request head too slow")
+
+    def _go_away(self, code: h2.errors.ErrorCodes, why: str) -> None:
+        """GOAWAY with `code`, then close: streams end now, timers stay (as Twisted's timeout
+        does), so a peer that does not read the GOAWAY is still timed out."""
+        if not self._stillProducing:
+            return
+        self.conn.close_connection(error_code=code)
+        transport: Any = self.transport
+        transport.write(self.conn.data_to_send())
+        self._gone = True
+        if ITCPTransport.providedBy(transport):
+            # A lingering close: closing a socket with unread input sends RST, and a peer that
+            # receives RST drops what it had not read yet, our GOAWAY among it. So close our
+            # side only, read and drop what still comes, and close for good a little later.
+            transport.loseWriteConnection()
+            self._reactor.callLater(LINGER_SECONDS, transport.loseConnection)
+        else:
+            transport.loseConnection()
+        self.connectionLost(Failure(ConnectionLost(why)), _cancelTimeouts=False)
+
     # -- stream and connection ends ----------------------------------------------------------
 
     def _requestDone(self, streamID: int) -> None:
         self._ready.pop(streamID, None)
         self._window_blocked.discard(streamID)
         self._queued.pop(streamID, None)
+        self._body_left.pop(streamID, None)
+        self._bodiless.discard(streamID)
+        self._unread.discard(streamID)
         super()._requestDone(streamID)
+        if self._stillProducing and not self._stream_closed(streamID):
+            # Answered before the client finished sending (a body not read): ask it to stop,
+            # without error (RFC 9113 §8.1). The next send turn writes the RST_STREAM.
+            self.conn.reset_stream(streamID, h2.errors.ErrorCodes.NO_ERROR)
+            self._wake()
 
     def connectionLost(self, reason: Failure = connectionDone,
                        _cancelTimeouts: bool = True) -> None:
@@ -239,11 +479,16 @@ class BatchingH2Connection(H2Connection):
         if self._send_call is not None and self._send_call.active():
             self._send_call.cancel()
         self._send_call = None
+        if self._block_deadline is not None and self._block_deadline.active():
+            self._block_deadline.cancel()
+        self._block_deadline = None
 
 
 def h2_connection(site: Any) -> BatchingH2Connection:
-    """A connection set up as Twisted's ALPN switch sets one up, on the site's reactor."""
-    h2 = BatchingH2Connection(site.reactor)
+    """A connection set up as Twisted's ALPN switch sets one up, on the site's reactor, with the
+    http binding's limits and routes when the site is its `HttpSite` (any Twisted Site works)."""
+    h2 = BatchingH2Connection(site.reactor, getattr(site, "limits", None),
+                              getattr(site, "root", None))
     # Twisted's attributes for these are untyped (set by its factories), hence Any
     wired: Any = h2
     wired.site = site

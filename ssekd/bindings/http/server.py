@@ -29,10 +29,10 @@ from ssekd.bindings.api import (
 )
 from ssekd.bindings.http import h2c
 from ssekd.bindings.http.authorization import Authorization, Origin, is_renewal, renew
-from ssekd.bindings.http.channel import LimitedHTTPChannel, Limits
+from ssekd.bindings.http.channel import BodyCountingRequest, LimitedHTTPChannel, Limits
 from ssekd.bindings.http.cors import AccessControl
 from ssekd.bindings.http.h2 import SwitchingChannelProtocol
-from ssekd.bindings.http.routing import Condition, match_any, request_headers
+from ssekd.bindings.http.routing import Condition, head_headers, match_any, request_headers
 from ssekd.telemetry.events import EventLog
 
 SERVER_NAME = b"ssekd"
@@ -53,7 +53,7 @@ class HttpRoute:
     guarded: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
-class SsekdRequest(Request):
+class SsekdRequest(BodyCountingRequest):
     """No default `Content-Type`: an empty 404 or 304 should not claim to be HTML."""
 
     defaultContentType = None
@@ -99,17 +99,11 @@ class HttpRoot(Resource):
                 self.cors.decorate(request, origin)
             return self._settle(request, self._verdicts(request),
                                  lambda verdicts: self._renew(request, verdicts))
-        guarded: Mapping[str, tuple[str, ...]] = {}
-        for route in self.routes:
-            params = match_any(route.conditions, headers)
-            if params is not None:
-                target, guarded = route.exit, route.guarded
-                break
-        else:
-            if self.default is None:
-                request.setResponseCode(http.NOT_FOUND)
-                return b""
-            target, params = self.default, {}
+        found = self._route(headers)
+        if found is None:
+            request.setResponseCode(http.NOT_FOUND)
+            return b""
+        target, params, guarded = found
         if origin is not None:
             self.cors.decorate(request, origin)
         return self._settle(request, self._verdicts(request),
@@ -225,6 +219,26 @@ class HttpRoot(Resource):
         assert first is not None
         return self._refuse(request, None, *first)
 
+    def takes_body(self, request: Request, method: bytes, uri: bytes) -> bool:
+        """Whether the exit this request head routes to reads request bodies (`BodyRoutes`).
+
+        No route (`404`) takes none, and CORS does not matter here: a refused origin gets its
+        `403` from `render` like any request whose body is not read."""
+        found = self._route(head_headers(request, method, uri))
+        return found is not None and found[0].takes_body
+
+    def _route(self, headers: dict[str, str]
+               ) -> tuple[HttpBinding, dict[str, str], Mapping[str, tuple[str, ...]]] | None:
+        """The exit, captures and `guarded` roles of the first route matching `headers`, else
+        the default exit (unguarded)."""
+        for route in self.routes:
+            params = match_any(route.conditions, headers)
+            if params is not None:
+                return route.exit, params, route.guarded
+        if self.default is None:
+            return None
+        return self.default, {}, {}
+
 
 class HttpSite(Site):
     """A Site whose HTTP/1.1 channels carry our limits."""
@@ -233,13 +247,14 @@ class HttpSite(Site):
 
     def __init__(self, root: HttpRoot, limits: Limits, reactor: Any) -> None:
         super().__init__(root, timeout=limits.idle_timeout, reactor=reactor)
+        self.root = root
         self.limits = limits
         self.displayTracebacks = False
 
     def protocol(self) -> Any:
         # Same shape as Twisted's default (a proxy that can become HTTP/2 after ALPN), but with
         # our HTTP/1.1 channel inside and our HTTP/2 connection (one write per turn) after ALPN.
-        return SwitchingChannelProtocol(LimitedHTTPChannel(self.limits))
+        return SwitchingChannelProtocol(LimitedHTTPChannel(self.limits, self.root))
 
     def log(self, request: Any) -> None:
         """Access lines are events (see HttpRoot.render), not Twisted's common log format."""

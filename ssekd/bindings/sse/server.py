@@ -3,6 +3,12 @@
 It owns the HTTP side of a stream - method check, last event id (header, else `lastEventId`
 query parameter, at most 254 characters), response headers, `retry:`, keepalive - and hands the
 rest to its exit, a *stream source* (sse-kafka), through `StreamSource.open`.
+
+Its limits (`options.limits`): `streams` open at once, beyond which a stream is told to come back
+later, and `max-lag`, the seconds a stream may stay paused by a client that reads nothing before
+it is ended. A temporary refusal (these, or `TryLater` from the source) is a `200
+text/event-stream` holding `retry:` and a comment saying why, then the end: EventSource retries
+after that, whereas a `429` or `503` would make it give up for good (SPEC §6).
 """
 
 from __future__ import annotations
@@ -13,16 +19,19 @@ from urllib.parse import unquote_to_bytes
 from twisted.application.service import Service
 from twisted.web.server import NOT_DONE_YET, Request
 
-from ssekd.bindings.api import HttpContext, StreamRequest, StreamSource
+from ssekd.bindings.api import HttpContext, StreamRequest, StreamSource, TryLater
 from ssekd.bindings.sse.stream import SseStream
 from ssekd.bindings.sse.wire import comment, http_chunk, retry_field
 from ssekd.progress import MAX_ID_LENGTH
 from ssekd.telemetry.events import EventLog
 
 DEFAULT_MAX_IDLE = 15.0
-#: Seconds a browser is told to wait before coming back after a temporary refusal, when the
-#: refusal does not say.
-DEFAULT_RETRY_AFTER = 5.0
+#: Streams open at once per sse binding, unless `limits.streams` says otherwise.
+DEFAULT_MAX_STREAMS = 10000
+#: Seconds a stream may stay paused (its client reads nothing) before it is ended.
+DEFAULT_MAX_LAG = 60.0
+#: Milliseconds a refused browser waits before trying again, when `retry` is not set.
+DEFAULT_TRY_LATER_RETRY = 5000
 
 
 def _text(raw: bytes) -> str:
@@ -49,14 +58,21 @@ def query_params(uri: bytes) -> dict[str, str]:
 class SseServer(Service):
     """Runtime of an `sse` binding of kind `server`."""
 
+    #: GET only: a request body is never read (see `api.HttpBinding.takes_body`).
+    takes_body = False
+
     def __init__(self, name: str, source: StreamSource, clock: Any, events: EventLog,
-                 retry: int | None = None, max_idle: float = DEFAULT_MAX_IDLE) -> None:
+                 retry: int | None = None, max_idle: float = DEFAULT_MAX_IDLE,
+                 max_streams: int = DEFAULT_MAX_STREAMS,
+                 max_lag: float = DEFAULT_MAX_LAG) -> None:
         self.name = name
         self.source = source
         self.clock: Any = clock  # an IReactorTime (a MemoryReactorClock in tests)
         self.events = events
         self.retry = retry
         self.max_idle = max_idle
+        self.max_streams = max_streams
+        self.max_lag = max_lag
         #: Open streams (insertion-ordered), to end them all on stop.
         self.streams: dict[SseStream, None] = {}
         # the last data framed as an HTTP/1.1 chunk, and that chunk (see `chunk`)
@@ -90,14 +106,16 @@ class SseServer(Service):
             last_id = query["lastEventId"]
         if last_id is not None and len(last_id) > MAX_ID_LENGTH:
             return self._reject(request, 400, f"GET {path} last event id of {len(last_id)} chars")
+        if len(self.streams) >= self.max_streams:
+            return self._try_later(request, f"GET {path}",
+                                   TryLater(f"{len(self.streams)} streams open (limits.streams)"))
         stream = SseStream(self, request, ctx.lease)
         result = self.source.open(
             StreamRequest(path, last_id, query, ctx, f"GET {path}"), stream)
         if isinstance(result, int):
-            if result == 503:
-                return self.answer_unavailable(request, f"GET {path} refused for now",
-                                               DEFAULT_RETRY_AFTER)
             return self._reject(request, result, f"GET {path}")
+        if isinstance(result, TryLater):
+            return self._try_later(request, f"GET {path}", result)
         req.setResponseCode(200)
         req.setHeader(b"Content-Type", b"text/event-stream")
         req.setHeader(b"Cache-Control", b"no-store")
@@ -107,17 +125,29 @@ class SseServer(Service):
         return NOT_DONE_YET
 
     def answer_unavailable(self, request: Request, reason: str, retry_after: float) -> bytes:
-        """A temporary refusal, as a browser's EventSource understands it (SPEC §6): a `200`
-        stream that says `retry:` and why, then ends - the browser comes back after `retry`
-        ms, where a `503` would make it give up for good."""
-        req: Any = request
-        req.setResponseCode(200)
-        req.setHeader(b"Content-Type", b"text/event-stream")
-        req.setHeader(b"Cache-Control", b"no-store")
-        req.setHeader(b"X-Accel-Buffering", b"no")
-        self.events.emit(str(self.name), "BINDING_SSE_REQUEST_DEFERRED",
-                         f"{_text(request.path)}: {reason}; retry in {retry_after:g} s")
-        return retry_field(int(retry_after * 1000)) + comment(reason)
+        """A temporary refusal decided in front of this binding (a guard that cannot check
+        tokens yet), answered as a stream refused for now (`TemporaryRefusals`)."""
+        return self._try_later(request, f"GET {_text(request.path)}", TryLater(reason, retry_after))
+
+    def _try_later(self, request: Any, describe: str, refusal: TryLater) -> bytes:
+        """A temporary refusal as a browser's EventSource understands it (SPEC §6): a `200`
+        event stream that says when to come back (`retry:`) and why, and ends at once - where a
+        `429` or `503` would make the browser give up for good."""
+        request.setResponseCode(200)
+        request.setHeader(b"Content-Type", b"text/event-stream")
+        request.setHeader(b"Cache-Control", b"no-store")
+        request.setHeader(b"X-Accel-Buffering", b"no")
+        self.events.emit(str(self.name), "BINDING_SSE_TRY_LATER", f"{describe}: {refusal.reason}")
+        if refusal.retry_after is not None:
+            retry = int(refusal.retry_after * 1000)
+        else:
+            retry = self.retry if self.retry is not None else DEFAULT_TRY_LATER_RETRY
+        return retry_field(retry) + comment(f"try later: {refusal.reason}")
+
+    def stalled(self, stream: SseStream, paused: float) -> None:
+        """`stream` is ended for reading nothing for `paused` seconds (it reconnects by id)."""
+        self.events.emit(str(self.name), "BINDING_SSE_STREAM_STALLED",
+                         f"{stream.describe()} paused for {paused:g} s (limits.max-lag)")
 
     def _reject(self, request: Any, code: int, detail: str,
                 headers: tuple[tuple[bytes, bytes], ...] = ()) -> bytes:

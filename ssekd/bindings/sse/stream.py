@@ -15,6 +15,11 @@ A stream opened with credentials holds their `Lease` (SPEC §9): `challenge` sec
 expires the stream gets `event:challenge`; a renewal moves both deadlines; at the expiry itself
 the stream is cut - HTTP/2 resets the stream (RST_STREAM), HTTP/1.1 aborts the connection - and
 nothing more is written to it, not even what was still queued.
+
+A stream paused for `max_lag` seconds (its client reads nothing) is ended by resetting it - the
+HTTP/2 stream, or the HTTP/1.1 connection, which carries only this response: what is buffered
+for a client that does not read would otherwise stay for as long as it keeps the socket open.
+EventSource treats the reset like any dropped connection and reconnects with its last id.
 """
 
 from __future__ import annotations
@@ -35,11 +40,16 @@ class StreamOwner(Protocol):
 
     clock: Any  # an IReactorTime
     max_idle: float
+    #: seconds a stream may stay paused before it is ended
+    max_lag: float
     #: open streams, insertion-ordered; a stream removes itself when it ends
     streams: dict[SseStream, None]
 
     def chunk(self, data: bytes) -> bytes:
         """`data` framed as an HTTP/1.1 chunk (framed once per batch for every stream)."""
+
+    def stalled(self, stream: SseStream, paused: float) -> None:
+        """`stream` is being ended for staying paused `paused` seconds (for its events)."""
 
 
 @implementer(IPushProducer)
@@ -52,6 +62,7 @@ class SseStream:
         "_expiry_call",
         "_lease",
         "_send",
+        "_stall",
         "_timer",
         "done",
         "handle",
@@ -70,6 +81,8 @@ class SseStream:
         self.last_write = server.clock.seconds()
         self.written = 0
         self._timer: Any = None
+        #: Ends the stream if it stays paused for max-lag (armed while paused).
+        self._stall: Any = None
         #: The HTTP/1.1 connection's `transport.write`, once the response is chunked.
         self._send: Callable[[bytes], None] | None = None
         self._lease = lease
@@ -121,9 +134,12 @@ class SseStream:
     def pauseProducing(self) -> None:
         if self.handle is not None and not self.done:
             self.handle.pause()
+            if self._stall is None:
+                self._stall = self.server.clock.callLater(self.server.max_lag, self._stalled)
 
     def resumeProducing(self) -> None:
         if self.handle is not None and not self.done:
+            self._cancel_stall()
             self.handle.resume()
 
     def stopProducing(self) -> None:
@@ -131,8 +147,32 @@ class SseStream:
 
     # -- internals ---------------------------------------------------------------------------
 
+    def describe(self) -> str:
+        """The request, for events: method and path."""
+        return f"{self.request.method.decode('latin-1')} {self.request.path.decode('latin-1')}"
+
     def _finished(self, _: Any) -> None:
         self._close()
+
+    def _cancel_stall(self) -> None:
+        if self._stall is not None and self._stall.active():
+            self._stall.cancel()
+        self._stall = None
+
+    def _stalled(self) -> None:
+        """Paused for max-lag: close the source and reset the stream (module docstring)."""
+        self._stall = None
+        if self.done:
+            return
+        self.server.stalled(self, self.server.max_lag)
+        self._close()
+        channel: Any = getattr(self.request, "channel", None)
+        # HTTP/2: the H2Stream resets this stream only; HTTP/1.1: the connection, which holds
+        # only this response
+        target = channel if hasattr(channel, "abortConnection") \
+            else getattr(channel, "transport", None)
+        if target is not None:  # None: the connection is already gone
+            target.abortConnection()
 
     def _close(self) -> None:
         if self.done:
@@ -144,6 +184,7 @@ class SseStream:
         self._cancel_lease_timers()
         if self._lease is not None:
             self._lease.release()
+        self._cancel_stall()
         if self.handle is not None:
             self.handle.close()
         self.server.streams.pop(self, None)

@@ -2,7 +2,8 @@
 
 `with: {topic, filters: [{key, headers}], event: {id}}`; the id format is `${etag}` (default)
 or `["${base64(key)}","${etag}"]`. Query parameter `since` (epoch ms or ISO-8601) starts a
-stream at a time when it has no last event id.
+stream at a time when it has no last event id. Option `internal-topics` adds names a topic
+taken from the request may not be (besides those starting with `_` and Kafka Connect's).
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ def _build(ctx: BuildContext, binding: Binding) -> SseKafkaProxy:
         raise ConfigError(issues)
     caches = {name: ctx.exit(name, Cache) for name in binding.exits}
     guards = {g: ctx.guard(g) for r in binding.routes for g in r.guarded}
-    return SseKafkaProxy(binding.name, tuple(routes), caches, ctx.events, guards)
+    return SseKafkaProxy(binding.name, tuple(routes), caches, ctx.events, guards,
+                         frozenset(str(t) for t in binding.options.get("internal-topics", ())))
 
 
 BINDING = BindingType("sse-kafka", {
@@ -47,7 +49,17 @@ BINDING = BindingType("sse-kafka", {
                  "description": "Maps a stream request to a Kafka topic: the first route whose "
                                 "`when` matches the path (query string removed) picks the topic, "
                                 "filters and id format, and its exit (a kafka cache) feeds the "
-                                "stream. No match, or a topic name Kafka would refuse, is `404`."},
+                                "stream. No match, or a topic name Kafka would refuse, is `404`.",
+                 "properties": {
+            "internal-topics": {
+                "type": "array", "items": {"type": "string", "minLength": 1},
+                "x-ssekd-addition": True,
+                "x-ssekd-default": "none beyond the built-in ones",
+                "description": "More topics that are the cluster's own: a topic taken from the "
+                               "request (`${params...}` in `with.topic`) may not be one of "
+                               "these, or start with `_`, or be Kafka Connect's; it is `404` "
+                               "unless a route names it literally."},
+        }},
         with_={"type": "object", "additionalProperties": False, "required": ["topic"],
                "default": {"topic": DEFAULT_TOPIC},
                "description": "What the stream carries. Values may use `${params.name}`.",

@@ -154,8 +154,10 @@ class Owner:
         self.live = live
         self.fetches: list[tuple[int, int, Deferred[FetchResult]]] = []
         self.reports: list[str] = []
+        self.catch_up_bytes = 64 * 1024
 
-    def fetch(self, partition: int, offset: int, limit: int) -> Deferred[FetchResult]:
+    def fetch(self, partition: int, offset: int, limit: int,
+              max_bytes: int) -> Deferred[FetchResult]:
         d: Deferred[FetchResult] = Deferred()
         self.fetches.append((partition, offset, d))
         return d
