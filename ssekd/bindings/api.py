@@ -391,7 +391,7 @@ class TryLater:
 
     The sse binding answers it with `200 text/event-stream`, `retry:`, a comment giving
     `reason`, and the end: a browser's EventSource reconnects after a 200 that ends, while any
-    other status (`429`, `503`) makes it give up for good (SPEC §6).
+    other status (`429`, `503`) makes it give up for good (docs/protocol.md).
     """
 
     reason: str

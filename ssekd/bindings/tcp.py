@@ -1,5 +1,5 @@
 """tcp: `server` owns listening sockets and routes each accepted connection by local port and
-peer address (SPEC §2), within its connection limits (`connection_limits`); `client` is the
+peer address (docs/config-reference.md), within its connection limits (`connection_limits`); `client` is the
 outbound side toward Kafka and is only validated here."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The `jwt` guard (SPEC §9): bearer tokens checked against JWKs, the cryptography done by PyJWT.
+"""The `jwt` guard (docs/protocol.md): bearer tokens checked against JWKs, the cryptography done by PyJWT.
 
 A token passes when its header names a `kid` this guard holds, its `alg` is that key's `alg`
 (so `alg: none` and HMAC "signed" with a public key never pass), its signature verifies, it has

@@ -1,4 +1,5 @@
-"""http server binding (SPEC §4): routing by pseudo-headers, CORS, limits, HTTP/1.1 and h2."""
+"""http server binding (docs/config-reference.md): routing by pseudo-headers, CORS, limits,
+HTTP/1.1 and h2."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The http binding's `options.authorization` (SPEC §4, §9): where a request carries its token for
+"""The http binding's `options.authorization` (docs/config-reference.md, docs/protocol.md):
+where a request carries its token for
 each guard, the sessions its tokens open, and continuous authorization - the leases long-lived
 responses hold, and the renewal requests that extend them.
 

@@ -1,6 +1,6 @@
 """kafka bindings: client (talks to the cluster), cache_server (per-topic caches), cache_client.
 
-cache_server options (SPEC §8, plus ssekd's cache bounds):
+cache_server options (docs/protocol.md, plus ssekd's cache bounds):
 
 - `bootstrap: [topic]` consumed from start-up, before any stream asks;
 - `topics: [{name, defaultOffset: live|historical}]`;

@@ -1,7 +1,7 @@
 """kafka cache_server and cache_client: one `TopicCache` per topic, shared by every stream.
 
 The cache_server owns the caches and asks its kafka client to consume each topic once, however
-many streams read it (SPEC §8); `bootstrap` topics are consumed from start-up. The cache_client
+many streams read it (docs/protocol.md); `bootstrap` topics are consumed from start-up. The cache_client
 is what sse-kafka routes exit to; it hands subscriptions to its cache_server.
 
 A `TopicCache` alone decides which tail group or lagging set each of its subscriptions is in;

@@ -169,7 +169,7 @@ class KafkaClient(Service):
         self.settings = settings
         self.binding = binding
         self._emit = emit
-        #: One tail consumer per cache_server (SPEC §8: one consumer per cache_server topic set).
+        #: One tail consumer per cache_server (docs/protocol.md: one consumer per cache_server topic set).
         self.tails: dict[str, TailConsumer] = {}
         self.history = HistoryFetcher(self)
         #: History reads handed to the history thread and not answered yet.

@@ -1,4 +1,4 @@
-"""sse server: answers GET requests with text/event-stream responses (SPEC §6).
+"""sse server: answers GET requests with text/event-stream responses (docs/protocol.md).
 
 It owns the HTTP side of a stream - method check, last event id (header, else `lastEventId`
 query parameter, at most 254 characters), response headers, `retry:`, keepalive - and hands the
@@ -8,7 +8,7 @@ Its limits (`options.limits`): `streams` open at once, beyond which a stream is 
 later, and `max-lag`, the seconds a stream may stay paused by a client that reads nothing before
 it is ended. A temporary refusal (these, or `TryLater` from the source) is a `200
 text/event-stream` holding `retry:` and a comment saying why, then the end: EventSource retries
-after that, whereas a `429` or `503` would make it give up for good (SPEC §6).
+after that, whereas a `429` or `503` would make it give up for good (docs/protocol.md).
 """
 
 from __future__ import annotations
@@ -130,7 +130,7 @@ class SseServer(Service):
         return self._try_later(request, f"GET {_text(request.path)}", TryLater(reason, retry_after))
 
     def _try_later(self, request: Any, describe: str, refusal: TryLater) -> bytes:
-        """A temporary refusal as a browser's EventSource understands it (SPEC §6): a `200`
+        """A temporary refusal as a browser's EventSource understands it (docs/protocol.md): a `200`
         event stream that says when to come back (`retry:`) and why, and ends at once - where a
         `429` or `503` would make the browser give up for good."""
         request.setResponseCode(200)

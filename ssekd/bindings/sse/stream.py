@@ -11,7 +11,7 @@ pre-framed chunk (framed once per batch for every stream, `SseServer.chunk`) ins
 call: at a thousand streams per batch that per-write cost was most of the fan-out. The transport
 is the same one `Request.write` would reach, so its buffer still pauses this producer.
 
-A stream opened with credentials holds their `Lease` (SPEC §9): `challenge` seconds before it
+A stream opened with credentials holds their `Lease` (docs/protocol.md): `challenge` seconds before it
 expires the stream gets `event:challenge`; a renewal moves both deadlines; at the expiry itself
 the stream is cut - HTTP/2 resets the stream (RST_STREAM), HTTP/1.1 aborts the connection - and
 nothing more is written to it, not even what was still queued.

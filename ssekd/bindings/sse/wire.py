@@ -1,4 +1,4 @@
-"""The text/event-stream wire format, as Zilla writes it (SPEC §6).
+"""The text/event-stream wire format, as Zilla writes it (docs/protocol.md).
 
 Field order `id:`, `event:`, then one `data:` line per payload line, then a blank line; no space
 after the colon. Payload lines are split at LF, CR LF and lone CR alike: a browser ends a field
@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 KEEPALIVE = b":\n\n"
-#: Asks the client for fresh credentials before its token expires (SPEC §9); it answers with a
+#: Asks the client for fresh credentials before its token expires (docs/protocol.md); it answers with a
 #: POST of that content type carrying them.
 CHALLENGE = (b'event:challenge\n'
              b'data:{"method":"POST","headers":{"content-type":"application/x-challenge-response"}}'

@@ -1,4 +1,4 @@
-"""sse-kafka binding (kind proxy): streams of a Kafka topic for the sse binding (SPEC §7).
+"""sse-kafka binding (kind proxy): streams of a Kafka topic for the sse binding (docs/protocol.md).
 
 `with: {topic, filters: [{key, headers}], event: {id}}`; the id format is `${etag}` (default)
 or `["${base64(key)}","${etag}"]`. Query parameter `since` (epoch ms or ISO-8601) starts a

@@ -25,7 +25,7 @@ from ssekd.progress import (
 
 @dataclass(frozen=True)
 class Filter:
-    """All of: key equal (when given) and each header present with that value (SPEC §7)."""
+    """All of: key equal (when given) and each header present with that value (docs/protocol.md)."""
 
     key: bytes | None = None
     headers: tuple[tuple[str, bytes], ...] = ()

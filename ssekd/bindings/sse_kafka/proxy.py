@@ -174,7 +174,7 @@ class SseKafkaProxy:
                 encoder = self._encoders[key] = KafkaEventEncoder(topic, filters, id_format)
             return cache.subscribe(topic, encoder, sink, start)
         except TopicLimitReached as e:
-            # Passes as idle topics are dropped: the browser is told to come back (SPEC §6).
+            # Passes as idle topics are dropped: the browser is told to come back (docs/protocol.md).
             self.events.emit(self.name, "BINDING_SSE_KAFKA_TOPIC_LIMIT", f"{request.describe}: {e}")
             return TryLater("topics followed at their limit (max-topics)")
 
