@@ -1,7 +1,6 @@
 """The http binding's `options.authorization` (docs/config-reference.md, docs/protocol.md):
-where a request carries its token for
-each guard, the sessions its tokens open, and continuous authorization - the leases long-lived
-responses hold, and the renewal requests that extend them.
+where a request carries its token for each guard, the sessions its tokens open, and continuous
+authorization - the leases long-lived responses hold, and the renewal requests that extend them.
 
 A renewal is a `POST` (any path) with `Content-Type: application/x-challenge-response` and fresh
 credentials. It reaches the leases of its own connection (HTTP/2: every stream of that
