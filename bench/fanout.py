@@ -199,15 +199,15 @@ def _hold_idle(port: int, path: str, n: int, ready: Any, done: Any) -> None:
 # -- helpers ---------------------------------------------------------------------------------
 
 class Rig:
-    def __init__(self) -> None:
+    def __init__(self, template: str = CONFIG) -> None:
         self.tmp = Path(tempfile.mkdtemp(prefix="ssekd-bench-"))
         self.broker = start_broker(log_path=self.tmp / "tansu.log")
         self.admin = AdminClient({"bootstrap.servers": self.broker.bootstrap})
         self.port = free_port()
         self.metrics_port = free_port()
         config = self.tmp / "zilla.yaml"
-        config.write_text(CONFIG.format(port=self.port, bootstrap=self.broker.bootstrap,
-                                        metrics_port=self.metrics_port))
+        config.write_text(template.format(port=self.port, bootstrap=self.broker.bootstrap,
+                                          metrics_port=self.metrics_port))
         self.log = open(self.tmp / "daemon.log", "wb")  # noqa: SIM115 - lives as long as the daemon
         import subprocess
         self.daemon = subprocess.Popen([TWISTD, "-n", "--pidfile=", "ssekd", "--config",
@@ -264,11 +264,12 @@ def _pct(values: list[float], q: float) -> float:
 
 
 def fanout(rig: Rig, clients: int, rate: float, seconds: float, procs: int = 1,
-           sample: int = 50) -> dict[str, Any]:
+           sample: int = 50, query: str = "") -> dict[str, Any]:
     """`clients` streams of one topic while `rate` events/s are produced for `seconds`.
 
     Every stream is drained and counted (a stream that misses or repeats an event shows in
-    `complete`); latency is taken on `sample` streams spread over the clients.
+    `complete`); latency is taken on `sample` streams spread over the clients. `query` is added
+    to each stream's path (e.g. `?access_token=...` for guarded streams, `bench/jwt.py`).
     """
     topic = rig.topic(f"fanout-{clients}-{int(rate)}-{time.monotonic_ns()}")
     ctx = mp.get_context("fork")
@@ -278,7 +279,7 @@ def fanout(rig: Rig, clients: int, rate: float, seconds: float, procs: int = 1,
     deadline = ctx.Value("d", 0.0)
     out: Any = ctx.Queue()
     per = clients // procs
-    ps = [ctx.Process(target=_clients, args=(rig.port, f"/events/{topic}", per,
+    ps = [ctx.Process(target=_clients, args=(rig.port, f"/events/{topic}{query}", per,
                                              max(1, sample // procs), ready[i], go, expected,
                                              deadline, out))
           for i in range(procs)]

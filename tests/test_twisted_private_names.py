@@ -100,17 +100,17 @@ class Use:
 H2 = "twisted.web._http2"
 HTTP = "twisted.web.http"
 H2PY = "ssekd/bindings/http/h2.py"
-TLS_UNITS = "tests/tls/test_units.py"
-H2_SEND = "tests/tls/test_h2_send.py"
+H2C_TESTS = "tests/bindings/http/test_h2c.py"
+H2_SEND = "tests/bindings/http/test_h2_send.py"
 SWITCH = "SwitchingChannelProtocol repeats Twisted's ALPN switch with our HTTP/2 class"
 LIMITS = "request limits (body size, header count, rapid reset) applied where bytes arrive"
 BATCH = "BatchingH2Connection replaces H2Connection's data path (one write per reactor turn)"
 
 PRIVATE_NAMES: tuple[Use, ...] = (
     # -- twisted.web._http2: the whole module is private ---------------------------------------
-    Use(H2, Kind.MODULE, (H2PY, TLS_UNITS),
+    Use(H2, Kind.MODULE, (H2PY, H2C_TESTS),
         "HTTP/2 exists only here; we subclass its connection, tests check what was built"),
-    Use(f"{H2}:H2Connection", Kind.CLASS, (H2PY, TLS_UNITS), BATCH),
+    Use(f"{H2}:H2Connection", Kind.CLASS, (H2PY, H2C_TESTS), BATCH),
     Use(f"{H2}:H2Connection.__init__", Kind.OVERRIDE, (H2PY,),
         "we construct it with the site's reactor", ("self", "reactor")),
     Use(f"{H2}:_END_STREAM_SENTINEL", Kind.VALUE, (H2PY,),
@@ -172,8 +172,11 @@ PRIVATE_NAMES: tuple[Use, ...] = (
         ("self",)),
     Use(f"{H2}:H2Stream.flowControlBlocked", Kind.METHOD, (H2PY,),
         "pauses a stream's producer when its window is used up", ("self",)),
+    Use(f"{H2}:H2Stream.abortConnection", Kind.METHOD, ("ssekd/bindings/sse/stream.py",),
+        "resets one HTTP/2 stream (RST_STREAM) whose client read nothing for limits.max-lag",
+        ("self",)),
     # -- twisted.web.http: the HTTP/1.1-or-HTTP/2 proxy protocol -------------------------------
-    Use(f"{HTTP}:_GenericHTTPChannelProtocol", Kind.CLASS, (H2PY, TLS_UNITS),
+    Use(f"{HTTP}:_GenericHTTPChannelProtocol", Kind.CLASS, (H2PY, H2C_TESTS),
         "the Site's protocol, which we subclass to switch to our HTTP/2 class"),
     Use(f"{HTTP}:_GenericHTTPChannelProtocol._negotiatedProtocol", Kind.ATTRIBUTE, (H2PY,),
         f"{SWITCH}: None until decided, then set so Twisted's own switch is skipped",

@@ -1,4 +1,4 @@
-"""http-filesystem proxy (SPEC §5): maps a request path onto a filesystem server's path.
+"""http-filesystem proxy (docs/config-reference.md): maps a request path onto a filesystem server's path.
 
 `with.path` may use `${params.name}` and `${guarded['guard'].identity}` (see `ssekd.patterns`); a
 request that lacks a value its route refers to is a 404, like a path that no route matches.

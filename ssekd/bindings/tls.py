@@ -1,4 +1,5 @@
-"""tls server (SPEC §3): keys from a vault, SNI, ALPN, mutual TLS, routes by authority and alpn.
+"""tls server (docs/config-reference.md): keys from a vault, SNI, ALPN, mutual TLS, routes by
+authority and alpn.
 
 Every key named in `options.keys` (or found through `options.signers`) gets one OpenSSL context,
 built when the binding is built and shared by all its connections. A connection starts on the

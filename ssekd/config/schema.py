@@ -80,10 +80,9 @@ def binding_schema(kind: KindSpec, type_name: str, kind_name: str) -> dict[str, 
                 "guarded": {"type": "object", "propertyNames": NAME,
                             "additionalProperties": {"type": "array",
                                                      "items": {"type": "string"}},
-                            "description": "Guard name to the roles a request must have.",
-                            "x-ssekd-not-built": "Checked, and unusable: it must name a guard, "
-                                                 "and a config with a guard is refused by this "
-                                                 "version."},
+                            "description": "Guard name to the roles a request must have (all "
+                                           "of them). Without a valid token for that guard: "
+                                           "`401`; invalid or missing a role: `403`."},
             },
         }
         if kind.exit is not Exit.NONE:

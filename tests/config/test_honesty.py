@@ -17,10 +17,10 @@ import pytest
 from ssekd.bindings.kafka.client import ClientSettings
 from ssekd.broker import free_port
 from ssekd.cli import main
-from tests.foundation.test_static_http import CONFIG as SITE_CONFIG
-from tests.foundation.test_static_http import curl, write_site
-from tests.tls.conftest import ENV, Pki, s_client, tls_config
-from tests.tls.test_tls_server import subject
+from tests.support.http import curl
+from tests.support.pki import ENV, Pki, s_client, subject, tls_config
+from tests.support.static_site import CONFIG as SITE_CONFIG
+from tests.support.static_site import write_site
 
 BASE = """\
 name: honest
@@ -102,7 +102,7 @@ REFUSED: list[tuple[str, str, str, str, str]] = [
     ("tcp-authority", BASE.replace("    exit: http0\n", "    routes:\n      - when: "
                                    "[{authority: example.com}]\n        exit: http0\n"),
      "authority: example.com", "bindings.tcp0.routes[0].when[0].authority",
-     "cannot match a server name"),
+     "tcp routes cannot match authority"),
     ("tcp-client-options", BASE + "  out:\n    type: tcp\n    kind: client\n"
                                   "    options: {host: kafka, port: 9092}\n",
      "options: {host: kafka", "bindings.out.options.host", "a tcp client has no options"),
@@ -161,6 +161,7 @@ def test_trustcacerts_true_is_refused_false_is_what_happens(tmp_path: Path, pki:
 # -- behaviour of keys no other test showed -------------------------------------------------------
 
 
+@pytest.mark.daemon
 def test_tcp_route_by_cidr(tmp_path: Path, run_daemon: Any, port: int) -> None:
     config = write_site(tmp_path)
     text = config.read_text()
@@ -179,6 +180,7 @@ def test_tcp_route_by_cidr(tmp_path: Path, run_daemon: Any, port: int) -> None:
         daemon.stop()
 
 
+@pytest.mark.daemon
 def test_filesystem_symlinks_follow(tmp_path: Path, run_daemon: Any, port: int) -> None:
     config = write_site(tmp_path)
     config.write_text(config.read_text().replace("      location: www\n",
@@ -188,6 +190,7 @@ def test_filesystem_symlinks_follow(tmp_path: Path, run_daemon: Any, port: int) 
     assert (status, body) == (200, b"outside\n")
 
 
+@pytest.mark.daemon
 def test_tls_signers_serve_the_keys_they_issued(tmp_path: Path, pki: Pki,
                                                 run_daemon: Any) -> None:
     assert pki.multi is not None, "keytool (Java, installed by make test) is needed"
@@ -216,6 +219,7 @@ def test_kafka_sasl_reaches_librdkafka() -> None:
             conf["sasl.password"]) == ("SASL_PLAINTEXT", "SCRAM-SHA-256", "u", "p")
 
 
+@pytest.mark.daemon
 def test_telemetry_metrics_attributes_and_per_binding_selection(tmp_path: Path,
                                                                 run_daemon: Any,
                                                                 port: int) -> None:

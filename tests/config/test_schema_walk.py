@@ -4,8 +4,8 @@ The walk enumerates every key of the composed schema (the same walk that writes
 docs/config-reference.md) and fails when a key has no entry in `COVERAGE`, when an entry names a
 key the schema no longer has, or when it names a test that does not exist. A new key therefore
 fails here until a behaviour test (it takes effect) or a refusal test (`ssekd check` says why it
-cannot be used, with file and line) is written and listed. Keys of the guards are the JWT work's
-to cover (`JWT`).
+cannot be used, with file and line) is written and listed. The keys of a guard entry are all
+shown by the guarded end-to-end test (`JWT`).
 """
 
 from __future__ import annotations
@@ -21,18 +21,22 @@ from ssekd.config.reference import _generic_binding, rows, ssekd_types
 from ssekd.config.schema import schema_files
 
 TESTS = Path(__file__).resolve().parents[1]
-#: Guard keys: being built by the JWT work, which brings their tests.
-JWT = "JWT"
+#: The guard and its use by http and sse-kafka: the end-to-end test that runs a guarded daemon
+#: with every one of these keys (issuer, audience, JWKS keys, challenge, credentials, guarded).
+JWT = "e2e/test_jwt_guard.py::test_no_token_401_good_token_streams_missing_role_403"
 
 REFUSED = "config/test_honesty.py::test_check_refuses_with_file_line_and_message"
-SITE = "foundation/test_static_http.py::test_index_etag_304_and_head"
-CORS = "foundation/test_static_http.py::test_cross_origin_preflight_and_response"
-TLS = "tls/test_tls_server.py"
+SITE = "bindings/filesystem/test_static_files.py::test_index_etag_304_and_head"
+CORS = "bindings/http/test_http_server.py::test_cross_origin_preflight_and_response"
+TLS = "bindings/tls/test_tls_server.py"
 TELEMETRY = "config/test_honesty.py::test_telemetry_metrics_attributes_and_per_binding_selection"
 SIGNERS = "config/test_honesty.py::test_tls_signers_serve_the_keys_they_issued"
 SASL = "config/test_honesty.py::test_kafka_sasl_reaches_librdkafka"
-FILTERS = "streaming/test_routes_filters.py"
+FILTERS = "bindings/sse_kafka/test_routes_filters.py"
 H2 = "reliability/test_h2_limits.py"
+LIMITS = "reliability/test_connections.py::test_connections_over_the_limits_are_closed_at_once"
+STREAMS = "reliability/test_slow_clients.py::" \
+          "test_on_the_wire_streams_beyond_the_limit_retry_and_silent_streams_are_reset"
 
 COVERAGE: dict[str, str] = {
     "name": "telemetry/test_events.py::test_a_config_error_at_start_is_an_event",
@@ -49,12 +53,15 @@ COVERAGE: dict[str, str] = {
     "bindings.*.telemetry.metrics": TELEMETRY,
     "bindings.*.vault": f"{TLS}::test_seed_config_sni_and_alpn",
     "bindings.*.exit": SITE,
-    "bindings.*.routes": "foundation/test_static_http.py::test_unmatched_authority_is_404",
-    "bindings.*.routes[].when": "foundation/test_static_http.py::test_unmatched_authority_is_404",
+    "bindings.*.routes": "bindings/http/test_http_server.py::test_unmatched_authority_is_404",
+    "bindings.*.routes[].when": "bindings/http/test_http_server.py::test_unmatched_authority_is_404",
     "bindings.*.routes[].guarded": JWT,
     "bindings.*.routes[].exit": f"{TLS}::test_routes_by_alpn_and_authority",
     "bindings.*.routes[].with": SITE,
     "bindings.tcp/server.options.host": SITE,
+    "bindings.tcp/server.options.limits": LIMITS,
+    "bindings.tcp/server.options.limits.connections": LIMITS,
+    "bindings.tcp/server.options.limits.connections-per-ip": LIMITS,
     "bindings.tcp/server.options.port": SITE,
     "bindings.tcp/server.routes[].when[].port": f"{TLS}::test_curl_http2_and_http11_over_tls_and_h2c",
     "bindings.tcp/server.routes[].when[].cidr": "config/test_honesty.py::test_tcp_route_by_cidr",
@@ -82,15 +89,15 @@ COVERAGE: dict[str, str] = {
     "bindings.http/server.options.authorization.<name>.credentials.headers": JWT,
     "bindings.http/server.options.authorization.<name>.credentials.query": JWT,
     "bindings.http/server.options.authorization.<name>.credentials.cookies": JWT,
-    "bindings.http/server.options.limits": "foundation/test_static_http.py::test_slowloris_is_cut_off",
+    "bindings.http/server.options.limits": "bindings/http/test_http_server.py::test_slowloris_is_cut_off",
     "bindings.http/server.options.limits.header-bytes":
         f"{H2}::test_a_header_block_over_header_bytes_ends_the_connection",
     "bindings.http/server.options.limits.header-count":
         f"{H2}::test_more_headers_than_header_count_is_431_on_that_stream",
     "bindings.http/server.options.limits.header-timeout":
-        "foundation/test_static_http.py::test_slowloris_is_cut_off",
+        "bindings/http/test_http_server.py::test_slowloris_is_cut_off",
     "bindings.http/server.options.limits.idle-timeout":
-        "tls/test_units.py::test_silent_connection_is_closed_after_the_site_timeout",
+        "bindings/http/test_h2c.py::test_silent_connection_is_closed_after_the_site_timeout",
     "bindings.http/server.options.limits.body-bytes":
         "reliability/test_request_bodies.py::test_h1_chunked_body_is_413_the_moment_it_crosses_the_limit",
     "bindings.http/server.options.limits.body-timeout":
@@ -100,7 +107,7 @@ COVERAGE: dict[str, str] = {
     "bindings.http/server.options.limits.h2-resets":
         "reliability/test_h2_rapid_reset.py::test_more_resets_than_the_limit_in_ten_seconds_get_goaway",
     "bindings.http/server.routes[].when[].headers":
-        "foundation/test_static_http.py::test_unmatched_authority_is_404",
+        "bindings/http/test_http_server.py::test_unmatched_authority_is_404",
     "bindings.tls/server.options.keys": f"{TLS}::test_sni_picks_the_key_unknown_names_get_the_first",
     "bindings.tls/server.options.trust": f"{TLS}::test_mutual_required",
     "bindings.tls/server.options.signers": SIGNERS,
@@ -114,9 +121,15 @@ COVERAGE: dict[str, str] = {
     "bindings.http-filesystem/proxy.options": f"{REFUSED}[http-filesystem-options]",
     "bindings.http-filesystem/proxy.routes[].when[].path": SITE,
     "bindings.http-filesystem/proxy.routes[].with.path": SITE,
-    "bindings.sse/server.options.retry": "streaming/test_lifecycle.py::test_keepalive_and_retry",
-    "bindings.sse/server.options.max-idle-time": "streaming/test_lifecycle.py::test_keepalive_and_retry",
-    "bindings.sse-kafka/proxy.options": f"{REFUSED}[sse-kafka-options]",
+    "bindings.sse/server.options.limits": STREAMS,
+    "bindings.sse/server.options.limits.streams": STREAMS,
+    "bindings.sse/server.options.limits.max-lag":
+        "reliability/test_slow_clients.py::"
+        "test_a_stream_paused_for_max_lag_is_reset_and_one_that_resumes_is_not",
+    "bindings.sse/server.options.retry": "e2e/test_lifecycle.py::test_keepalive_and_retry",
+    "bindings.sse/server.options.max-idle-time": "e2e/test_lifecycle.py::test_keepalive_and_retry",
+    "bindings.sse-kafka/proxy.options.internal-topics":
+        "reliability/test_topics.py::test_a_route_that_names_an_internal_topic_literally_serves_it",
     "bindings.sse-kafka/proxy.routes[].when[].path": f"{FILTERS}::test_filter_by_key_from_path_params",
     "bindings.sse-kafka/proxy.routes[].with.topic": f"{FILTERS}::test_filter_by_key_from_path_params",
     "bindings.sse-kafka/proxy.routes[].with.filters": f"{FILTERS}::test_filters_are_any_of",
@@ -124,9 +137,9 @@ COVERAGE: dict[str, str] = {
         f"{FILTERS}::test_filter_by_key_from_path_params",
     "bindings.sse-kafka/proxy.routes[].with.filters[].headers": f"{FILTERS}::test_filter_by_header",
     "bindings.sse-kafka/proxy.routes[].with.event":
-        "streaming/test_event_ids.py::test_resume_with_key_form_id",
+        "bindings/sse_kafka/test_event_ids.py::test_resume_with_key_form_id",
     "bindings.sse-kafka/proxy.routes[].with.event.id":
-        "streaming/test_event_ids.py::test_resume_with_key_form_id",
+        "bindings/sse_kafka/test_event_ids.py::test_resume_with_key_form_id",
     "bindings.filesystem/server.options.location": SITE,
     "bindings.filesystem/server.options.symlinks":
         "config/test_honesty.py::test_filesystem_symlinks_follow",
@@ -139,20 +152,28 @@ COVERAGE: dict[str, str] = {
     "bindings.kafka/cache_server.options.topics[].defaultOffset":
         f"{FILTERS}::test_live_topic_starts_at_the_end",
     "bindings.kafka/cache_server.options.max-topics":
-        "streaming/test_encoder_lifetime.py::test_a_new_topic_beyond_max_topics_is_refused",
+        "bindings/kafka/test_cache.py::test_a_new_topic_beyond_max_topics_is_refused",
+    "bindings.kafka/cache_server.options.idle-timeout":
+        "reliability/test_topics.py::test_a_topic_without_streams_for_idle_timeout_is_dropped_and_unassigned",
+    "bindings.kafka/cache_server.options.missing-topic-retries":
+        "reliability/test_topics.py::test_a_missing_topic_is_looked_for_less_and_less_often_then_given_up",
+    "bindings.kafka/cache_server.options.catch-up-bytes":
+        "reliability/test_slow_clients.py::test_catch_up_delivers_everything_in_steps_of_catch_up_bytes",
     "bindings.kafka/cache_server.options.cache":
-        "streaming/test_resume.py::test_tiny_cache_resume_reads_kafka",
+        "bindings/sse_kafka/test_resume.py::test_tiny_cache_resume_reads_kafka",
     "bindings.kafka/cache_server.options.cache.max-messages":
-        "streaming/test_resume.py::test_tiny_cache_resume_reads_kafka",
+        "bindings/sse_kafka/test_resume.py::test_tiny_cache_resume_reads_kafka",
     "bindings.kafka/cache_server.options.cache.max-bytes":
-        "streaming/test_units.py::test_topic_log_bytes_and_age",
+        "bindings/kafka/test_topic_log.py::test_topic_log_bytes_and_age",
     "bindings.kafka/cache_server.options.cache.max-age":
-        "streaming/test_units.py::test_topic_log_bytes_and_age",
-    "bindings.kafka/client.options.servers": "streaming/test_lifecycle.py::test_broker_down_at_start",
+        "bindings/kafka/test_topic_log.py::test_topic_log_bytes_and_age",
+    "bindings.kafka/client.options.servers": "e2e/test_lifecycle.py::test_broker_down_at_start",
     "bindings.kafka/client.options.sasl": SASL,
     "bindings.kafka/client.options.sasl.mechanism": SASL,
     "bindings.kafka/client.options.sasl.username": SASL,
     "bindings.kafka/client.options.sasl.password": SASL,
+    "bindings.kafka/client.options.max-history-reads":
+        "reliability/test_slow_clients.py::test_history_reads_waiting_are_bounded_and_a_stream_waits_its_turn",
     "bindings.kafka/client.options.properties":
         "telemetry/test_kafka_metrics.py::test_consumer_lag_rises_while_behind_then_returns_to_zero",
     "vaults.*.type": f"{TLS}::test_seed_config_sni_and_alpn",
@@ -160,7 +181,7 @@ COVERAGE: dict[str, str] = {
     "vaults.*.options.keys": f"{TLS}::test_sni_picks_the_key_unknown_names_get_the_first",
     "vaults.*.options.keys.store": f"{TLS}::test_sni_picks_the_key_unknown_names_get_the_first",
     "vaults.*.options.keys.type": f"{TLS}::test_sni_picks_the_key_unknown_names_get_the_first",
-    "vaults.*.options.keys.password": "tls/test_vault.py::test_wrong_password_is_a_store_error",
+    "vaults.*.options.keys.password": "vaults/test_vault.py::test_wrong_password_is_a_store_error",
     "vaults.*.options.trust": f"{TLS}::test_mutual_required",
     "vaults.*.options.trust.store": f"{TLS}::test_mutual_required",
     "vaults.*.options.trust.type": f"{TLS}::test_mutual_required",
@@ -226,7 +247,7 @@ def _defined(file: str) -> tuple[set[str], str]:
 def test_every_schema_key_has_a_behaviour_or_refusal_test() -> None:
     paths = list(schema_paths())
     assert len(paths) > 100, "the walk found too few keys to mean anything"
-    # every key of a guard entry is the JWT work's, like `guards` itself
+    # every key of a guard entry is shown by the guarded end-to-end test, like `guards` itself
     missing = [p for p in paths if p not in COVERAGE and not p.startswith("guards.")]
     assert missing == [], "keys with neither a behaviour nor a refusal test:\n" + \
         "\n".join(missing)
@@ -236,10 +257,6 @@ def test_every_schema_key_has_a_behaviour_or_refusal_test() -> None:
 
 def test_every_listed_test_exists() -> None:
     for key, where in COVERAGE.items():
-        if where == JWT:
-            assert key.startswith(("guards", "bindings.*.routes[].guarded",
-                                   "bindings.http/server.options.authorization")), key
-            continue
         m = re.fullmatch(r"([\w/]+\.py)::(\w+)(?:\[([\w-]+)\])?", where)
         assert m is not None, (key, where)
         names, text = _defined(m[1])

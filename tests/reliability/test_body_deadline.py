@@ -13,7 +13,7 @@ from ssekd.bindings.http.channel import DEFAULT_BODY_TIMEOUT, LIMITS_SCHEMA, Lim
 from ssekd.bindings.registry import discover
 from ssekd.config import ConfigError
 from ssekd.config.load import load_config
-from tests.reliability.fakes import Upload, chunk, http11, http_site
+from tests.support.http_fakes import Upload, chunk, http11, http_site
 
 
 def test_a_trickled_body_gets_408_at_the_deadline() -> None:

@@ -15,9 +15,9 @@ from twisted.internet.testing import MemoryReactorClock
 
 from ssekd.bindings.http.channel import LIMITS_SCHEMA, Limits
 from ssekd.broker import Broker, free_port
-from tests.conftest import start_daemon
-from tests.reliability.conftest import RawH2, daemon_config
-from tests.reliability.fakes import GetOnly, H2Peer, http_site
+from tests.support.daemon import start_daemon
+from tests.support.http_fakes import GetOnly, H2Peer, http_site
+from tests.support.reliability import RawH2, daemon_config
 
 Codes = h2.settings.SettingCodes
 
@@ -43,6 +43,8 @@ def test_a_header_block_over_header_bytes_ends_the_connection() -> None:
     assert peer.status(stream_id) is None
 
 
+@pytest.mark.daemon
+@pytest.mark.broker
 def test_a_header_block_within_header_bytes_is_served() -> None:
     peer = _peer(header_bytes=4096)
     stream_id = peer.request("GET", "/", headers=[("x-big", "v" * 3000)])
@@ -107,6 +109,8 @@ def test_a_headers_frame_trickled_a_byte_at_a_time_gets_the_same_deadline() -> N
     assert peer.transport.disconnecting and peer.goaway() is not None
 
 
+@pytest.mark.daemon
+@pytest.mark.broker
 def test_a_block_completed_in_time_is_served_and_disarms_the_deadline() -> None:
     peer = _peer(header_timeout=10.0, idle_timeout=60.0)
     stream_id, block = _header_block(peer)
@@ -127,6 +131,8 @@ def test_h2_limits_are_documented_keys() -> None:
     assert Limits.from_options({"h2-streams": 5, "h2-resets": 7}).h2_streams == 5
 
 
+@pytest.mark.daemon
+@pytest.mark.broker
 def test_the_daemon_advertises_its_configured_limits(
         kafka_broker: Broker, tmp_path: Path) -> None:
     port = free_port()

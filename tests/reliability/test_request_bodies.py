@@ -10,17 +10,20 @@ import time
 
 import h2.errors
 import h2.events
+import pytest
 from hyperframe.frame import DataFrame
 from twisted.internet.testing import MemoryReactorClock
 
 from ssekd.bindings.http.channel import Limits
-from tests.conftest import Daemon
-from tests.reliability.conftest import RawH2, tracebacks
-from tests.reliability.fakes import GetOnly, H2Peer, Upload, chunk, http11, http_site
+from tests.support.daemon import Daemon
+from tests.support.http_fakes import GetOnly, H2Peer, Upload, chunk, http11, http_site
+from tests.support.reliability import RawH2, tracebacks
 
 # -- on the wire: the daemon's sse and filesystem routes take no body ---------------------------
 
 
+@pytest.mark.daemon
+@pytest.mark.broker
 def test_endless_curl_upload_to_sse_gets_405_at_once(served: tuple[Daemon, int]) -> None:
     daemon, port = served
     # The pipe that used to fill the disk (Twisted spooled it all before routing).
@@ -50,6 +53,8 @@ def _exchange(port: int, head: bytes) -> bytes:
             received += data
 
 
+@pytest.mark.daemon
+@pytest.mark.broker
 def test_announced_body_to_a_get_only_route_is_answered_unread(
         served: tuple[Daemon, int]) -> None:
     _, port = served
@@ -60,6 +65,8 @@ def test_announced_body_to_a_get_only_route_is_answered_unread(
         assert b"\r\nconnection: close\r\n" in answer.lower()
 
 
+@pytest.mark.daemon
+@pytest.mark.broker
 def test_get_with_a_body_is_served_without_reading_it_and_the_connection_closes(
         served: tuple[Daemon, int]) -> None:
     _, port = served
@@ -69,6 +76,8 @@ def test_get_with_a_body_is_served_without_reading_it_and_the_connection_closes(
     assert answer.endswith(b"hello\n")
 
 
+@pytest.mark.daemon
+@pytest.mark.broker
 def test_h2_post_to_sse_is_405_before_its_body_is_read(served: tuple[Daemon, int]) -> None:
     daemon, port = served
     client = RawH2(port)

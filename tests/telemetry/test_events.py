@@ -23,9 +23,10 @@ from typing import Any
 import pytest
 
 from ssekd.broker import free_port, port_open, stop_process
-from tests.conftest import TWISTD
-from tests.streaming.conftest import SseClient, write_config
-from tests.tls.conftest import ENV, Pki, tls_config
+from tests.support.daemon import TWISTD
+from tests.support.pki import ENV, Pki, tls_config
+from tests.support.sse import SseClient
+from tests.support.streamd import write_config
 
 EVENT = re.compile(r"(?P<namespace>[a-zA-Z]+[a-zA-Z0-9._-]*):(?P<binding>[a-zA-Z]+[a-zA-Z0-9._-]*)"
                    r" \[(?P<time>\d\d/[A-Z][a-z]{2}/\d{4}:\d\d:\d\d:\d\d \+0000)\]"

@@ -7,17 +7,18 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from twisted.internet.defer import Deferred
 from twisted.internet.testing import MemoryReactorClock
 from twisted.web.test.requesthelper import DummyRequest
 
-from ssekd.bindings.api import StreamRequest
+from ssekd.bindings.api import HttpContext, StreamRequest
 from ssekd.bindings.sse.server import SseServer
 from ssekd.engine import Engine
 from ssekd.telemetry.events import EventLog
 from ssekd.telemetry.metrics import METRICS, Metrics, exported_name
 from ssekd.telemetry.prometheus import MetricsPage
-from tests.telemetry.conftest import Telemetryd
+from tests.support.telemetry import Telemetryd
 
 
 def _request(t: Telemetryd, method: str, path: str = "/metrics",
@@ -30,6 +31,8 @@ def _request(t: Telemetryd, method: str, path: str = "/metrics",
     return r.status, {k.lower(): v for k, v in r.getheaders()}, body
 
 
+@pytest.mark.broker
+@pytest.mark.daemon
 def test_get_and_head_only(telemetryd: Telemetryd) -> None:
     status, headers, body = _request(telemetryd, "GET")
     assert status == 200 and headers["content-type"].startswith("text/plain")
@@ -42,6 +45,8 @@ def test_get_and_head_only(telemetryd: Telemetryd) -> None:
     assert _request(telemetryd, "GET", "/other")[0] == 404
 
 
+@pytest.mark.broker
+@pytest.mark.daemon
 def test_openmetrics_when_asked(telemetryd: Telemetryd) -> None:
     status, headers, body = _request(
         telemetryd, "GET", headers={"Accept": "application/openmetrics-text; version=1.0.0"})
@@ -113,7 +118,7 @@ def test_a_scrape_with_ten_thousand_streams_takes_under_100_ms() -> None:
     clock = MemoryReactorClock()
     sse = SseServer("sse", _Source(), clock, EventLog("ns"), metrics=metrics)
     for _ in range(10_000):
-        sse.render(_Request(), None)  # type: ignore[arg-type]
+        sse.render(_Request(), HttpContext("http"))
     assert len(sse.streams) == 10_000
     page = MetricsPage(metrics, "/metrics")
     best = float("inf")
@@ -134,8 +139,8 @@ def test_stream_counts_pauses_and_who_closed() -> None:
     metrics.configure("ns", None, {}, {}, ["sse"])
     sse = SseServer("sse", _Source(), MemoryReactorClock(), EventLog("ns"), metrics=metrics)
     ended, gone = _Request(), _Request()
-    sse.render(ended, None)  # type: ignore[arg-type]
-    sse.render(gone, None)  # type: ignore[arg-type]
+    sse.render(ended, HttpContext("http"))
+    sse.render(gone, HttpContext("http"))
     first, second = list(sse.streams)
     first.pauseProducing()
     first.resumeProducing()

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from ssekd.broker import Broker
-from tests.streaming.conftest import Kafka
-from tests.telemetry.conftest import Telemetryd, run_telemetryd
+from tests.support.broker import Kafka
+from tests.support.telemetry import Telemetryd, run_telemetryd
 
 #: A consumer that takes about 1 KiB per fetch: a burst is consumed over seconds, not at once.
 THROTTLED = ("properties: {fetch.wait.max.ms: 10}",
@@ -46,6 +46,7 @@ def wait_value(t: Telemetryd, pattern: str, ok: object, timeout: float = 30.0) -
     raise AssertionError(f"{pattern}: seen {seen[-10:]}")
 
 
+@pytest.mark.broker
 def test_consumer_lag_rises_while_behind_then_returns_to_zero(kafka: Kafka,
                                                                slowd: Telemetryd) -> None:
     topic = kafka.topic(1)
@@ -62,6 +63,8 @@ def test_consumer_lag_rises_while_behind_then_returns_to_zero(kafka: Kafka,
         assert wait_value(slowd, lag, lambda v: v == 0, timeout=120) == 0
 
 
+@pytest.mark.broker
+@pytest.mark.daemon
 def test_cache_size_subscribers_and_filtered_per_topic(kafka: Kafka,
                                                         telemetryd: Telemetryd) -> None:
     topic = kafka.topic(2)
@@ -88,6 +91,8 @@ def resumes(t: Telemetryd, outcome: str) -> float:
                    f'outcome="{outcome}"}}')
 
 
+@pytest.mark.broker
+@pytest.mark.daemon
 def test_resumes_by_outcome(kafka: Kafka, telemetryd: Telemetryd) -> None:
     topic = kafka.topic(1)
     kafka.produce(topic, b"first")
@@ -103,7 +108,7 @@ def test_resumes_by_outcome(kafka: Kafka, telemetryd: Telemetryd) -> None:
             last = c.events(1)[0]
     before = {o: resumes(telemetryd, o) for o in ("cache", "kafka", "undecodable")}
     with telemetryd.open(f"/tiny/{topic}", {"Last-Event-ID": last.id or ""}) as c:
-        assert c.quiet(0.3) == []
+        assert c.until(kafka.mark(topic)) == []  # resumed at the end: nothing before the mark
     with telemetryd.open(f"/tiny/{topic}", {"Last-Event-ID": first.id or ""}) as c:
         assert c.events(1)[0].data == "later 0"
     with telemetryd.open(f"/tiny/{topic}", {"Last-Event-ID": "not-an-id"}) as c:
@@ -113,6 +118,7 @@ def test_resumes_by_outcome(kafka: Kafka, telemetryd: Telemetryd) -> None:
                                                           "undecodable": 1}
 
 
+@pytest.mark.broker
 def test_bootstrap_topics_are_cached_before_any_stream(kafka: Kafka, kafka_broker: Broker,
                                                        tmp_path: Path) -> None:
     topic = kafka.topic(1)

@@ -5,12 +5,16 @@ from __future__ import annotations
 import subprocess
 import urllib.request
 
-from tests.streaming.conftest import Kafka
-from tests.telemetry.conftest import PROMTOOL, CountingClient, Prometheus, Telemetryd
+import pytest
+
+from tests.support.broker import Kafka
+from tests.support.telemetry import PROMTOOL, CountingClient, Prometheus, Telemetryd
 
 STREAMS = 50
 
 
+@pytest.mark.broker
+@pytest.mark.daemon
 def test_fifty_streams_counted_then_gone_and_bytes_match(kafka: Kafka, telemetryd: Telemetryd,
                                                          prometheus: Prometheus) -> None:
     topic = kafka.topic(2)
@@ -54,6 +58,8 @@ def test_fifty_streams_counted_then_gone_and_bytes_match(kafka: Kafka, telemetry
     assert closes is not None and closes >= STREAMS
 
 
+@pytest.mark.broker
+@pytest.mark.daemon
 def test_http_duration_buckets_fill_for_static_requests(telemetryd: Telemetryd,
                                                         prometheus: Prometheus) -> None:
     count = 'sum(http_duration_milliseconds_count{binding="http"})'

@@ -10,7 +10,7 @@ from pathlib import Path
 import yaml
 
 from ssekd.telemetry.metrics import METRICS, exported_name
-from tests.telemetry.conftest import PROMTOOL
+from tests.support.telemetry import PROMTOOL
 
 ETC = Path(__file__).resolve().parents[2] / "etc" / "prometheus"
 PROCESS = {"process_open_fds", "process_max_fds", "process_cpu_seconds_total",

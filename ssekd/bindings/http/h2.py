@@ -54,7 +54,7 @@ import h2.events
 import h2.exceptions
 import h2.settings
 from twisted.internet.error import ConnectionLost
-from twisted.internet.interfaces import IDelayedCall
+from twisted.internet.interfaces import IDelayedCall, ITCPTransport
 from twisted.internet.protocol import connectionDone
 from twisted.python.failure import Failure
 from twisted.web import http
@@ -69,6 +69,8 @@ SEND_BUDGET = 256 * 1024
 
 #: Bytes queued for one stream before its producer is paused.
 STREAM_BUFFER_LIMIT = 64 * 1024
+#: Seconds a connection sent away with GOAWAY stays half-open, so the peer reads the GOAWAY.
+LINGER_SECONDS = 2.0
 
 
 class BatchingH2Connection(H2Connection):
@@ -91,6 +93,7 @@ class BatchingH2Connection(H2Connection):
         self.conn.decoder.max_header_list_size = self.limits.header_bytes
         self._blocks = HeaderBlockWatch()
         self._block_deadline: IDelayedCall | None = None
+        self._gone = False  # our GOAWAY is sent: input is dropped until the socket closes
         #: When the client's recent stream resets came (at most `h2_resets` + 1 kept).
         self._resets: deque[float] = deque()
         #: Bytes each stream's body may still bring, for streams whose route takes a body.
@@ -282,6 +285,8 @@ class BatchingH2Connection(H2Connection):
         window, so window-blocked streams get another look and their producers a chance.
 
         Also arms the header block deadline while a block is incomplete (`HeaderBlockWatch`)."""
+        if self._gone:
+            return  # after our GOAWAY: dropped unread while the close lingers
         self._blocks.feed(data)
         super().dataReceived(data)
         if not self._stillProducing:
@@ -441,7 +446,15 @@ class BatchingH2Connection(H2Connection):
         self.conn.close_connection(error_code=code)
         transport: Any = self.transport
         transport.write(self.conn.data_to_send())
-        transport.loseConnection()
+        self._gone = True
+        if ITCPTransport.providedBy(transport):
+            # A lingering close: closing a socket with unread input sends RST, and a peer that
+            # receives RST drops what it had not read yet, our GOAWAY among it. So close our
+            # side only, read and drop what still comes, and close for good a little later.
+            transport.loseWriteConnection()
+            self._reactor.callLater(LINGER_SECONDS, transport.loseConnection)
+        else:
+            transport.loseConnection()
         self.connectionLost(Failure(ConnectionLost(why)), _cancelTimeouts=False)
 
     # -- stream and connection ends ----------------------------------------------------------

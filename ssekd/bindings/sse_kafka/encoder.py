@@ -26,7 +26,7 @@ from ssekd.telemetry.metrics import Counter
 
 @dataclass(frozen=True)
 class Filter:
-    """All of: key equal (when given) and each header present with that value (SPEC §7)."""
+    """All of: key equal (when given) and each header present with that value (docs/protocol.md)."""
 
     key: bytes | None = None
     headers: tuple[tuple[str, bytes], ...] = ()
