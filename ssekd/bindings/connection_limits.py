@@ -4,7 +4,7 @@ to the tcp server's options, `limits: {connections, connections-per-ip}`).
 A connection over a limit is closed as soon as it is accepted, before a byte of it is read, and
 without an answer. At this layer nothing says yet whether it will carry an SSE request, and the
 two kinds of client want different answers: a browser's EventSource gives up for good on any
-status but `200` (SPEC §6), while it retries a connection that closes. Closing is the one answer
+status but `200` (docs/protocol.md), while it retries a connection that closes. Closing is the one answer
 every client takes as "try again".
 
 Every accepted socket is a file descriptor, and so is every Kafka socket, file being served and

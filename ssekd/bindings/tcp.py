@@ -1,5 +1,5 @@
 """tcp: `server` owns listening sockets and routes each accepted connection by local port and
-peer address (SPEC §2), within its connection limits (`connection_limits`); `client` is the
+peer address (docs/config-reference.md), within its connection limits (`connection_limits`); `client` is the
 outbound side toward Kafka and is only validated here."""
 
 from __future__ import annotations
@@ -161,6 +161,8 @@ def _build_server(ctx: BuildContext, binding: Binding) -> TcpServer:
         conditions = []
         for j, when in enumerate(route.when):
             path = base + ("routes", i, "when", j)
+            if "authority" in when:
+                raise ConfigError([ctx.issue(path + ("authority",), AUTHORITY_REFUSED)])
             try:
                 route_ports = frozenset(expand_ports(when["port"])) if "port" in when else None
             except ValueError as e:
@@ -172,8 +174,6 @@ def _build_server(ctx: BuildContext, binding: Binding) -> TcpServer:
                 raise ConfigError([ctx.issue(path + ("cidr",),
                                              f"expected a network such as 10.0.0.0/8: {e}")]) \
                     from e
-            if "authority" in when:
-                raise ConfigError([ctx.issue(path + ("authority",), AUTHORITY_REFUSED)])
             conditions.append(Condition(route_ports, network))
         assert route.exit is not None  # required by the schema
         exit_ = ctx.exit(route.exit, StreamBinding)
@@ -191,14 +191,27 @@ class TcpClient:
         self.binding = binding
 
 
-_UNUSED_CLIENT = "Accepted and not used: the kafka client's `servers` say where it connects."
+_CLIENT_REFUSAL = ("a tcp client has no options or routes in ssekd: the kafka client's "
+                   "`servers` say where it connects; remove them")
+
+
+def _build_client(ctx: BuildContext, binding: Binding) -> TcpClient:
+    """A tcp client carries no behaviour; options or routes given to it would be ignored, so
+    they are refused rather than silently accepted."""
+    base: tuple[str | int, ...] = ("bindings", binding.name)
+    issues = [ctx.issue(base + ("options", key), _CLIENT_REFUSAL) for key in binding.options]
+    if binding.routes:
+        issues.append(ctx.issue(base + ("routes",), _CLIENT_REFUSAL))
+    if issues:
+        raise ConfigError(issues)
+    return TcpClient(binding)
 
 _WHEN = {"type": "object", "additionalProperties": False, "properties": {
     "port": {**PORTS, "description": "Local port(s) the connection arrived on."},
     "cidr": {"type": "string", "description": "Network the peer's address is in, e.g. `10.0.0.0/8`."},
-    "authority": {"type": "string", "description": "Zilla's server name condition.",
-                  "x-ssekd-not-built": "Accepted and ignored: a condition is matched on its "
-                                       "`port` and `cidr` only."}}}
+    "authority": {"type": "string", "description": "Zilla's server name condition. Refused by "
+                                                   "ssekd: match server names in a tls "
+                                                   "binding's routes."}}}
 
 BINDING = BindingType("tcp", {
     "server": KindSpec(
@@ -216,15 +229,15 @@ BINDING = BindingType("tcp", {
                      "limits": LIMITS_SCHEMA}},
     ),
     "client": KindSpec(
-        role=Role.OUTBOUND, build=lambda ctx, b: TcpClient(b), when=_WHEN,
+        role=Role.OUTBOUND, build=_build_client, when=_WHEN,
         options={"type": "object", "additionalProperties": False,
-                 "description": "The outbound side toward Kafka, as in Zilla's example config. It is "
-                                "checked and has no behaviour of its own: the kafka client's "
-                                "`servers` say where it connects.",
+                 "description": "The outbound side toward Kafka, as in Zilla's example config. It has "
+                                "no behaviour of its own (the kafka client's `servers` say where "
+                                "it connects), so options and routes given to it are refused.",
                  "properties": {
-                     "host": {"type": "string", "description": "Host to connect to.",
-                              "x-ssekd-not-built": _UNUSED_CLIENT},
-                     "port": {**PORT, "description": "Port to connect to.",
-                              "x-ssekd-not-built": _UNUSED_CLIENT}}},
+                     "host": {"type": "string", "description": "Host to connect to. Refused "
+                                                             "by ssekd (see above)."},
+                     "port": {**PORT, "description": "Port to connect to. Refused by ssekd "
+                                                     "(see above)."}}},
     ),
 })

@@ -154,42 +154,6 @@ def test_daemon_refuses_to_start(tmp_path: Path, case: tuple) -> None:
     assert not port_open("127.0.0.1", port)
 
 
-GUARDED = GOOD.replace("name: test\n", "name: test\nguards:\n  jwt0:\n    type: jwt\n"
-                       "    options: {{issuer: https://auth.example.com, audience: ssekd}}\n", 1) \
-    .replace("        exit: files_map\n", "        exit: files_map\n        guarded:\n"
-             "          jwt0: [read]\n", 1)
-GUARD_REFUSED = "guards.jwt0: guard type jwt is not supported by this version of ssekd; remove " \
-                "the guard and the routes' `guarded` until it is"
-
-
-def test_a_guard_is_refused_while_guards_are_not_built(tmp_path: Path) -> None:
-    """A guarded route must not be served unguarded: the config is refused as a whole."""
-    config = tmp_path / "zilla.yaml"
-    config.write_text(GUARDED.format(port=7114))
-    (tmp_path / "www").mkdir()
-    load_config(config, discover())  # valid as Zilla config: the refusal is ssekd's own
-    with pytest.raises(ConfigError) as caught:
-        Engine(config, reactor=MemoryReactorClock(), environ={})
-    assert [str(i) for i in caught.value.issues] == [f"{config}:3: {GUARD_REFUSED}"]
-
-
-@pytest.mark.daemon
-def test_the_daemon_refuses_a_guard_and_never_listens(tmp_path: Path) -> None:
-    port = free_port()
-    config = tmp_path / "zilla.yaml"
-    config.write_text(GUARDED.format(port=port))
-    (tmp_path / "www").mkdir()
-    result = subprocess.run([TWISTD, "-n", "--pidfile=", "ssekd", "--config", str(config)],
-                            capture_output=True, timeout=30, cwd=tmp_path,
-                            env={"PATH": "/usr/bin:/bin"})
-    output = (result.stdout + result.stderr).decode()
-    assert result.returncode == 1, output
-    # all it prints (so no traceback, and it never said it listened)
-    assert output == f"ssekd: the config cannot be used (1 problem(s)):\n  {config}:3: " \
-                     f"{GUARD_REFUSED}\n"
-    assert not port_open("127.0.0.1", port)
-
-
 def test_a_secret_is_not_repeated_in_an_error(tmp_path: Path) -> None:
     config = tmp_path / "zilla.yaml"
     config.write_text("name: t\nvaults:\n  v:\n    type: filesystem\n    options:\n"

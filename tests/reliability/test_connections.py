@@ -3,7 +3,7 @@ on loopback and real sockets.
 
 A connection over a limit is closed at once, before any byte of it is read: at the TCP layer the
 daemon cannot know yet whether it carries an SSE request, and a browser's EventSource retries a
-connection that closes, while a `503` would make it give up for good (SPEC §6). By default the
+connection that closes, while a `503` would make it give up for good (docs/protocol.md). By default the
 total limit stays below the process's file descriptor limit, so the daemon refuses connections
 itself, with room left for Kafka sockets and files, instead of meeting EMFILE."""
 

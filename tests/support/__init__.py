@@ -6,5 +6,8 @@ condition instead of sleeping), `broker` (topics and records on the test broker)
 client), `streamd` (the daemon with the streaming test config), `http` (curl and raw sockets),
 `static_site` (a static site config), `pki` (throwaway keys and stores, tls configs),
 `h2client` (an HTTP/2 SSE client), `kafka_records` (producing and reading records without
-the code under test), `data` (the files of `tests/data/`).
+the code under test), `data` (the files of `tests/data/`), `browser` (headless Chromium over
+CDP), `jwt` (keys, tokens, a JWKS server and guarded configs), `reliability` (the reliability
+tests' daemon config and a raw HTTP/2 client), `http_fakes` (the http binding's site over a
+`StringTransport`).
 """

@@ -6,6 +6,7 @@ Stores are made the way users make them: single-key stores with `cryptography` (
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import textwrap
@@ -241,3 +242,10 @@ def sse_config(folder: Path, store: Path, bootstrap: str, *, idle_timeout: float
                                       idle_timeout=idle_timeout, keepalive=keepalive,
                                       bootstrap=bootstrap))
     return path, tls_port, clear_port
+
+
+def subject(out: str) -> str:
+    """The certificate subject `openssl s_client` printed, without spaces (`CN=localhost`)."""
+    m = re.search(r"^subject=(.*)$", out, re.MULTILINE)
+    assert m, out
+    return m.group(1).replace(" ", "")

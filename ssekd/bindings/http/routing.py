@@ -1,4 +1,4 @@
-"""Matching requests to http routes by pseudo-headers and headers (SPEC §4).
+"""Matching requests to http routes by pseudo-headers and headers (docs/config-reference.md).
 
 A pattern matches the whole value, with the rules of `ssekd.patterns` (`*` a wildcard, `{name}`
 a capture). A `:path` pattern that does not end in `*` also matches with any query string.

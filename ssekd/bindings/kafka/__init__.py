@@ -1,6 +1,6 @@
 """kafka bindings: client (talks to the cluster), cache_server (per-topic caches), cache_client.
 
-cache_server options (SPEC §8, plus ssekd's cache bounds):
+cache_server options (docs/protocol.md, plus ssekd's cache bounds):
 
 - `bootstrap: [topic]` consumed from start-up, before any stream asks;
 - `topics: [{name, defaultOffset: live|historical}]`;
@@ -93,7 +93,8 @@ def _build_cache_server(ctx: BuildContext, binding: Binding) -> CacheServer:
                        idle_timeout=float(opts.get("idle-timeout", DEFAULT_IDLE_TIMEOUT)),
                        missing_topic_retries=int(opts.get("missing-topic-retries",
                                                           DEFAULT_GIVE_UP_AFTER)),
-                       catch_up_bytes=int(opts.get("catch-up-bytes", DEFAULT_CATCH_UP_BYTES)))
+                       catch_up_bytes=int(opts.get("catch-up-bytes", DEFAULT_CATCH_UP_BYTES)),
+                       metrics=ctx.metrics)
 
 
 def _build_cache_client(ctx: BuildContext, binding: Binding) -> CacheClient:
@@ -104,11 +105,10 @@ def _build_cache_client(ctx: BuildContext, binding: Binding) -> CacheClient:
 BINDING = BindingType("kafka", {
     "cache_client": KindSpec(role=Role.KAFKA_CACHE, build=_build_cache_client,
                              exit=Exit.REQUIRED, exit_roles=(Role.KAFKA_CACHE,),
-                             options={"type": "object",
+                             options={"type": "object", "additionalProperties": False,
                                       "description": "What sse-kafka routes exit to: it hands "
-                                                     "every stream to its cache_server.",
-                                      "x-ssekd-not-built": "Any options are accepted and none "
-                                                           "is read."}),
+                                                     "every stream to its cache_server. It "
+                                                     "takes no options."}),
     "cache_server": KindSpec(
         role=Role.KAFKA_CACHE, build=_build_cache_server, exit=Exit.REQUIRED,
         exit_roles=(Role.KAFKA_CLIENT,), bootstrap_topics=bootstrap_topics,

@@ -1,7 +1,7 @@
 """kafka cache_server and cache_client: one `TopicCache` per topic, shared by every stream.
 
 The cache_server owns the caches and asks its kafka client to consume each topic once, however
-many streams read it (SPEC §8); `bootstrap` topics are consumed from start-up. The cache_client
+many streams read it (docs/protocol.md); `bootstrap` topics are consumed from start-up. The cache_client
 is what sse-kafka routes exit to; it hands subscriptions to its cache_server.
 
 A `TopicCache` alone decides which tail group or lagging set each of its subscriptions is in;
@@ -35,6 +35,7 @@ from ssekd.bindings.kafka.subscription import (
 )
 from ssekd.bindings.kafka.topic_log import CacheBounds, TopicLog
 from ssekd.progress import ProgressState
+from ssekd.telemetry.metrics import Metrics, Reading
 
 #: Topics one cache_server follows at most, unless `max-topics` says otherwise.
 DEFAULT_MAX_TOPICS = 100
@@ -179,7 +180,8 @@ class CacheServer(Service):
                  bounds: CacheBounds | None = None, max_topics: int = DEFAULT_MAX_TOPICS,
                  idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
                  missing_topic_retries: int = DEFAULT_GIVE_UP_AFTER,
-                 catch_up_bytes: int = DEFAULT_CATCH_UP_BYTES) -> None:
+                 catch_up_bytes: int = DEFAULT_CATCH_UP_BYTES,
+                 metrics: Metrics | None = None) -> None:
         self.reactor = reactor
         self.client = client
         self.binding = binding
@@ -192,6 +194,8 @@ class CacheServer(Service):
         self.idle_timeout = idle_timeout
         self.missing_topic_retries = missing_topic_retries
         self.catch_up_bytes = catch_up_bytes
+        if metrics is not None:
+            metrics.reader(binding, "cache", self.figures)
 
     def event(self, name: str, detail: str) -> None:
         self.events.emit(self.binding, name, detail)
@@ -257,6 +261,28 @@ class CacheServer(Service):
     def subscribe(self, topic: str, encoder: EventEncoder, sink: EventSink,
                   start: Start) -> Subscription:
         return self.topic(topic).subscribe(encoder, sink, start)
+
+    def figures(self) -> Iterable[Reading]:
+        """Per topic (never per stream): its cache's size, oldest record age, readers, and the
+        consumer lag per partition from the tail consumer's last measurement."""
+        now = self.reactor.seconds()
+        for name, cache in self.topics.items():
+            log = cache.log
+            labels = {"topic": name}
+            yield "kafka.cache.messages", labels, float(log.count)
+            yield "kafka.cache.size", labels, float(log.bytes)
+            heads = [part.records[part.head].timestamp for part in log.partitions.values()
+                     if len(part)]
+            oldest = min((t for t in heads if t > 0), default=None)
+            yield "kafka.cache.oldest.age", labels, \
+                max(0.0, now - oldest / 1000.0) if oldest is not None else 0.0
+            yield "kafka.cache.subscribers", labels, \
+                float(len(cache.group_of) + len(cache.lagging))
+        tail = self.client.tails.get(self.binding)
+        lag = tail.lag if tail is not None else {}
+        for (topic, partition), behind in lag.items():
+            yield "kafka.consumer.lag", {"topic": topic, "partition": str(partition)}, \
+                float(behind)
 
     def stopService(self) -> None:
         super().stopService()

@@ -48,6 +48,8 @@ _log = Logger()
 
 #: Records taken from librdkafka per `consume` call (one batch handed to the reactor).
 BATCH = 1000
+#: Seconds between measurements of the consumer lag (local calls only: no broker round trip).
+LAG_INTERVAL = 1.0
 #: History reads queued or running at once, unless the client's options say otherwise.
 DEFAULT_MAX_HISTORY_READS = 64
 
@@ -169,7 +171,7 @@ class KafkaClient(Service):
         self.settings = settings
         self.binding = binding
         self._emit = emit
-        #: One tail consumer per cache_server (SPEC §8: one consumer per cache_server topic set).
+        #: One tail consumer per cache_server (docs/protocol.md: one consumer per cache_server topic set).
         self.tails: dict[str, TailConsumer] = {}
         self.history = HistoryFetcher(self)
         #: History reads handed to the history thread and not answered yet.
@@ -283,6 +285,10 @@ class TailConsumer(_KafkaThread):
         self._next: dict[tuple[str, int], int] = {}
         self._unknown = MissingTopics()
         self._connected: bool | None = None
+        #: (topic, partition) -> high watermark minus next offset, as last measured. The thread
+        #: replaces the whole dict (one reference swap), so the reactor reads it without a lock.
+        self.lag: dict[tuple[str, int], int] = {}
+        self._next_lag = 0.0
 
     def _apply_changes(self, consumer: Any) -> bool:
         """Take the topics to follow or drop; True when one was added (metadata is due)."""
@@ -334,6 +340,9 @@ class TailConsumer(_KafkaThread):
                 if not self._assigned:
                     self.stopping.wait(0.05)
                     continue
+                if time.monotonic() >= self._next_lag:
+                    self._next_lag = time.monotonic() + LAG_INTERVAL
+                    self.lag = self._measure_lag(consumer)
                 first = consumer.poll(0.1)
                 if first is None:
                     continue
@@ -373,6 +382,28 @@ class TailConsumer(_KafkaThread):
             self.client.event("BINDING_KAFKA_PARTITIONS_ASSIGNED", f"{topic} {had}->{count}")
         if new:
             consumer.incremental_assign(new)
+
+    def _measure_lag(self, consumer: Any) -> dict[tuple[str, int], int]:
+        """Per assigned partition: the high watermark the last fetch brought (librdkafka's
+        cached figure; the fetched one is right even on tansu) minus the next offset to hand
+        to the cache. Partitions with either figure unknown yet are left out."""
+        tps = [TopicPartition(t, p) for t, n in self._assigned.items() for p in range(n)]
+        try:
+            positions = consumer.position(tps)
+        except KafkaException:
+            return self.lag
+        lag: dict[tuple[str, int], int] = {}
+        for tp in positions:
+            try:
+                _, high = consumer.get_watermark_offsets(tp, cached=True)
+            except KafkaException:
+                continue
+            key = (tp.topic, tp.partition)
+            nxt = tp.offset if tp.offset >= 0 else self._next.get(key)
+            if high is None or high < 0 or nxt is None:
+                continue
+            lag[key] = max(0, high - nxt)
+        return lag
 
     def _compacted(self, admin: Any, topic: str) -> bool:
         try:

@@ -112,7 +112,7 @@ class CatchUp:
 
     - `since_ms`: records older than the requested start time are passed over.
     - a fresh stream of a compacted topic starts from an empty state, so a tombstone for a key
-      it never sent is meaningless and left out (SPEC §8: a late subscriber gets the latest value
+      it never sent is meaningless and left out (docs/protocol.md: a late subscriber gets the latest value
       of each live key); a tombstone for a key it did send is delivered.
     """
 

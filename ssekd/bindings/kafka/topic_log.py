@@ -204,7 +204,7 @@ class TopicLog:
     # -- reading ---------------------------------------------------------------------------
 
     def historical_start(self, p: int) -> int:
-        """Where a stream with no position for `p` starts (SPEC §7: all the cache holds).
+        """Where a stream with no position for `p` starts (docs/protocol.md: all the cache holds).
 
         For a compacted topic that is the beginning of the topic, so a late subscriber gets the
         whole current state even when the cache evicted part of it (read back from Kafka).

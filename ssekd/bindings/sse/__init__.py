@@ -29,7 +29,8 @@ def _build(ctx: BuildContext, binding: Binding) -> SseServer:
                      retry=opts.get("retry"),
                      max_idle=float(opts.get("max-idle-time", DEFAULT_MAX_IDLE)),
                      max_streams=int(limits.get("streams", DEFAULT_MAX_STREAMS)),
-                     max_lag=float(limits.get("max-lag", DEFAULT_MAX_LAG)))
+                     max_lag=float(limits.get("max-lag", DEFAULT_MAX_LAG)),
+                     metrics=ctx.metrics)
 
 
 BINDING = BindingType("sse", {

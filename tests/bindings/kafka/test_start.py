@@ -1,5 +1,5 @@
 """Unit tests of one piece: `start_positions`, the one place that decides where a stream starts
-in each partition (SPEC §7), on a real `TopicLog`; and a subscription following it, on a
+in each partition (docs/protocol.md), on a real `TopicLog`; and a subscription following it, on a
 `MemoryReactorClock` with a fake cache owner and a fake Kafka."""
 
 from __future__ import annotations

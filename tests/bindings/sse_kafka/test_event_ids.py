@@ -1,4 +1,4 @@
-"""Event ids against the real broker: 3 partitions, keys, headers, tombstones (SPEC §7)."""
+"""Event ids against the real broker: 3 partitions, keys, headers, tombstones (docs/protocol.md)."""
 
 from __future__ import annotations
 

@@ -14,17 +14,11 @@ from typing import Any
 import pytest
 
 from tests.support.daemon import Daemon
-from tests.support.pki import Pki, run, s_client
+from tests.support.pki import Pki, run, s_client, subject
 
 pytestmark = [pytest.mark.daemon]
 
 SEED_TLS = "{keys: [localhost], sni: [localhost], alpn: [http/1.1, h2]}"
-
-
-def subject(out: str) -> str:
-    m = re.search(r"^subject=(.*)$", out, re.MULTILINE)
-    assert m, out
-    return m.group(1).replace(" ", "")
 
 
 def alpn(out: str) -> str:
