@@ -106,6 +106,8 @@ COVERAGE: dict[str, str] = {
         f"{H2}::test_the_daemon_advertises_its_configured_limits",
     "bindings.http/server.options.limits.h2-resets":
         "reliability/test_h2_rapid_reset.py::test_more_resets_than_the_limit_in_ten_seconds_get_goaway",
+    "bindings.http/server.options.limits.h2-control-frames":
+        "reliability/test_h2_abuse.py::test_more_frames_to_answer_than_the_limit_get_goaway",
     "bindings.http/server.routes[].when[].headers":
         "bindings/http/test_http_server.py::test_unmatched_authority_is_404",
     "bindings.tls/server.options.keys": f"{TLS}::test_sni_picks_the_key_unknown_names_get_the_first",

@@ -19,8 +19,7 @@ from twisted.internet.testing import MemoryReactorClock
 from ssekd.bindings.api import StreamRequest, TryLater
 from ssekd.bindings.kafka.cache import CacheServer
 from ssekd.bindings.kafka.missing_topics import MissingTopics
-from ssekd.bindings.kafka.subscription import Subscription
-from ssekd.bindings.sse_kafka.proxy import SseKafkaProxy, SseKafkaRoute
+from ssekd.bindings.sse_kafka.proxy import RouteHandle, SseKafkaProxy, SseKafkaRoute
 from ssekd.broker import Broker, free_port
 from ssekd.patterns import Pattern
 from ssekd.telemetry.events import EventLog
@@ -90,8 +89,8 @@ def test_internal_topics_from_the_path_are_404(topic: str) -> None:
 def test_a_route_that_names_an_internal_topic_literally_serves_it() -> None:
     server, client = _server(MemoryReactorClock())
     proxy = _proxy(server)
-    assert isinstance(_open(proxy, "/offsets"), Subscription)
-    assert isinstance(_open(proxy, "/events/orders_v2"), Subscription)
+    assert isinstance(_open(proxy, "/offsets"), RouteHandle)
+    assert isinstance(_open(proxy, "/events/orders_v2"), RouteHandle)
     assert [t for t, _ in client.consumed] == ["__consumer_offsets", "orders_v2"]
 
 
@@ -144,7 +143,7 @@ def test_junk_names_cannot_hold_max_topics_and_a_full_cache_says_try_later() -> 
     assert isinstance(answer, TryLater), f"{answer!r}: a 503 would make the browser give up"
     assert "max-topics" in answer.reason
     clock.advance(60)
-    assert isinstance(_open(proxy, "/events/orders"), Subscription)
+    assert isinstance(_open(proxy, "/events/orders"), RouteHandle)
 
 
 # -- missing topics ---------------------------------------------------------------------------------

@@ -120,6 +120,10 @@ class RouteHandle:
     def resume(self) -> None:
         self.subscription.resume()
 
+    @property
+    def closed(self) -> bool:
+        return self.subscription.closed
+
     def close(self) -> None:
         if not self.subscription.closed:
             self.gauge.value -= 1
