@@ -1,7 +1,7 @@
 """The stdout exporter: every line the daemon prints to stdout is an event in SPEC §10's format
 (`namespace:binding [dd/Mon/yyyy:HH:mm:ss +0000] EVENT_NAME detail`), including the ones about a
-config that cannot start, a failed reload, a broker that is down, a TLS handshake that failed and
-an unreadable last event id.
+config that cannot start, a failed reload, a broker that is down, a TLS handshake that failed, a
+token the JWT guard refused and an unreadable last event id.
 
 twistd's own log goes to `--logfile`, so stdout holds what the stdout exporter prints and
 nothing else: every line of it must parse.
@@ -22,8 +22,11 @@ from typing import Any
 
 import pytest
 
-from ssekd.broker import free_port, port_open, stop_process
+from ssekd.broker import Broker, free_port, port_open, stop_process
 from tests.support.daemon import TWISTD
+from tests.support.jwt import JwksServer, ec_key
+from tests.support.jwt import curl as jwt_curl
+from tests.support.jwt import write_config as write_jwt_config
 from tests.support.pki import ENV, Pki, tls_config
 from tests.support.sse import SseClient
 from tests.support.streamd import write_config
@@ -171,3 +174,23 @@ def _scrape(port: int) -> str:
 
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
         return str(r.read().decode())
+
+
+@pytest.mark.broker
+@pytest.mark.daemon
+def test_a_refused_token_is_an_event_with_its_reason_and_never_the_token(
+        tmp_path: Path, launch: Any, kafka_broker: Broker) -> None:
+    key = ec_key()
+    jwks = JwksServer([key]).up()
+    try:
+        port = free_port()
+        run = launch(write_jwt_config(tmp_path, port, kafka_broker.bootstrap, jwks.url), [port])
+        run.wait_event("GUARD_JWT_KEYS_LOADED")
+        expired = key.token(ttl=-60)
+        assert jwt_curl(f"http://127.0.0.1:{port}/events/t", token=expired).status == 403
+        failed = run.wait_event("GUARD_JWT_AUTHORIZATION_FAILED")
+        assert (failed.namespace, failed.binding) == ("test", "jwt0")
+        assert "expired" in failed.detail and expired not in run.stdout.read_text()
+        assert [e.name for e in run.events()].count("GUARD_JWT_AUTHORIZATION_FAILED") == 1
+    finally:
+        jwks.down()
