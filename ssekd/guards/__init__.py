@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
-from importlib.metadata import entry_points
 
 from ssekd.bindings.api import GuardType
+from ssekd.bindings.registry import load_entry_points
 
 GROUP = "ssekd.guards"
 
@@ -29,13 +29,5 @@ class GuardTypes:
 @cache
 def discover(group: str = GROUP) -> GuardTypes:
     """The guard types registered under the entry point `group`."""
-    found: dict[str, GuardType] = {}
-    broken: dict[str, str] = {}
-    for ep in entry_points(group=group):
-        try:
-            guard_type = ep.load()
-        except Exception as e:
-            broken[ep.name] = f"{type(e).__name__}: {e}"
-            continue
-        found[guard_type.name] = guard_type
+    found, broken = load_entry_points(group)
     return GuardTypes(found, broken)
