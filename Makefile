@@ -6,7 +6,7 @@ CONFIG ?= etc/zilla.yaml
 # Reinstall whenever pyproject.toml changes.
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 # Debian programs the tests and benchmarks drive as real clients.
-DEBS   := curl openssl wrk nghttp2-client chromium default-jre-headless
+DEBS   := curl openssl wrk nghttp2-client chromium default-jre-headless prometheus
 PYTEST_ARGS ?=
 
 # `make test-compat`: the same suite in a second venv on the oldest Twisted pyproject.toml allows
@@ -41,7 +41,7 @@ system-deps:
 
 # Serve etc/zilla.yaml in the foreground: dev TLS key, dev broker and demo producer as needed.
 run: setup
-	$(BIN)/python -m ssekd.dev --config $(CONFIG)
+	$(BIN)/python -m ssekd.dev --dev-broker --dev-tokens --config $(CONFIG)
 
 test: setup system-deps
 	SPARK_LOCAL_IP=127.0.0.1 $(BIN)/python -m pytest -q $(PYTEST_ARGS)
@@ -66,8 +66,9 @@ test-compat: $(COMPAT_STAMP) system-deps
 	SPARK_LOCAL_IP=127.0.0.1 $(COMPAT)/bin/python -m pytest -q -p no:cacheprovider \
 	  -k 'not spark or test_serving' $(PYTEST_ARGS)
 
+# `make bench QUICK=1`: the short mode of the benchmarks that have one.
 bench: setup system-deps
-	$(BIN)/python bench/run.py
+	$(BIN)/python bench/run.py $(if $(QUICK),--quick)
 
 check: setup
 	$(BIN)/ssekd check --config $(CONFIG)

@@ -6,10 +6,14 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from types import TracebackType
+from typing import Any, Self
+
+import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -84,3 +88,36 @@ __all__ = [
     "wait_port",
     "write_result",
 ]
+
+
+class PeakRss:
+    """Samples a process's resident memory every `interval` seconds while the block runs.
+
+    `with PeakRss(pid) as rss: ...` then `rss.before`, `rss.peak`, `rss.growth` (bytes).
+    """
+
+    def __init__(self, pid: int, interval: float = 0.02) -> None:
+        self.process = psutil.Process(pid)
+        self.interval = interval
+        self.before = self.peak = 0
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    @property
+    def growth(self) -> int:
+        return self.peak - self.before
+
+    def _sample(self) -> None:
+        while not self._done.is_set():
+            self.peak = max(self.peak, self.process.memory_info().rss)
+            time.sleep(self.interval)
+
+    def __enter__(self) -> Self:
+        self.before = self.peak = self.process.memory_info().rss
+        self._thread.start()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self._done.set()
+        self._thread.join()

@@ -77,6 +77,9 @@ bindings:
     options:
       servers: ["{bootstrap}"]
       properties: {{fetch.wait.max.ms: 10}}
+telemetry:
+  exporters:
+    prom: {{type: prometheus, options: {{endpoints: [{{port: {metrics_port}}}]}}}}
 """
 
 
@@ -196,13 +199,15 @@ def _hold_idle(port: int, path: str, n: int, ready: Any, done: Any) -> None:
 # -- helpers ---------------------------------------------------------------------------------
 
 class Rig:
-    def __init__(self) -> None:
+    def __init__(self, template: str = CONFIG) -> None:
         self.tmp = Path(tempfile.mkdtemp(prefix="ssekd-bench-"))
         self.broker = start_broker(log_path=self.tmp / "tansu.log")
         self.admin = AdminClient({"bootstrap.servers": self.broker.bootstrap})
         self.port = free_port()
+        self.metrics_port = free_port()
         config = self.tmp / "zilla.yaml"
-        config.write_text(CONFIG.format(port=self.port, bootstrap=self.broker.bootstrap))
+        config.write_text(template.format(port=self.port, bootstrap=self.broker.bootstrap,
+                                          metrics_port=self.metrics_port))
         self.log = open(self.tmp / "daemon.log", "wb")  # noqa: SIM115 - lives as long as the daemon
         import subprocess
         self.daemon = subprocess.Popen([TWISTD, "-n", "--pidfile=", "ssekd", "--config",
@@ -259,11 +264,12 @@ def _pct(values: list[float], q: float) -> float:
 
 
 def fanout(rig: Rig, clients: int, rate: float, seconds: float, procs: int = 1,
-           sample: int = 50) -> dict[str, Any]:
+           sample: int = 50, query: str = "") -> dict[str, Any]:
     """`clients` streams of one topic while `rate` events/s are produced for `seconds`.
 
     Every stream is drained and counted (a stream that misses or repeats an event shows in
-    `complete`); latency is taken on `sample` streams spread over the clients.
+    `complete`); latency is taken on `sample` streams spread over the clients. `query` is added
+    to each stream's path (e.g. `?access_token=...` for guarded streams, `bench/jwt.py`).
     """
     topic = rig.topic(f"fanout-{clients}-{int(rate)}-{time.monotonic_ns()}")
     ctx = mp.get_context("fork")
@@ -273,7 +279,7 @@ def fanout(rig: Rig, clients: int, rate: float, seconds: float, procs: int = 1,
     deadline = ctx.Value("d", 0.0)
     out: Any = ctx.Queue()
     per = clients // procs
-    ps = [ctx.Process(target=_clients, args=(rig.port, f"/events/{topic}", per,
+    ps = [ctx.Process(target=_clients, args=(rig.port, f"/events/{topic}{query}", per,
                                              max(1, sample // procs), ready[i], go, expected,
                                              deadline, out))
           for i in range(procs)]
@@ -311,6 +317,67 @@ def fanout(rig: Rig, clients: int, rate: float, seconds: float, procs: int = 1,
         "client_cpu_pct": round(100 * sum(r[2] for r in results) / produce_time, 1),
         "load_avg": round(os.getloadavg()[0], 2),
         "rss_mib": round(rss / 2**20, 1),
+    }
+
+
+def _scraper(port: int, interval: float, stop: Any, out: Any) -> None:
+    """GET the metrics page every `interval` seconds until `stop`; report the scrape times."""
+    import urllib.request
+
+    times: list[float] = []
+    size = 0
+    while not stop.is_set():
+        began = time.monotonic()
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+            size = len(r.read())
+        took = time.monotonic() - began
+        times.append(took)
+        stop.wait(max(0.0, interval - took))
+    out.put((times, size))
+
+
+def scrape_overhead(rig: Rig, clients: int, rate: float, seconds: float,
+                    rounds: int = 2) -> dict[str, Any]:
+    """The same fan-out with and without a scraper hitting the metrics page every 100 ms, in
+    alternating order (`rounds` of each): delivered events/s and the daemon's CPU per 1,000
+    deliveries, so the cost of metrics being read shows even when delivery keeps up."""
+    ctx = mp.get_context("fork")
+    runs: list[dict[str, Any]] = []
+    for i in range(rounds):
+        for scraping in ((False, True) if i % 2 == 0 else (True, False)):
+            stop = ctx.Event()
+            out: Any = ctx.Queue()
+            scraper = ctx.Process(target=_scraper, args=(rig.metrics_port, 0.1, stop, out)) \
+                if scraping else None
+            if scraper is not None:
+                scraper.start()
+            run = fanout(rig, clients, rate, seconds)
+            if scraper is not None:
+                stop.set()
+                times, size = out.get(timeout=30)
+                scraper.join(10)
+                run.update(scrapes=len(times), scrape_p50_ms=round(_pct(times, 0.5) * 1000, 2),
+                           scrape_max_ms=round(max(times, default=0.0) * 1000, 2),
+                           page_bytes=size)
+            run["scraping"] = scraping
+            run["cpu_ms_per_1000"] = round(run["daemon_cpu_pct"] / 100 * run["seconds"] * 1e6
+                                           / max(1, run["delivered"]), 2)
+            runs.append(run)
+
+    def mean(key: str, scraping: bool) -> float:
+        values = [r[key] for r in runs if r["scraping"] is scraping]
+        return sum(values) / len(values)
+
+    base, scraped = mean("delivered_per_s", False), mean("delivered_per_s", True)
+    cpu_base, cpu_scraped = mean("cpu_ms_per_1000", False), mean("cpu_ms_per_1000", True)
+    return {
+        "clients": clients, "rate": rate, "runs": runs,
+        "delivered_per_s_without": round(base), "delivered_per_s_with": round(scraped),
+        "throughput_cost_pct": round(100 * (base - scraped) / base, 2),
+        "cpu_ms_per_1000_without": round(cpu_base, 2),
+        "cpu_ms_per_1000_with": round(cpu_scraped, 2),
+        "cpu_cost_pct": round(100 * (cpu_scraped - cpu_base) / cpu_base, 2),
+        "complete": all(r["complete"] == r["clients"] for r in runs),
     }
 
 
@@ -422,11 +489,11 @@ def single_client(rig: Rig, messages: int) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--only", choices=["throughput", "latency", "idle", "single"],
+    parser.add_argument("--only", choices=["throughput", "latency", "idle", "single", "scrape"],
                         action="append")
     args = parser.parse_args(argv)
     q = args.quick
-    only = set(args.only or ["throughput", "latency", "idle", "single"])
+    only = set(args.only or ["throughput", "latency", "idle", "single", "scrape"])
     results: dict[str, Any] = {"machine": {"cpus": os.cpu_count(),
                                            "python": sys.version.split()[0]}}
     rig = Rig()
@@ -439,6 +506,9 @@ def main(argv: list[str] | None = None) -> int:
             results["throughput"] = [fanout(rig, c, r, 5 if q else 10)
                                      for c, r in ([(100, 1000)] if q else
                                                   [(1000, 250), (2000, 150), (200, 1500)])]
+        if "scrape" in only:
+            results["scrape_overhead"] = scrape_overhead(rig, 200 if q else 1000, 100,
+                                                         5 if q else 10)
         if "idle" in only:
             results["idle"] = idle(rig, 1000 if q else 10_000)
     finally:
@@ -464,6 +534,19 @@ def print_table(r: dict[str, Any]) -> None:
             print(f"{x['clients']:>8} {x['rate']:>8.0f} {x['delivered_per_s']:>12,} "
                   f"{x['complete']:>5}/{x['clients']:<5} {x['p50_ms']:>8} {x['p99_ms']:>8} "
                   f"{x['daemon_cpu_pct']:>9} {x['client_cpu_pct']:>9} {x['load_avg']:>5}")
+    if "scrape_overhead" in r:
+        s = r["scrape_overhead"]
+        print(f"\nscraping /metrics every 100 ms, {s['clients']:,} x {s['rate']:.0f}/s "
+              f"(alternating runs): delivered {s['delivered_per_s_without']:,}/s without, "
+              f"{s['delivered_per_s_with']:,}/s with ({s['throughput_cost_pct']}% cost); daemon "
+              f"CPU {s['cpu_ms_per_1000_without']} -> {s['cpu_ms_per_1000_with']} ms per 1,000 "
+              f"deliveries ({s['cpu_cost_pct']}%); every stream complete: {s['complete']}")
+        for x in s["runs"]:
+            extra = (f" scrapes {x['scrapes']} p50 {x['scrape_p50_ms']} ms max "
+                     f"{x['scrape_max_ms']} ms ({x['page_bytes']:,} bytes)"
+                     if x["scraping"] else "")
+            print(f"  {'with   ' if x['scraping'] else 'without'} {x['delivered_per_s']:>9,}/s "
+                  f"cpu {x['daemon_cpu_pct']}% p99 {x['p99_ms']} ms{extra}")
     if "idle" in r:
         i = r["idle"]
         print(f"\nidle streams: {i['streams']:,} held={i['held']}  "

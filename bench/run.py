@@ -2,7 +2,8 @@
 bench/results/<name>.json; a summary of all of them goes to bench/results/all.json.
 
 Run one alone with `.venv/bin/python bench/<name>.py`; choose some with
-`bench/run.py static fanout`.
+`bench/run.py static fanout`; `--quick` (`make bench QUICK=1`) gives the benchmarks that have one
+their short mode.
 """
 
 from __future__ import annotations
@@ -19,10 +20,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import RESULTS
 
 #: In the order they run. Each module has `main() -> dict`.
-BENCHES = ["static", "fanout", "tls", "spark_snapshot"]
+BENCHES = ["static", "fanout", "slow_clients", "tls", "spark_snapshot", "jwt_guard"]
+#: The benchmarks that take `--quick`.
+QUICK = {"fanout", "jwt_guard"}
 
 
 def main(argv: list[str]) -> int:
+    quick = "--quick" in argv
+    argv = [a for a in argv if a != "--quick"]
     chosen = argv or [b for b in BENCHES if (Path(__file__).parent / f"{b}.py").exists()]
     summary: dict[str, object] = {}
     failed = []
@@ -30,7 +35,8 @@ def main(argv: list[str]) -> int:
         print(f"\n# bench: {name}\n", flush=True)
         started = time.monotonic()
         try:
-            sys.argv = [f"bench/{name}.py"]  # a bench that parses options sees none of ours
+            # a bench that parses options sees none of ours but --quick
+            sys.argv = [f"bench/{name}.py"] + (["--quick"] if quick and name in QUICK else [])
             result = importlib.import_module(name).main()
             summary[name] = {"seconds": round(time.monotonic() - started, 1), "result": result}
         except Exception:

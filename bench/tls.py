@@ -132,7 +132,7 @@ def _record(stream_events: list[int], payload: bytes, now_ns: int) -> None:
 def client_h2(port: int, ca: Path, topic: str, streams: int, expect: int,
               timeout: float) -> dict[str, Any]:
     sys.path.insert(0, str(ROOT))
-    from tests.tls.h2client import H2SseClient
+    from tests.support.h2client import H2SseClient
 
     latencies: list[int] = []
     with H2SseClient(port, ca=ca) as client:

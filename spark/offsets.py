@@ -3,7 +3,8 @@ offset listing.
 
 The development broker (tansu) answers `ListOffsets` wrongly: its high watermark can point at the
 first offset of the last record batch instead of past its end, and `offsets_for_times` always
-answers 0 (DESIGN.md). Trusting either would make a bounded read silently miss the last records.
+answers 0 (docs/operations.md, the development broker). Trusting either would make a bounded
+read silently miss the last records.
 So the end of a partition is the offset carried by librdkafka's end-of-partition event
 (`enable.partition.eof`), which comes from the high watermark of an actual fetch response, or past
 the last record received, whichever is larger. The listed watermark is used only as a place to

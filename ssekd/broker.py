@@ -3,7 +3,7 @@
 Apache Kafka cannot be installed from the registries this project reaches, so development and
 tests run against tansu, a Kafka-protocol broker with in-memory storage. It is never used when a
 config names real `servers`; `make run` starts it only when the configured servers are local and
-nothing listens there. See DESIGN.md for what tansu gets wrong (high watermark,
+nothing listens there. See docs/operations.md for what tansu gets wrong (high watermark,
 `offsets_for_times`) and why our code must not rely on those.
 """
 

@@ -23,12 +23,14 @@ from twisted.application.service import IService, MultiService
 from twisted.internet import defer
 from twisted.internet.interfaces import IAddress, IListeningPort, IProtocol, IReactorTCP
 from twisted.internet.protocol import ServerFactory
+from twisted.internet.task import LoopingCall
 from twisted.logger import Logger, LogLevel
 from twisted.python.failure import Failure
 
 from ssekd.bindings.api import (
     ROLE_PROTOCOLS,
     ConnectionFactory,
+    Guard,
     ListenerBinding,
     ListenSpec,
     R,
@@ -38,7 +40,12 @@ from ssekd.bindings.registry import Registry, discover
 from ssekd.config.errors import ConfigError, ConfigIssue
 from ssekd.config.load import load_config
 from ssekd.config.model import Binding, Config
+from ssekd.guards import GuardTypes
+from ssekd.guards import discover as discover_guards
+from ssekd.telemetry import prometheus
 from ssekd.telemetry.events import EventLog, stdout_stream
+from ssekd.telemetry.metrics import Metrics, known_names, label_name, matches
+from ssekd.vaults import open_vault
 
 log = Logger()
 
@@ -58,10 +65,15 @@ class GraphBuilder:
         self.config = config
         self.reactor: Reactor = engine.reactor
         self.events: EventLog = engine.events
+        self.metrics: Metrics = engine.metrics
         self.registry = engine.registry
+        self.guard_types = engine.guard_types
         self._previous = previous
         self._built: dict[str, object] = {}
         self._reused: set[str] = set()
+        self._guards: dict[str, Guard] = {}
+        #: Guards whose runtime (and keys) was carried over from before a reload.
+        self.reused_guards: set[str] = set()
         self._building: list[str] = []
         self._failed: set[str] = set()
         #: Stat of each vault's store files, taken once per build (compared on reload).
@@ -84,6 +96,37 @@ class GraphBuilder:
                                                 f"expected a binding that provides "
                                                 f"{role.__name__}")])
         return runtime  # type: ignore[return-value]  # checked just above
+
+    def guard(self, name: str) -> Guard:
+        """The runtime of guard `name`, built once (or kept from before a reload when its
+        config did not change, so a guard keeps the keys it fetched)."""
+        if name in self._guards:
+            return self._guards[name]
+        config = self.config.guards[name]
+        prev = self._previous
+        if prev is not None and name in prev.guards and prev.config.guards.get(name) == config:
+            self._guards[name] = prev.guards[name]
+            self.reused_guards.add(name)
+            return self._guards[name]
+        guard_type = self.guard_types.types.get(config.type)
+        if guard_type is None:
+            reason = self.guard_types.broken.get(config.type, "it is not installed")
+            raise ConfigError([self.issue(("guards", name, "type"),
+                                          f"cannot build guard type {config.type}: {reason}")])
+        try:
+            runtime = guard_type.build(self, config)
+        except ConfigError:
+            raise
+        except Exception as e:
+            log.failure("building guard {name}", name=name, level=LogLevel.debug)
+            raise ConfigError([self.issue(("guards", name), f"cannot build guard {config.type}: "
+                                          f"{type(e).__name__}: {e}")]) from e
+        self._guards[name] = runtime
+        return runtime
+
+    @property
+    def guards(self) -> Mapping[str, Guard]:
+        return self._guards
 
     def build(self, name: str) -> object:
         """The runtime object of binding `name`, built (or reused from before a reload) once."""
@@ -140,6 +183,8 @@ class GraphBuilder:
         old = prev.config.bindings.get(binding.name)
         if old != binding or not all(e in self._reused for e in binding.exits):
             return None
+        if not guard_names(binding) <= self.reused_guards:
+            return None  # a changed guard: the binding must check tokens with the new one
         if binding.vault and (prev.config.vaults.get(binding.vault) !=
                               self.config.vaults.get(binding.vault) or
                               prev.store_stamps.get(binding.vault) !=
@@ -157,6 +202,52 @@ class GraphBuilder:
         return self._reused
 
 
+#: Labels every metric carries or some carry: an attribute may not take their names.
+RESERVED_LABELS = frozenset({"namespace", "binding", "topic", "partition", "route", "outcome",
+                             "limit", "protocol", "le", "quantile"})
+
+
+def telemetry_problems(config: Config) -> list[ConfigIssue]:
+    """A `telemetry.metrics` entry (top level or a binding's) that matches no metric ssekd has
+    is a mistake (a typo would otherwise silently export nothing); so is an attribute whose
+    label name collides with one ssekd sets."""
+    issues: list[ConfigIssue] = []
+    names = known_names()
+    lists: list[tuple[tuple[str | int, ...], tuple[str, ...]]] = []
+    if config.telemetry.metrics is not None:
+        lists.append((("telemetry", "metrics"), config.telemetry.metrics))
+    for b in config.bindings.values():
+        if b.metrics is not None:
+            lists.append((("bindings", b.name, "telemetry", "metrics"), b.metrics))
+    for base, patterns in lists:
+        for i, pattern in enumerate(patterns):
+            if not any(matches((pattern,), n) for n in names):
+                issues.append(config.issue(base + (i,), f"{pattern!r} matches no metric of "
+                                           f"ssekd; expected a name or glob of: "
+                                           f"{', '.join(names)}"))
+    for key in config.telemetry.attributes:
+        if label_name(key) in RESERVED_LABELS:
+            issues.append(config.issue(("telemetry", "attributes", key),
+                                       f"attribute {key!r} would be the label "
+                                       f"{label_name(key)!r}, which ssekd's metrics set "
+                                       f"themselves; choose another name"))
+    return issues
+
+
+def unused_vault_problems(config: Config, found: list[ConfigIssue]) -> list[ConfigIssue]:
+    """Open the vaults no binding uses: a wrong password or a missing store is reported when
+    the config is checked, not on the day a binding starts using the vault."""
+    used = {b.vault for b in config.bindings.values() if b.vault}
+    issues: list[ConfigIssue] = []
+    for name in config.vaults:
+        if name not in used:
+            try:
+                open_vault(config, name)
+            except ConfigError as e:
+                issues.extend(i for i in e.issues if i not in found)
+    return issues
+
+
 def exit_path(binding: Binding, target: str) -> tuple[str | int, ...]:
     """Where `binding` names `target` as an exit: its `exit`, else the first route's."""
     base: tuple[str | int, ...] = ("bindings", binding.name)
@@ -166,6 +257,14 @@ def exit_path(binding: Binding, target: str) -> tuple[str | int, ...]:
         if route.exit == target:
             return base + ("routes", i, "exit")
     return base
+
+
+def guard_names(binding: Binding) -> set[str]:
+    """The guards a binding names: in `options.authorization` and in its routes' `guarded`."""
+    names = set(binding.options.get("authorization") or {})
+    for route in binding.routes:
+        names.update(route.guarded)
+    return names
 
 
 def store_stamps(config: Config) -> dict[str, tuple[tuple[str, int, int], ...]]:
@@ -193,16 +292,30 @@ class Graph:
     runtimes: dict[str, object]
     reused: set[str] = field(default_factory=set)
     store_stamps: dict[str, tuple[tuple[str, int, int], ...]] = field(default_factory=dict)
+    guards: dict[str, Guard] = field(default_factory=dict)
+    reused_guards: set[str] = field(default_factory=set)
+    #: The prometheus exporters' sockets (not a binding's).
+    exporter_specs: list[ListenSpec] = field(default_factory=list)
 
     def listen_specs(self) -> list[ListenSpec]:
-        specs: list[ListenSpec] = []
+        specs: list[ListenSpec] = list(self.exporter_specs)
         for runtime in self.runtimes.values():
             if isinstance(runtime, ListenerBinding):
                 specs.extend(runtime.listen_specs())
         return specs
 
     def services(self) -> dict[str, IService]:
-        return {n: r for n, r in self.runtimes.items() if IService.providedBy(r)}
+        """Bindings and guards that run (timers, threads), by binding name or `guards.name`."""
+        found = {n: r for n, r in self.runtimes.items() if IService.providedBy(r)}
+        found.update({f"guards.{n}": g for n, g in self.guards.items()
+                      if IService.providedBy(g)})
+        return found
+
+    def kept(self, service_name: str) -> bool:
+        """Whether the service of that name was carried over from before a reload."""
+        if service_name.startswith("guards."):
+            return service_name.removeprefix("guards.") in self.reused_guards
+        return service_name in self.reused
 
 
 class SwitchFactory(ServerFactory):
@@ -223,6 +336,7 @@ class Engine(MultiService):
     def __init__(self, config_path: Path, reactor: Any,
                  registry: Registry | None = None,
                  environ: Mapping[str, str] | None = None,
+                 guard_types: GuardTypes | None = None,
                  events: EventLog | None = None, print_events: bool = True) -> None:
         super().__init__()
         #: an IReactorTCP and `api.Reactor` (a MemoryReactorClock in tests)
@@ -230,14 +344,21 @@ class Engine(MultiService):
         self.config_path = config_path
         self.environ = environ
         self.registry = registry or discover()
+        self.guard_types = guard_types or discover_guards()
         self.graph: Graph | None = None
         self._ports: dict[tuple[str, int], tuple[IListeningPort, SwitchFactory]] = {}
         self.events = events or EventLog("ssekd")
         self.print_events = print_events
+        # Summaries of event floods are written when their second is over, not at the next
+        # event of the same name, which may never come.
+        self._ticker = LoopingCall(self.events.tick)
+        self._ticker.clock = reactor
+        self.metrics = Metrics()
         # Build the first graph now, so a bad config fails before twistd daemonizes or listens.
         config = load_config(config_path, self.registry, environ)
         self._configure_events(config)
         self._pending: Graph | None = self._build(config, previous=None)
+        self._configure_metrics(config)
 
     # -- building -------------------------------------------------------------------------
 
@@ -247,23 +368,43 @@ class Engine(MultiService):
             any(e.type == "stdout" for e in config.telemetry.exporters.values())
         self.events.stdout = stdout_stream() if stdout else None
 
+    def _configure_metrics(self, config: Config) -> None:
+        self.metrics.configure(
+            config.namespace, config.telemetry.metrics, config.telemetry.attributes,
+            {n: b.metrics for n, b in config.bindings.items() if b.metrics is not None},
+            config.bindings)
+
     def _build(self, config: Config, previous: Graph | None) -> Graph:
-        unsupported = [config.issue(("guards", g.name), f"guard type {g.type} is not supported "
-                                    f"by this version of ssekd; remove the guard and the "
-                                    f"routes' `guarded` until it is")
-                       for g in config.guards.values()]
+        telemetry_issues = telemetry_problems(config)
+        if telemetry_issues:
+            raise ConfigError(telemetry_issues)
+        unsupported = [config.issue(("catalogs", c), "catalogs are not supported yet by this "
+                                    "version of ssekd (no binding reads one); remove the "
+                                    "catalog") for c in config.catalogs]
         if unsupported:
             raise ConfigError(unsupported)
         ctx = GraphBuilder(self, config, previous)
         issues: list[ConfigIssue] = []
+        for name in config.guards:
+            try:
+                ctx.guard(name)
+            except ConfigError as e:
+                issues.extend(i for i in e.issues if i not in issues)
+        if issues:
+            raise ConfigError(issues)
         for name in config.bindings:
             try:
                 ctx.build(name)
             except ConfigError as e:
                 issues.extend(i for i in e.issues if i not in issues)
+        issues.extend(unused_vault_problems(config, issues))
         if issues:
             raise ConfigError(issues)
-        return Graph(config, dict(ctx.built), set(ctx.reused), ctx.store_stamps)
+        exporters = [ListenSpec(e.host, e.port, prometheus.site(self.metrics, e, self.reactor))
+                     for e in prometheus.endpoints((x.type, x.options)
+                                                   for x in config.telemetry.exporters.values())]
+        return Graph(config, dict(ctx.built), set(ctx.reused), ctx.store_stamps,
+                     dict(ctx.guards), set(ctx.reused_guards), exporters)
 
     # -- service lifecycle ----------------------------------------------------------------
 
@@ -281,6 +422,7 @@ class Engine(MultiService):
         super().startService()  # when privilegedStartService was skipped, _activate listens
         self._activate(graph, previous=None)
         self.events.emit(ENGINE, "ENGINE_STARTED", f"{self.config_path} pid {os.getpid()}")
+        self._ticker.start(1.0, now=False).addErrback(self._log_failure, "event summaries")
 
     def _activate(self, graph: Graph, previous: Graph | None) -> None:
         """Move the sockets to the new graph, start its services, stop what it dropped.
@@ -291,7 +433,7 @@ class Engine(MultiService):
         self._listen(graph)
         old_services = previous.services() if previous else {}
         for name, service in graph.services().items():
-            if name in graph.reused and old_services.get(name) is service:
+            if graph.kept(name) and old_services.get(name) is service:
                 continue
             service.setServiceParent(self)
         self.graph = graph
@@ -332,12 +474,17 @@ class Engine(MultiService):
         return {k: int(getattr(p.getHost(), "port", 0)) for k, (p, _) in self._ports.items()}
 
     def stopService(self) -> defer.Deferred[None]:
+        if self._ticker.running:
+            self._ticker.stop()
         ports = [p for p, _ in self._ports.values()]
         self._ports.clear()
         stops = [defer.maybeDeferred(p.stopListening) for p in ports]
         d: defer.Deferred[Any] = defer.DeferredList(stops)
         d.addCallback(lambda _: super(Engine, self).stopService())
         d.addCallback(lambda _: self.events.emit(ENGINE, "ENGINE_STOPPED", "-"))
+        # The process exits soon after: let the stdout writer take every line first (bounded,
+        # in case nobody reads stdout any more).
+        d.addCallback(lambda _: self.events.flush(timeout=5.0))
         return d.addCallback(lambda _: None)
 
     # -- reload ---------------------------------------------------------------------------
@@ -357,6 +504,7 @@ class Engine(MultiService):
             log.failure("reload failed")
             return False
         self._configure_events(config)
+        self._configure_metrics(config)
         self.events.emit(ENGINE, "CONFIG_RELOADED",
                          f"{self.config_path} ({len(graph.reused)} bindings kept)")
         return True

@@ -1,4 +1,4 @@
-"""Event ids: Zilla's `progress` token and the two id formats built on it (SPEC §7).
+"""Event ids: Zilla's `progress` token and the two id formats built on it (docs/protocol.md).
 
 A `progress` token says, for each partition a stream has seen, the *next* offset to read. It is
 the only state a browser keeps, so it must round-trip exactly: `ProgressId.encode` is byte-exact
@@ -17,7 +17,7 @@ from collections.abc import Mapping
 
 VERSION = 0x01
 
-#: Ids longer than this are refused with 400 (SPEC §6); it also bounds what the parser reads.
+#: Ids longer than this are refused with 400 (docs/protocol.md); it also bounds what the parser reads.
 MAX_ID_LENGTH = 254
 
 #: Upper bound on partitions listed in a token we accept. A 254-character id cannot list more
@@ -305,7 +305,7 @@ def clean_etag(raw: bytes | None) -> str | None:
 
 
 def format_event_id(fmt: str, token: str, etag: str | None, key: bytes | None) -> str:
-    """An event id in one of the two formats of SPEC §7."""
+    """An event id in one of the two formats of docs/protocol.md."""
     value = token if etag is None else f"{token}/{etag}"
     if fmt == KEY_ETAG_FORMAT:
         k = "null" if key is None else f'"{b64url(key)}"'

@@ -7,6 +7,7 @@ before it daemonizes or opens a port; the error names file, line, path and what 
 from __future__ import annotations
 
 import gc
+import re
 import signal
 import sys
 from pathlib import Path
@@ -17,7 +18,9 @@ from twisted.application.service import IService, MultiService, Service
 from twisted.python import usage
 
 from ssekd.config import ConfigError
-from ssekd.engine import Engine
+from ssekd.config.model import DEFAULT_NAMESPACE
+from ssekd.engine import ENGINE, Engine
+from ssekd.telemetry.events import EventLog, stdout_stream
 
 DEFAULT_CONFIG = "etc/zilla.yaml"
 
@@ -27,6 +30,18 @@ DEFAULT_CONFIG = "etc/zilla.yaml"
 #: about half garbage-collector time (measured with confluent-kafka on the dev broker: 250k ->
 #: 430k records/s kept). Only cycles wait longer to be freed; everything else goes by refcount.
 GC_YOUNG_THRESHOLD = 20_000
+
+
+def namespace_of(config_path: Path) -> str:
+    """The config's `name` for events about a config that did not load: read from its top-level
+    `name:` line when there is a plain one, else Zilla's default namespace."""
+    try:
+        text = config_path.read_text(encoding="utf-8", errors="replace")[:65536]
+    except OSError:
+        return DEFAULT_NAMESPACE
+    m = re.search(r"^name:[ \t]*['\"]?([a-zA-Z]+[a-zA-Z0-9._-]*)['\"]?[ \t]*(#.*)?$", text,
+                  re.MULTILINE)
+    return m.group(1) if m else DEFAULT_NAMESPACE
 
 
 class Options(usage.Options):
@@ -124,6 +139,11 @@ def makeService(options: Options | dict[str, Any], reactor: Any = None,
         print(f"ssekd: the config cannot be used ({len(e.issues)} problem(s)):", file=sys.stderr)
         for issue in e.issues:
             print(f"  {issue}", file=sys.stderr)
+        # ...and as events on stdout, in the format a log pipeline already parses: whether the
+        # config has a stdout exporter cannot be known when the config is what is broken.
+        events = EventLog(namespace_of(config_path), stdout=stdout_stream())
+        for issue in e.issues:
+            events.emit(ENGINE, "CONFIG_INVALID", str(issue))
         raise SystemExit(1) from None
     top = MultiService()
     engine.setServiceParent(top)

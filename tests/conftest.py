@@ -1,78 +1,37 @@
-"""Fixtures shared by every test folder: running the real daemon on loopback ports."""
+"""Fixtures shared by every test folder: the real daemon on loopback ports, the session's broker,
+the throwaway PKI. Only fixtures live here; the helpers they use are in `tests/support/`.
+
+Tests that start a daemon are marked `daemon`, tests that need the broker `broker` (see
+pyproject.toml); a test using one of the fixtures below without its mark is a collection error.
+"""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import time
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from ssekd.broker import Broker, free_port, port_open, start_broker, stop_process
+from ssekd.broker import Broker, free_port, start_broker
+from tests.support.broker import Kafka
+from tests.support.daemon import Daemon, start_daemon
+from tests.support.pki import ENV, Pki, make_pki, tls_config
+from tests.support.static_site import write_site
+from tests.support.streamd import Streamd, run_streamd
 
-TWISTD = str(Path(sys.executable).with_name("twistd"))
-
-
-@dataclass
-class Daemon:
-    """A `twistd -n ssekd` process. Its output goes to `log`; read it with `output()`."""
-
-    process: subprocess.Popen[bytes]
-    config: Path
-    log: Path
-    ports: list[int] = field(default_factory=list)
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace")
-
-    def alive(self) -> bool:
-        return self.process.poll() is None
-
-    def signal(self, signum: int) -> None:
-        self.process.send_signal(signum)
-
-    def stop(self, timeout: float = 10.0) -> int:
-        return stop_process(self.process, timeout)
-
-    def wait_output(self, text: str, timeout: float = 10.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if text in self.output():
-                return
-            time.sleep(0.05)
-        raise AssertionError(f"{text!r} not in daemon output:\n{self.output()}")
+#: Fixture -> the mark a test using it must carry (directly or through another fixture).
+NEEDS_MARK = {"run_daemon": "daemon", "site": "daemon", "streamd": "daemon", "tls_daemon": "daemon",
+              "kafka_broker": "broker"}
 
 
-def start_daemon(config: Path, env: Mapping[str, str] | None = None,
-                 wait_ports: list[int] | None = None, timeout: float = 20.0,
-                 extra_args: list[str] | None = None) -> Daemon:
-    """Start the daemon on `config` and wait until `wait_ports` accept connections."""
-    log = config.with_suffix(f".{time.monotonic_ns()}.log")
-    out = open(log, "wb")  # noqa: SIM115 - handed to the child, closed just below
-    proc_env = dict(os.environ)
-    proc_env.update(env or {})
-    process = subprocess.Popen(
-        [TWISTD, "-n", "--pidfile=", "ssekd", "--config", str(config), *(extra_args or [])],
-        stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=proc_env,
-        cwd=config.parent,
-    )
-    out.close()
-    daemon = Daemon(process, config, log, list(wait_ports or []))
-    deadline = time.monotonic() + timeout
-    for port in daemon.ports:
-        while not port_open("127.0.0.1", port):
-            if process.poll() is not None:
-                raise AssertionError(f"daemon exited with {process.returncode}:\n"
-                                     f"{daemon.output()}")
-            if time.monotonic() > deadline:
-                daemon.stop()
-                raise AssertionError(f"daemon did not listen on {port}:\n{daemon.output()}")
-            time.sleep(0.05)
-    return daemon
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        fixtures = getattr(item, "fixturenames", ())
+        for fixture, mark in NEEDS_MARK.items():
+            if fixture in fixtures and item.get_closest_marker(mark) is None:
+                raise pytest.UsageError(f"{item.nodeid} uses `{fixture}` and must be marked "
+                                        f"`{mark}`")
 
 
 @pytest.fixture
@@ -85,12 +44,12 @@ def daemons() -> Iterator[list[Daemon]]:
 
 
 @pytest.fixture
-def run_daemon(daemons: list[Daemon]):  # type: ignore[no-untyped-def]
+def run_daemon(daemons: list[Daemon]) -> Callable[..., Daemon]:
     """`run_daemon(config_path, env=..., wait_ports=[...])` -> a Daemon stopped after the test."""
 
     def run(config: Path, env: Mapping[str, str] | None = None,
-            wait_ports: list[int] | None = None, **kw: object) -> Daemon:
-        d = start_daemon(config, env, wait_ports, **kw)  # type: ignore[arg-type]
+            wait_ports: list[int] | None = None, **kw: Any) -> Daemon:
+        d = start_daemon(config, env, wait_ports, **kw)
         daemons.append(d)
         return d
 
@@ -102,6 +61,14 @@ def port() -> int:
     return free_port()
 
 
+@pytest.fixture
+def site(tmp_path: Path, run_daemon: Callable[..., Daemon], port: int) -> tuple[Daemon, str]:
+    """The static site of `tests.support.static_site` served on `port`: (daemon, base url)."""
+    config = write_site(tmp_path)
+    daemon = run_daemon(config, env={"HTTP_PORT": str(port)}, wait_ports=[port])
+    return daemon, f"http://localhost:{port}"
+
+
 @pytest.fixture(scope="session")
 def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
     """One tansu broker for the whole test session, on a free port; tests keep apart by topic."""
@@ -109,3 +76,38 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
     broker = start_broker(log_path=log)
     yield broker
     broker.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka(kafka_broker: Broker) -> Kafka:
+    """Topic creation and production against the session broker."""
+    return Kafka(kafka_broker.bootstrap)
+
+
+@pytest.fixture(scope="module")
+def streamd(kafka_broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Streamd]:
+    """One daemon per test module, with every route of the streaming config, on the session
+    broker."""
+    s = run_streamd(tmp_path_factory.mktemp("streamd"), kafka_broker.bootstrap,
+                    live_topics=("live-a", "live-b"))
+    yield s
+    s.daemon.stop()
+
+
+@pytest.fixture(scope="session")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    """Keys, certificates and PKCS#12 stores made once for the session."""
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+@pytest.fixture
+def tls_daemon(tmp_path: Path, pki: Pki,
+               run_daemon: Callable[..., Daemon]) -> Callable[..., tuple[Daemon, int, int]]:
+    """`tls_daemon("{keys: [localhost], alpn: [h2, http/1.1]}", ...)` -> (daemon, tls, h2c)."""
+
+    def start(tls_options: str, **kw: Any) -> tuple[Daemon, int, int]:
+        config, tls_port, clear_port = tls_config(tmp_path, pki, tls_options, **kw)
+        daemon = run_daemon(config, env=ENV, wait_ports=[tls_port, clear_port])
+        return daemon, tls_port, clear_port
+
+    return start

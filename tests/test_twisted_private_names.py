@@ -100,16 +100,17 @@ class Use:
 H2 = "twisted.web._http2"
 HTTP = "twisted.web.http"
 H2PY = "ssekd/bindings/http/h2.py"
-TLS_UNITS = "tests/tls/test_units.py"
-H2_SEND = "tests/tls/test_h2_send.py"
+H2C_TESTS = "tests/bindings/http/test_h2c.py"
+H2_SEND = "tests/bindings/http/test_h2_send.py"
 SWITCH = "SwitchingChannelProtocol repeats Twisted's ALPN switch with our HTTP/2 class"
+LIMITS = "request limits (body size, header count, rapid reset) applied where bytes arrive"
 BATCH = "BatchingH2Connection replaces H2Connection's data path (one write per reactor turn)"
 
 PRIVATE_NAMES: tuple[Use, ...] = (
     # -- twisted.web._http2: the whole module is private ---------------------------------------
-    Use(H2, Kind.MODULE, (H2PY, TLS_UNITS),
+    Use(H2, Kind.MODULE, (H2PY, H2C_TESTS),
         "HTTP/2 exists only here; we subclass its connection, tests check what was built"),
-    Use(f"{H2}:H2Connection", Kind.CLASS, (H2PY, TLS_UNITS), BATCH),
+    Use(f"{H2}:H2Connection", Kind.CLASS, (H2PY, H2C_TESTS), BATCH),
     Use(f"{H2}:H2Connection.__init__", Kind.OVERRIDE, (H2PY,),
         "we construct it with the site's reactor", ("self", "reactor")),
     Use(f"{H2}:_END_STREAM_SENTINEL", Kind.VALUE, (H2PY,),
@@ -147,13 +148,40 @@ PRIVATE_NAMES: tuple[Use, ...] = (
         ("self", "streamID")),
     Use(f"{H2}:H2Connection.connectionLost._cancelTimeouts", Kind.PARAMETER, (H2PY,),
         "our connectionLost override passes it through to Twisted's"),
+    Use(f"{H2}:H2Connection.writeHeaders", Kind.OVERRIDE, (H2PY,),
+        "headers for a stream the client already reset are dropped, not a traceback",
+        ("self", "version", "code", "reason", "headers", "streamID"), read_by=(H2,)),
+    Use(f"{H2}:H2Connection._requestReceived", Kind.OVERRIDE, (H2PY,),
+        f"{LIMITS}: header count, reset-before-render, and whether the route takes a body",
+        ("self", "event")),
+    Use(f"{H2}:H2Connection._requestDataReceived", Kind.OVERRIDE, (H2PY,),
+        f"{LIMITS}: DATA frames counted against `body-bytes` before Twisted stores them",
+        ("self", "event")),
+    Use(f"{H2}:H2Connection._requestEnded", Kind.OVERRIDE, (H2PY,),
+        f"{LIMITS}: a stream refused early is not handed on a second time", ("self", "event")),
+    Use(f"{H2}:H2Connection._requestAborted", Kind.OVERRIDE, (H2PY,),
+        f"{LIMITS}: client resets are counted (rapid reset) before Twisted forgets the stream",
+        ("self", "event")),
+    Use(f"{H2}:H2Connection._handlePriorityUpdate", Kind.OVERRIDE, (H2PY,),
+        "PRIORITY frames are ignored: Twisted's priority tree raised on a flood of them",
+        ("self", "event")),
+    Use(f"{H2}:H2Stream._request", Kind.ATTRIBUTE, (H2PY,),
+        f"{LIMITS}: the request being built, routed by its head to see if it takes a body"),
     Use(f"{H2}:H2Stream.windowUpdated", Kind.METHOD, (H2PY,),
         "resumes a stream's producer when its window (or our queue) has room again",
         ("self",)),
     Use(f"{H2}:H2Stream.flowControlBlocked", Kind.METHOD, (H2PY,),
         "pauses a stream's producer when its window is used up", ("self",)),
+    Use(f"{H2}:H2Stream.producer", Kind.ATTRIBUTE, (H2PY,),
+        "the stream's producer, stopped if it is a pull producer still running when the stream "
+        "is done (Twisted leaves it running)"),
+    Use(f"{H2}:H2Stream.hasStreamingProducer", Kind.ATTRIBUTE, (H2PY,),
+        "tells a pull producer (wrapped by Twisted, which never stops it) from a push one"),
+    Use(f"{H2}:H2Stream.abortConnection", Kind.METHOD, ("ssekd/bindings/sse/stream.py",),
+        "resets one HTTP/2 stream (RST_STREAM) whose client read nothing for limits.max-lag",
+        ("self",)),
     # -- twisted.web.http: the HTTP/1.1-or-HTTP/2 proxy protocol -------------------------------
-    Use(f"{HTTP}:_GenericHTTPChannelProtocol", Kind.CLASS, (H2PY, TLS_UNITS),
+    Use(f"{HTTP}:_GenericHTTPChannelProtocol", Kind.CLASS, (H2PY, H2C_TESTS),
         "the Site's protocol, which we subclass to switch to our HTTP/2 class"),
     Use(f"{HTTP}:_GenericHTTPChannelProtocol._negotiatedProtocol", Kind.ATTRIBUTE, (H2PY,),
         f"{SWITCH}: None until decided, then set so Twisted's own switch is skipped",
@@ -170,6 +198,10 @@ PRIVATE_NAMES: tuple[Use, ...] = (
         f"{SWITCH}: and the same idle timeout"),
     Use(f"{HTTP}:_GenericHTTPChannelProtocol._callLater", Kind.ATTRIBUTE, (H2PY,),
         f"{SWITCH}: and the same clock, when one was set"),
+    Use(f"{HTTP}:HTTPChannel._command", Kind.ATTRIBUTE, ("ssekd/bindings/http/channel.py",),
+        f"{LIMITS}: the method of the request whose head just ended, to route it before its body"),
+    Use(f"{HTTP}:HTTPChannel._path", Kind.ATTRIBUTE, ("ssekd/bindings/http/channel.py",),
+        f"{LIMITS}: and its path"),
     Use(f"{HTTP}:HTTPChannel._networkProducer", Kind.ATTRIBUTE, (H2PY,),
         f"{SWITCH}: the transport's producer slot, handed from HTTP/1.1 to HTTP/2"),
     # -- twisted.internet.base: what twistd reads to re-raise the stopping signal -------------
@@ -262,7 +294,9 @@ def _missing(use: Use) -> str | None:
         make = SAMPLES.get(f"{use.module}:{'.'.join(owner_path)}")
         if make is not None and hasattr(make(), name):
             return None
-        return "is neither a class attribute nor set on a fresh instance"
+        if re.search(rf"\bself\.{re.escape(name)}\s*=", inspect.getsource(owner)):
+            return None  # set while a request is handled (e.g. HTTPChannel._command)
+        return "is neither a class attribute, set on a fresh instance, nor assigned by the class"
     # METHOD and OVERRIDE
     func = inspect.getattr_static(owner, name, None)
     if not callable(func):

@@ -11,7 +11,7 @@ from twisted.web.test.requesthelper import DummyRequest
 
 from ssekd.bindings.api import HttpContext, StreamRequest
 from ssekd.bindings.http_filesystem import FilesRoute, HttpFilesystemProxy
-from ssekd.bindings.kafka.subscription import Start
+from ssekd.bindings.kafka.start import Start
 from ssekd.bindings.sse_kafka.proxy import SseKafkaProxy, SseKafkaRoute
 from ssekd.patterns import Pattern
 from ssekd.telemetry.events import EventLog

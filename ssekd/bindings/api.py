@@ -8,8 +8,9 @@ registered under the `ssekd.bindings` entry point group (see `ssekd.bindings.reg
 roles its exits must play. The config loader composes the schema from these and checks every
 exit's role; `ssekd.engine` builds the graph. Nothing else in the tree needs a type's name.
 
-This module is a leaf: it imports nothing of ssekd but the config model, its errors and the event
-log, so every binding, the engine and the config loader can import it without an import circle.
+This module is a leaf: it imports nothing of ssekd but the config model, its errors, the event
+log and the metrics (`ssekd.telemetry` leaf modules), so every binding, the engine and the
+config loader can import it without an import circle.
 """
 
 from __future__ import annotations
@@ -19,12 +20,15 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
+from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IAddress, IDelayedCall, IProtocol
 from twisted.web.server import Request
 
 from ssekd.config.errors import ConfigIssue
 from ssekd.config.model import Binding, Config
+from ssekd.config.model import Guard as GuardConfig
 from ssekd.telemetry.events import EventLog
+from ssekd.telemetry.metrics import Metrics
 
 JsonSchema = Mapping[str, Any]
 
@@ -93,6 +97,10 @@ class BuildContext(Protocol):
     @property
     def events(self) -> EventLog: ...
 
+    @property
+    def metrics(self) -> Metrics:
+        """The engine's metrics: a binding takes its instruments here, once, when built."""
+
     def issue(self, path: tuple[str | int, ...], message: str) -> ConfigIssue:
         """A problem at `path` of the config, with its line, to raise in a `ConfigError`."""
 
@@ -102,6 +110,10 @@ class BuildContext(Protocol):
         `role` is the protocol the caller needs (e.g. `HttpBinding`); an exit that does not
         provide it is a `ConfigError` naming both bindings, never an `AttributeError` later.
         """
+
+    def guard(self, name: str) -> Guard:
+        """The runtime of guard `name` (under `guards`), built once; the config loader has
+        already checked that every guard a binding names exists."""
 
 
 @dataclass(frozen=True)
@@ -200,6 +212,82 @@ class Session(Protocol):
         """Who the credentials name (the guard's identity claim), for
         `${guarded['guard'].identity}` in a route's `with`; None when they name no one."""
 
+    @property
+    def roles(self) -> frozenset[str]:
+        """The roles the credentials grant, for a route's `guarded: {guard: [roles]}`."""
+
+    @property
+    def expires_at(self) -> float | None:
+        """When the credentials stop being valid (epoch seconds, the reactor's clock), or None
+        when they never do: a stream they authorize ends then unless it is renewed."""
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a request's credentials for one guard do not let it through.
+
+    `status` is what the client is answered: `401` (no credentials), `403` (invalid, or not
+    enough), `503` (temporary: the guard cannot check tokens now; try again in `retry_after`
+    seconds). `reason` goes into the guard's failure event, never the token itself.
+    """
+
+    status: int
+    reason: str
+    retry_after: float | None = None
+    #: Whether the guard already reported it (it reports every token it refuses as it checks).
+    reported: bool = False
+
+
+@runtime_checkable
+class Guard(Protocol):
+    """The runtime of a guard (e.g. `jwt`): checks tokens, reports refusals."""
+
+    @property
+    def challenge(self) -> float:
+        """Seconds before a session expires at which its streams are asked for fresh
+        credentials (0: never asked)."""
+
+    def verify(self, token: str) -> Session | Refusal | Deferred[Session | Refusal]:
+        """Check `token`: a session, a refusal, or - while the guard fetches keys a token names
+        and it does not have yet - a Deferred firing with one of them. Never raises; a refusal
+        is reported (event) before it is returned."""
+
+    def report(self, reason: str) -> None:
+        """Report a refusal decided outside the guard (a missing role, a renewal that reaches no
+        stream) as this guard's authorization failure event."""
+
+
+@dataclass(frozen=True)
+class GuardType:
+    """What a guard module registers (entry point group `ssekd.guards`): its type name, the
+    JSON Schema file of its entry (`ssekd:guard/<name>`, shipped in `ssekd/config/schema/`) and
+    how to build its runtime. A runtime that is also an `IService` is started and stopped with
+    the daemon."""
+
+    name: str
+    build: Callable[[BuildContext, GuardConfig], Guard]
+
+
+class Lease(Protocol):
+    """The authorization a long-lived response runs under: the sessions it was opened with, until
+    a renewal replaces them. The http binding keeps the leases of a connection (and, on HTTP/1.1,
+    of a client) so that one renewal request reaches every stream it may renew."""
+
+    @property
+    def expires_at(self) -> float | None:
+        """The earliest expiry of its sessions (epoch seconds), or None: never."""
+
+    @property
+    def challenge(self) -> float:
+        """Seconds before `expires_at` at which the client is asked for fresh credentials."""
+
+    def hold(self, renewed: Callable[[], None]) -> None:
+        """Keep this lease renewable while the response is open; `renewed` is called after each
+        renewal (the expiry moved)."""
+
+    def release(self) -> None:
+        """The response ended: no renewal reaches it any more."""
+
 
 @dataclass
 class HttpContext:
@@ -210,10 +298,37 @@ class HttpContext:
     #: guard name -> authenticated session, when the request carried credentials for a guard
     #: named in the http binding's `options.authorization`.
     sessions: dict[str, Session] = field(default_factory=dict)
+    #: guard name -> why the credentials the request carried for it were refused.
+    refusals: dict[str, Refusal] = field(default_factory=dict)
+    #: The lease a long-lived response holds while open (set when there are sessions).
+    lease: Lease | None = None
 
     def identities(self) -> dict[str, str]:
         """guard name -> identity, for the guards whose session names one."""
         return {g: s.identity for g, s in self.sessions.items() if s.identity is not None}
+
+    def authorize(self, guarded: Mapping[str, Collection[str]]) -> tuple[str, Refusal] | None:
+        """The first guard of a route's `guarded` whose requirement this request misses, and
+        why; None when it meets them all. Every listed role is required."""
+        for guard, roles in guarded.items():
+            session = self.sessions.get(guard)
+            if session is None:
+                refusal = self.refusals.get(guard) or Refusal(401, "no credentials")
+                return guard, refusal
+            missing = sorted(set(roles) - session.roles)
+            if missing:
+                return guard, Refusal(403, f"{session.identity or 'token'} lacks role(s) "
+                                           f"{' '.join(missing)}")
+        return None
+
+
+@runtime_checkable
+class TemporaryRefusals(Protocol):
+    """An http exit that answers temporary refusals its own way (an SSE stream: a `200` that
+    ends at once with `retry:`, so the browser comes back instead of giving up on a `503`).
+    Other exits get `503` with `Retry-After`."""
+
+    def answer_unavailable(self, request: Request, reason: str, retry_after: float) -> bytes: ...
 
 
 @runtime_checkable
@@ -229,6 +344,12 @@ class HttpBinding(Protocol):
         """Seconds a response of this binding may stay quiet (keepalive interval), or None when
         it holds no long-lived responses. The http binding refuses one its idle timeout would
         cut."""
+
+    @property
+    def takes_body(self) -> bool:
+        """Whether requests routed here may carry a body. When False, the http binding hands a
+        request that comes with one on at once, without reading the body, and closes the
+        connection after the answer (HTTP/1.1) or resets the stream (HTTP/2)."""
 
     def render(self, request: Request, ctx: HttpContext) -> bytes | int: ...
 
@@ -270,12 +391,28 @@ class StreamHandle(Protocol):
     def close(self) -> None: ...
 
 
+@dataclass(frozen=True)
+class TryLater:
+    """A temporary refusal of a stream (a limit reached that will pass).
+
+    The sse binding answers it with `200 text/event-stream`, `retry:`, a comment giving
+    `reason`, and the end: a browser's EventSource reconnects after a 200 that ends, while any
+    other status (`429`, `503`) makes it give up for good (docs/protocol.md).
+    """
+
+    reason: str
+    #: Seconds the browser should wait, when the refusal knows (a guard fetching its keys);
+    #: else the sse binding's `retry`.
+    retry_after: float | None = None
+
+
 @runtime_checkable
 class StreamSource(Protocol):
     """Role STREAM_SOURCE: opens event streams for the sse binding (sse-kafka)."""
 
-    def open(self, request: StreamRequest, sink: EventSink) -> StreamHandle | int:
-        """Start feeding `sink`, or return an HTTP status to answer instead (400, 404)."""
+    def open(self, request: StreamRequest, sink: EventSink) -> StreamHandle | int | TryLater:
+        """Start feeding `sink`, or return an HTTP status to answer instead (400, 404), or
+        `TryLater` when a limit stops it for now."""
 
 
 # -- files ----------------------------------------------------------------------------------------
@@ -308,9 +445,13 @@ class KafkaCache(Protocol):
 class KafkaClientBinding(Protocol):
     """Role KAFKA_CLIENT: consumes topics and reads history for a cache_server."""
 
-    def consume(self, owner: str, topic: str, sink: Any, from_end: bool = False) -> None: ...
+    def consume(self, owner: str, topic: str, sink: Any, from_end: bool = False,
+                give_up_after: int | None = None) -> None: ...
 
-    def fetch(self, topic: str, partition: int, offset: int, limit: int) -> Any: ...
+    def unconsume(self, owner: str, topic: str) -> None: ...
+
+    def fetch(self, topic: str, partition: int, offset: int, limit: int,
+              max_bytes: int) -> Any: ...
 
 
 #: The protocol each role's runtime object provides, checked when a binding is built.

@@ -1,4 +1,4 @@
-"""filesystem server (SPEC §5): files under `location`, never outside it.
+"""filesystem server (docs/config-reference.md): files under `location`, never outside it.
 
 Paths arrive percent-encoded from the URL. They are decoded once, split into segments, and any
 `..`, empty-root (`//etc`), NUL or backslash segment is refused before the disk is touched; with

@@ -1,4 +1,4 @@
-"""http-filesystem proxy (SPEC §5): maps a request path onto a filesystem server's path.
+"""http-filesystem proxy (docs/config-reference.md): maps a request path onto a filesystem server's path.
 
 `with.path` may use `${params.name}` and `${guarded['guard'].identity}` (see `ssekd.patterns`); a
 request that lacks a value its route refers to is a 404, like a path that no route matches.
@@ -42,6 +42,8 @@ class HttpFilesystemProxy:
 
     #: Responses are whole files, never held open (see `api.HttpBinding.max_idle`).
     max_idle: float | None = None
+    #: GET and HEAD only: a request body is never read (see `api.HttpBinding.takes_body`).
+    takes_body = False
 
     def __init__(self, name: str, routes: list[FilesRoute]) -> None:
         self.name = name
@@ -88,12 +90,12 @@ def _build(ctx: BuildContext, binding: Binding) -> HttpFilesystemProxy:
 BINDING = BindingType("http-filesystem", {
     "proxy": KindSpec(
         role=Role.HTTP, build=_build, exit=Exit.REQUIRED, exit_roles=(Role.FILES,),
-        options={"type": "object",
+        options={"type": "object", "additionalProperties": False,
                  "description": "Maps a request path to a file path for its exit (a filesystem "
                                 "server). A `{name}` that ends a `when.path` takes the rest of the "
                                 "path, slashes included. Without routes, or when none matches, "
-                                "`exit` gets the request path as it is; with neither, `404`.",
-                 "x-ssekd-not-built": "Any options are accepted and none is read."},
+                                "`exit` gets the request path as it is; with neither, `404`. It "
+                                "takes no options."},
         when=PATH_WHEN,
         with_={"type": "object", "additionalProperties": False,
                "properties": {"path": {"type": "string", "default": DEFAULT_PATH,

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from importlib.metadata import entry_points
+from typing import Any
 
 from ssekd.bindings.api import BindingType, KindSpec
 from ssekd.config.model import Binding
@@ -32,16 +33,23 @@ class Registry:
         return self.types[binding.type].kinds[binding.kind]
 
 
-@cache
-def discover(group: str = GROUP) -> Registry:
-    """The types registered under the entry point `group`."""
-    found: dict[str, BindingType] = {}
+def load_entry_points(group: str) -> tuple[dict[str, Any], dict[str, str]]:
+    """What each entry point of `group` names, by its `name` attribute, and the entry points
+    that failed to load, with the reason (guard types are found the same way)."""
+    found: dict[str, Any] = {}
     broken: dict[str, str] = {}
     for ep in entry_points(group=group):
         try:
-            binding_type = ep.load()
+            loaded = ep.load()
         except Exception as e:
             broken[ep.name] = f"{type(e).__name__}: {e}"
             continue
-        found[binding_type.name] = binding_type
+        found[loaded.name] = loaded
+    return found, broken
+
+
+@cache
+def discover(group: str = GROUP) -> Registry:
+    """The types registered under the entry point `group`."""
+    found, broken = load_entry_points(group)
     return Registry(found, broken)

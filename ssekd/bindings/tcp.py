@@ -1,5 +1,6 @@
 """tcp: `server` owns listening sockets and routes each accepted connection by local port and
-peer address (SPEC §2); `client` is the outbound side toward Kafka and is only validated here."""
+peer address (docs/config-reference.md), within its connection limits (`connection_limits`); `client` is the
+outbound side toward Kafka and is only validated here."""
 
 from __future__ import annotations
 
@@ -22,8 +23,16 @@ from ssekd.bindings.api import (
     Role,
     StreamBinding,
 )
+from ssekd.bindings.connection_limits import (
+    LIMITS_SCHEMA,
+    PROCESS,
+    ConnectionLimits,
+    CountedConnection,
+    OpenConnections,
+)
 from ssekd.config import ConfigError
 from ssekd.config.model import Binding
+from ssekd.telemetry.events import EventLog
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -74,15 +83,20 @@ class TcpRoute:
 
 
 class TcpServer:
-    """Listens on `host` x each port; hands each connection to the first route that matches."""
+    """Listens on `host` x each port; hands each connection to the first route that matches,
+    unless it would pass a connection limit."""
 
     def __init__(self, name: str, host: str, ports: Sequence[int], routes: Sequence[TcpRoute],
-                 default: StreamBinding | None) -> None:
+                 default: StreamBinding | None, limits: ConnectionLimits, events: EventLog,
+                 table: OpenConnections = PROCESS) -> None:
         self.name = name
         self.host = host
         self.ports = list(ports)
         self.routes = list(routes)
         self.default = default
+        self.limits = limits
+        self.events = events
+        self.table = table
 
     def listen_specs(self) -> list[ListenSpec]:
         return [ListenSpec(self.host, port, _PortFactory(self, port)) for port in self.ports]
@@ -97,9 +111,23 @@ class TcpServer:
         exit_ = self.route(port, peer)
         if exit_ is None:
             return None  # no route and no default exit: Twisted closes the connection
+        address = str(getattr(peer, "host", ""))
+        refused = self.table.admit(self.name, address, self.limits)
+        if refused is not None:
+            # Closed unanswered, before a byte is read (see connection_limits for why).
+            self.events.emit(self.name, "BINDING_TCP_CONNECTION_REFUSED", f"{address}: {refused}")
+            return None
         local_type = IPv6Address if ":" in self.host else IPv4Address
         local = local_type("TCP", self.host, port)
-        return exit_.build_protocol(ConnectionInfo(local=local, peer=peer))
+        try:
+            inner = exit_.build_protocol(ConnectionInfo(local=local, peer=peer))
+        except BaseException:
+            self.table.release(self.name, address)
+            raise
+        if inner is None:
+            self.table.release(self.name, address)
+            return None
+        return CountedConnection(inner, self.table, self.name, address)
 
 
 class _PortFactory:
@@ -111,6 +139,14 @@ class _PortFactory:
 
     def buildProtocol(self, addr: IAddress) -> IProtocol | None:
         return self.server.build_protocol(self.port, addr)
+
+
+#: Why a tcp server route may not name `authority`. At accept there is no host name to match: no
+#: SNI and no Host header has been read yet. Zilla matches it against the peer's reverse-DNS
+#: name, a blocking lookup per connection that the owner of the peer's address controls; ssekd
+#: ignored it, so such a route matched every connection. Refusing is the honest answer.
+AUTHORITY_REFUSED = ("tcp routes cannot match authority; route by authority in the tls or "
+                     "http binding (the tls server's `when: [{authority}]` matches the SNI name)")
 
 
 def _build_server(ctx: BuildContext, binding: Binding) -> TcpServer:
@@ -125,6 +161,8 @@ def _build_server(ctx: BuildContext, binding: Binding) -> TcpServer:
         conditions = []
         for j, when in enumerate(route.when):
             path = base + ("routes", i, "when", j)
+            if "authority" in when:
+                raise ConfigError([ctx.issue(path + ("authority",), AUTHORITY_REFUSED)])
             try:
                 route_ports = frozenset(expand_ports(when["port"])) if "port" in when else None
             except ValueError as e:
@@ -141,7 +179,9 @@ def _build_server(ctx: BuildContext, binding: Binding) -> TcpServer:
         exit_ = ctx.exit(route.exit, StreamBinding)
         routes.append(TcpRoute(tuple(conditions) or (Condition(None, None),), exit_))
     default = ctx.exit(binding.exit, StreamBinding) if binding.exit else None
-    return TcpServer(binding.name, options.get("host", DEFAULT_HOST), ports, routes, default)
+    limits = ConnectionLimits.from_options(options.get("limits"), PROCESS.budget)
+    return TcpServer(binding.name, options.get("host", DEFAULT_HOST), ports, routes, default,
+                     limits, ctx.events)
 
 
 class TcpClient:
@@ -151,14 +191,27 @@ class TcpClient:
         self.binding = binding
 
 
-_UNUSED_CLIENT = "Accepted and not used: the kafka client's `servers` say where it connects."
+_CLIENT_REFUSAL = ("a tcp client has no options or routes in ssekd: the kafka client's "
+                   "`servers` say where it connects; remove them")
+
+
+def _build_client(ctx: BuildContext, binding: Binding) -> TcpClient:
+    """A tcp client carries no behaviour; options or routes given to it would be ignored, so
+    they are refused rather than silently accepted."""
+    base: tuple[str | int, ...] = ("bindings", binding.name)
+    issues = [ctx.issue(base + ("options", key), _CLIENT_REFUSAL) for key in binding.options]
+    if binding.routes:
+        issues.append(ctx.issue(base + ("routes",), _CLIENT_REFUSAL))
+    if issues:
+        raise ConfigError(issues)
+    return TcpClient(binding)
 
 _WHEN = {"type": "object", "additionalProperties": False, "properties": {
     "port": {**PORTS, "description": "Local port(s) the connection arrived on."},
     "cidr": {"type": "string", "description": "Network the peer's address is in, e.g. `10.0.0.0/8`."},
-    "authority": {"type": "string", "description": "Zilla's server name condition.",
-                  "x-ssekd-not-built": "Accepted and ignored: a condition is matched on its "
-                                       "`port` and `cidr` only."}}}
+    "authority": {"type": "string", "description": "Zilla's server name condition. Refused by "
+                                                   "ssekd: match server names in a tls "
+                                                   "binding's routes."}}}
 
 BINDING = BindingType("tcp", {
     "server": KindSpec(
@@ -172,18 +225,19 @@ BINDING = BindingType("tcp", {
                      "host": {"type": "string", "minLength": 1, "default": DEFAULT_HOST,
                               "description": "Address to listen on."},
                      "port": {**PORTS, "description": "Port(s) to listen on; each gets its own "
-                                                      "socket, kept across reloads."}}},
+                                                      "socket, kept across reloads."},
+                     "limits": LIMITS_SCHEMA}},
     ),
     "client": KindSpec(
-        role=Role.OUTBOUND, build=lambda ctx, b: TcpClient(b), when=_WHEN,
+        role=Role.OUTBOUND, build=_build_client, when=_WHEN,
         options={"type": "object", "additionalProperties": False,
-                 "description": "The outbound side toward Kafka, as in Zilla's example config. It is "
-                                "checked and has no behaviour of its own: the kafka client's "
-                                "`servers` say where it connects.",
+                 "description": "The outbound side toward Kafka, as in Zilla's example config. It has "
+                                "no behaviour of its own (the kafka client's `servers` say where "
+                                "it connects), so options and routes given to it are refused.",
                  "properties": {
-                     "host": {"type": "string", "description": "Host to connect to.",
-                              "x-ssekd-not-built": _UNUSED_CLIENT},
-                     "port": {**PORT, "description": "Port to connect to.",
-                              "x-ssekd-not-built": _UNUSED_CLIENT}}},
+                     "host": {"type": "string", "description": "Host to connect to. Refused "
+                                                             "by ssekd (see above)."},
+                     "port": {**PORT, "description": "Port to connect to. Refused by ssekd "
+                                                     "(see above)."}}},
     ),
 })

@@ -1,4 +1,5 @@
-"""tls server (SPEC §3): keys from a vault, SNI, ALPN, mutual TLS, routes by authority and alpn.
+"""tls server (docs/config-reference.md): keys from a vault, SNI, ALPN, mutual TLS, routes by
+authority and alpn.
 
 Every key named in `options.keys` (or found through `options.signers`) gets one OpenSSL context,
 built when the binding is built and shared by all its connections. A connection starts on the
@@ -51,6 +52,7 @@ from ssekd.config.errors import ConfigError, ConfigIssue
 from ssekd.config.model import Binding
 from ssekd.patterns import Pattern
 from ssekd.telemetry.events import EventLog
+from ssekd.telemetry.metrics import Metrics
 from ssekd.vaults import FilesystemVault, StoreEntry, open_vault
 
 #: A client must finish its handshake within this many seconds (a stalled one holds a socket).
@@ -126,8 +128,10 @@ class TlsServer:
     def __init__(self, name: str, keys: Sequence[ServerKey], sni: Sequence[str] | None,
                  alpn: Sequence[str] | None, routes: Sequence[TlsRoute],
                  default: StreamBinding | None, events: EventLog, reactor: Any,
-                 handshake_timeout: float = HANDSHAKE_TIMEOUT) -> None:
+                 handshake_timeout: float = HANDSHAKE_TIMEOUT,
+                 metrics: Metrics | None = None) -> None:
         self.name = name
+        self.metrics = metrics or Metrics()
         self.keys = list(keys)
         self.sni = {n.lower() for n in sni} if sni else None
         self.alpn = tuple(alpn) if alpn else ()
@@ -198,6 +202,8 @@ class TlsServer:
         authority = self.authority(tls.getHandle())
         negotiated = tls.negotiatedProtocol
         alpn = negotiated.decode("ascii", "replace") if negotiated else None
+        self.metrics.counter("tls.handshakes", self.name, outcome="ok",
+                             protocol=alpn or "none").value += 1
         exit_ = self.route(authority, alpn)
         if exit_ is None:
             return None
@@ -207,6 +213,8 @@ class TlsServer:
     def handshake_failed(self, conn: ConnectionInfo, why: str) -> None:
         peer = conn.peer
         where = f"{getattr(peer, 'host', peer)}:{getattr(peer, 'port', '')}"
+        self.metrics.counter("tls.handshakes", self.name, outcome="failed",
+                             protocol="none").value += 1
         self.events.emit(self.name, HANDSHAKE_FAILED, f"{where} {why}")
 
 
@@ -356,6 +364,11 @@ def _build(ctx: BuildContext, binding: Binding) -> TlsServer:
     if binding.vault is None:
         raise ConfigError([ctx.issue(base, f"tls server {binding.name!r} needs a `vault` "
                                            f"holding its keys")])
+    if options.get("trustcacerts"):
+        raise ConfigError([ctx.issue(base + ("options", "trustcacerts"),
+                                     "trustcacerts: true is not supported: ssekd trusts only "
+                                     "the vault's `trust` entries for client certificates; "
+                                     "put the CA certificates you trust there")])
     vault = open_vault(ctx.config, binding.vault)
     issues: list[ConfigIssue] = []
     keys = _aliases(binding, ctx, vault, "keys", "keys", issues)
@@ -402,7 +415,7 @@ def _build(ctx: BuildContext, binding: Binding) -> TlsServer:
         routes.append(TlsRoute(conditions, ctx.exit(route.exit, StreamBinding)))
     default = ctx.exit(binding.exit, StreamBinding) if binding.exit else None
     return TlsServer(binding.name, server_keys, options.get("sni"), options.get("alpn"),
-                     routes, default, ctx.events, ctx.reactor)
+                     routes, default, ctx.events, ctx.reactor, metrics=ctx.metrics)
 
 
 OPTIONS = {"type": "object", "additionalProperties": False,
@@ -418,8 +431,11 @@ OPTIONS = {"type": "object", "additionalProperties": False,
                                             "for client certificates."},
     "signers": {**STRING_LIST, "description": "Aliases of CA certificates in the vault's `signers` "
                                               "store: every key of `keys` they issued is served too."},
-    "trustcacerts": {"type": "boolean", "description": "Zilla's switch for the system's CA certificates.",
-                     "x-ssekd-not-built": "Accepted and not used: only `trust` entries are trusted."},
+    "trustcacerts": {"type": "boolean", "default": False,
+                     "description": "Zilla's switch for the system's CA certificates. `false` is "
+                                    "what ssekd does: only `trust` entries are trusted for client "
+                                    "certificates; `true` is refused (trusting every public CA to "
+                                    "vouch for clients is not supported)."},
     "sni": {**STRING_LIST, "x-ssekd-default": "any name",
             "description": "Server names accepted. Another name is treated as if none was sent: "
                            "the first key, and only routes without `authority` match."},

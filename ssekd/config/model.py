@@ -38,6 +38,8 @@ class Binding:
     exit: str | None = None
     vault: str | None = None
     line: int | None = field(default=None, compare=False)
+    #: The binding's own `telemetry.metrics` (names or globs), None when it names none.
+    metrics: tuple[str, ...] | None = None
 
     @property
     def exits(self) -> tuple[str, ...]:
@@ -72,7 +74,8 @@ class Exporter:
 @dataclass(frozen=True)
 class Telemetry:
     attributes: Mapping[str, str] = field(default_factory=dict)
-    metrics: tuple[str, ...] = ()
+    #: `telemetry.metrics`; None (absent) keeps every metric.
+    metrics: tuple[str, ...] | None = None
     exporters: Mapping[str, Exporter] = field(default_factory=dict)
 
 
@@ -125,6 +128,8 @@ def build_model(file: Path, data: Mapping[str, Any], document: Any = None) -> Co
             name=name, type=b["type"], kind=b["kind"], options=b.get("options", {}),
             routes=routes, exit=b.get("exit"), vault=b.get("vault"),
             line=line_of(("bindings", name)),
+            metrics=(tuple(b["telemetry"]["metrics"])
+                     if "metrics" in b.get("telemetry", {}) else None),
         )
     vaults = {n: Vault(n, v["type"], v.get("options", {}), line_of(("vaults", n)))
               for n, v in data.get("vaults", {}).items()}
@@ -133,7 +138,7 @@ def build_model(file: Path, data: Mapping[str, Any], document: Any = None) -> Co
     tel = data.get("telemetry", {})
     telemetry = Telemetry(
         attributes={k: str(v) for k, v in tel.get("attributes", {}).items()},
-        metrics=tuple(tel.get("metrics", ())),
+        metrics=tuple(tel["metrics"]) if "metrics" in tel else None,
         exporters={n: Exporter(n, e["type"], e.get("options", {}))
                    for n, e in tel.get("exporters", {}).items()},
     )

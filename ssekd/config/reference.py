@@ -87,7 +87,9 @@ def _below(schema: Schema, document: Schema, key: str, only_for: str | None) -> 
         yield from rows(schema, document, key, only_for)
         return
     items = schema.get("items")
-    if schema.get("type") == "array" and isinstance(items, Mapping):
+    kinds = schema.get("type")
+    if (kinds == "array" or isinstance(kinds, list) and "array" in kinds) and \
+            isinstance(items, Mapping):
         items = resolve(items, document)
         if "properties" in items:
             yield from rows(items, document, f"{key}[]", only_for)

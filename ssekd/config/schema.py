@@ -57,9 +57,12 @@ def binding_schema(kind: KindSpec, type_name: str, kind_name: str) -> dict[str, 
             "type": "object", "additionalProperties": False,
             "description": "This binding's telemetry.",
             "properties": {"metrics": {
-                "type": "array", "items": {"type": "string"},
-                "description": "Metrics to keep for this binding.",
-                "x-ssekd-not-built": "Accepted and not used: ssekd keeps no metrics yet."}},
+                "type": "array",
+                "items": {"type": "string", "pattern": "^[a-z*][a-z0-9.*_-]*$",
+                          "x-expected": "a metric name or glob such as stream.* or "
+                                        "http.duration"},
+                "description": "Metrics to export for this binding, by name or glob (of those "
+                               "`telemetry.metrics` keeps); without it, all of those."}},
         },
     }
     if kind.vault:
@@ -77,10 +80,9 @@ def binding_schema(kind: KindSpec, type_name: str, kind_name: str) -> dict[str, 
                 "guarded": {"type": "object", "propertyNames": NAME,
                             "additionalProperties": {"type": "array",
                                                      "items": {"type": "string"}},
-                            "description": "Guard name to the roles a request must have.",
-                            "x-ssekd-not-built": "Checked, and unusable: it must name a guard, "
-                                                 "and a config with a guard is refused by this "
-                                                 "version."},
+                            "description": "Guard name to the roles a request must have (all "
+                                           "of them). Without a valid token for that guard: "
+                                           "`401`; invalid or missing a role: `403`."},
             },
         }
         if kind.exit is not Exit.NONE:

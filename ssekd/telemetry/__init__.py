@@ -1,1 +1,1 @@
-"""Telemetry: events (stdout exporter) now; metrics and the Prometheus exporter come later."""
+"""Telemetry: events (the stdout exporter), metrics, and the Prometheus exporter."""

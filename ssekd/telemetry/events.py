@@ -4,14 +4,29 @@ Every part of the daemon reports what happened (start, stop, config errors, relo
 failures, Kafka state, unreadable ids) through one `EventLog`. With a stdout exporter configured the
 lines go to the process's real stdout, as Zilla prints them; without one they go to Twisted's log
 (so `twistd --logfile` keeps them) - never both, so `twistd -n` does not print each line twice.
+
+Two things keep event lines from hurting traffic:
+
+- Stdout is written by a thread of its own, fed through a bounded queue. `emit` runs on the
+  reactor thread for every request; a pipe nobody reads (a stuck log shipper, a paused terminal)
+  would otherwise block it on `write`/`flush` and stall every connection. When the queue is full,
+  lines are counted and dropped, and one `EVENTS_DROPPED` line says how many once there is room.
+- Each (binding, event name) prints at most `max_per_second` lines per second; the rest are
+  counted, and one `EVENTS_SUPPRESSED` line (`N more NAME suppressed`) follows when the second
+  is over. A flood of refused connections or bad tokens thus costs a bounded number of lines.
+  `recent` still records every event.
 """
 
 from __future__ import annotations
 
+import atexit
+import queue
 import sys
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TextIO
 
 from twisted.logger import Logger
@@ -19,6 +34,13 @@ from twisted.logger import Logger
 _log = Logger(namespace="ssekd.events")
 
 _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+
+#: Lines one (binding, event name) may print per second before the rest are counted.
+MAX_PER_SECOND = 100
+#: Lines waiting for the stdout writer before new ones are dropped (and counted).
+QUEUE_LINES = 10_000
+#: Where the log's own lines (drops) are reported; the engine's binding name.
+OWN_BINDING = "ssekd"
 
 
 def format_time(epoch: float) -> str:
@@ -34,29 +56,168 @@ def clean(detail: str, limit: int = 512) -> str:
     return out + ("…" if len(detail) > limit else "")
 
 
+@dataclass
+class _Window:
+    """Lines of one (binding, name) printed in the second `start`, and how many were held back."""
+
+    start: int
+    printed: int = 0
+    suppressed: int = 0
+
+
+class StdoutWriter:
+    """The thread that writes queued lines to their stream, so a blocked pipe blocks only it."""
+
+    def __init__(self, capacity: int = QUEUE_LINES) -> None:
+        self._queue: queue.Queue[tuple[TextIO, str] | threading.Event] = \
+            queue.Queue(maxsize=capacity)
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def offer(self, stream: TextIO, line: str, timeout: float = 0.0) -> bool:
+        """Queue one line, waiting at most `timeout` seconds for room; False when full."""
+        self._start()
+        try:
+            self._queue.put((stream, line), block=timeout > 0, timeout=timeout or None)
+        except queue.Full:
+            return False
+        return True
+
+    def flush(self, timeout: float) -> bool:
+        """Wait until every line queued so far is written (at most `timeout` seconds)."""
+        if self._thread is None:
+            return True
+        done = threading.Event()
+        try:
+            self._queue.put(done, timeout=timeout)
+        except queue.Full:
+            return False
+        return done.wait(timeout)
+
+    def _start(self) -> None:
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="ssekd-events-stdout",
+                                                daemon=True)
+                self._thread.start()
+                # A process that exits without an orderly stop (a config refused at start, an
+                # error) still writes what it said; atexit runs before daemon threads stop.
+                atexit.register(self.flush, 1.0)
+
+    def _run(self) -> None:
+        while True:
+            batch = [self._queue.get()]
+            while len(batch) < 1000:
+                try:
+                    batch.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            lines: dict[TextIO, list[str]] = {}
+            for item in batch:
+                if isinstance(item, threading.Event):
+                    self._write(lines)
+                    lines = {}
+                    item.set()
+                else:
+                    lines.setdefault(item[0], []).append(item[1])
+            self._write(lines)
+
+    @staticmethod
+    def _write(lines: dict[TextIO, list[str]]) -> None:
+        for stream, text in lines.items():
+            try:
+                stream.write("".join(text))
+                stream.flush()
+            except (OSError, ValueError):
+                pass  # a closed stdout must never take the daemon down
+
+
 class EventLog:
-    """Where events go. `stdout` is set when a stdout exporter is configured."""
+    """Where events go. `stdout` is set when a stdout exporter is configured.
+
+    `emit` is called on the reactor thread; it never waits for the output.
+    """
 
     def __init__(self, namespace: str, clock: Callable[[], float] = time.time,
-                 stdout: TextIO | None = None, keep: int = 1000) -> None:
+                 stdout: TextIO | None = None, keep: int = 1000,
+                 max_per_second: int = MAX_PER_SECOND,
+                 writer: StdoutWriter | None = None) -> None:
         self.namespace = namespace
         self.clock = clock
         self.stdout = stdout
+        self.max_per_second = max_per_second
         #: The most recent lines, for tests and for `ssekd` diagnostics.
         self.recent: deque[str] = deque(maxlen=keep)
+        self._writer = writer or StdoutWriter()
+        self._windows: dict[tuple[str, str], _Window] = {}
+        self._dropped = 0
 
     def emit(self, binding: str, name: str, detail: str = "-") -> str:
-        line = f"{self.namespace}:{binding} [{format_time(self.clock())}] {name} {clean(detail)}"
+        now = self.clock()
+        line = self._line(now, binding, name, clean(detail))
         self.recent.append(line)
+        second = int(now)
+        window = self._windows.get((binding, name))
+        if window is not None and window.start != second:
+            self._summarize(binding, name, window, now)
+            window = None
+        if window is None:
+            window = self._windows[(binding, name)] = _Window(second)
+        if window.printed >= self.max_per_second:
+            window.suppressed += 1
+        else:
+            window.printed += 1
+            self._out(line)
+        return line
+
+    def tick(self) -> None:
+        """Write the summaries of floods whose second is over, and forget quiet windows; the
+        engine calls this every second, so a summary does not wait for the next such event."""
+        now = self.clock()
+        second = int(now)
+        for (binding, name), window in list(self._windows.items()):
+            if window.start != second:
+                self._summarize(binding, name, window, now)
+                del self._windows[(binding, name)]
+        self._report_drops(now)
+
+    def flush(self, timeout: float = 5.0) -> bool:
+        """Write pending summaries and wait (at most `timeout` seconds) until stdout has every
+        line; the engine calls it last on an orderly stop, before the process exits."""
+        for (binding, name), window in list(self._windows.items()):
+            self._summarize(binding, name, window, self.clock())
+        self._windows.clear()
+        return self._report_drops(self.clock(), timeout) and self._writer.flush(timeout)
+
+    def _line(self, now: float, binding: str, name: str, detail: str) -> str:
+        return f"{self.namespace}:{binding} [{format_time(now)}] {name} {detail}"
+
+    def _summarize(self, binding: str, name: str, window: _Window, now: float) -> None:
+        if window.suppressed:
+            line = self._line(now, binding, "EVENTS_SUPPRESSED",
+                              f"{window.suppressed} more {name} suppressed")
+            window.suppressed = 0
+            self.recent.append(line)
+            self._out(line)
+
+    def _report_drops(self, now: float, timeout: float = 0.0) -> bool:
+        """Queue the line that says how many lines were dropped; False while still full."""
+        if not self._dropped or self.stdout is None:
+            return True
+        line = self._line(now, OWN_BINDING, "EVENTS_DROPPED",
+                          f"{self._dropped} event lines dropped: stdout did not take them")
+        if not self._writer.offer(self.stdout, line + "\n", timeout):
+            return False
+        self._dropped = 0
+        self.recent.append(line)
+        return True
+
+    def _out(self, line: str) -> None:
         if self.stdout is None:
             _log.info("{line}", line=line)
-        else:
-            try:
-                self.stdout.write(line + "\n")
-                self.stdout.flush()
-            except (OSError, ValueError):
-                pass  # a closed stdout must never take the daemon down
-        return line
+        elif not self._report_drops(self.clock()) or \
+                not self._writer.offer(self.stdout, line + "\n"):
+            self._dropped += 1
 
 
 def stdout_stream() -> TextIO:

@@ -1,4 +1,4 @@
-"""Vaults: where bindings get keys and trusted certificates by alias (SPEC §3).
+"""Vaults: where bindings get keys and trusted certificates by alias (docs/config-reference.md).
 
 Only `filesystem` exists (PKCS#12 stores); `open_vault` is what a binding that takes a `vault`
 calls while it is built.

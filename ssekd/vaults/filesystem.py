@@ -1,4 +1,4 @@
-"""The `filesystem` vault (SPEC §3): PKCS#12 stores for `keys`, `trust` and `signers`.
+"""The `filesystem` vault (docs/config-reference.md): PKCS#12 stores for `keys`, `trust` and `signers`.
 
 A vault is read once when a binding that names it is built, so a wrong password or a missing
 file stops the daemon (or a reload) with a config error that names the vault and the store,

@@ -53,7 +53,8 @@ def spark_session() -> Iterator[SparkSession]:
 
 @pytest.fixture
 def kafka_config(spark_broker: Broker) -> dict[str, str]:
-    """librdkafka settings for the jobs: the test broker, and short fetch waits (DESIGN.md)."""
+    """librdkafka settings for the jobs: the test broker, and short fetch waits (see
+    docs/operations.md, the development broker)."""
     return {"bootstrap.servers": spark_broker.bootstrap, "fetch.wait.max.ms": "10"}
 
 

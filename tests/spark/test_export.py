@@ -13,10 +13,9 @@ from pyspark.sql import SparkSession
 from spark.export import MALFORMED_FOLDER, run_export
 from spark.quality import RecordRules
 from ssekd.broker import Broker
+from tests.support.kafka_records import Change, Record, create_topic, produce
 
-from .kafka_helpers import Change, Record, create_topic, produce
-
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.broker]
 
 # Records around two UTC midnights: the date partition must follow UTC, not the session's zone
 # (the test session runs in America/Los_Angeles).

@@ -10,15 +10,13 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 from pyspark.sql import SparkSession
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from spark import FORMAT
 from spark.kafka_source import KafkaDataSource, limit_rows
 from spark.offsets import probe_end_offsets
 from spark.options import KafkaOptions, OptionError, parse_since, parse_source_options
 from ssekd.broker import Broker
-
-from .kafka_helpers import Change, Record, create_topic, produce, read_topic
+from tests.support.kafka_records import Change, Record, create_topic, produce, read_topic
 
 pytestmark = pytest.mark.spark
 
@@ -53,6 +51,7 @@ def sample_changes(n: int) -> list[Change]:
     return changes
 
 
+@pytest.mark.broker
 def test_batch_read_returns_every_record_as_the_broker_holds_it(
         spark_session: SparkSession, spark_broker: Broker, topic_name: str) -> None:
     create_topic(spark_broker.bootstrap, topic_name, 3)
@@ -66,6 +65,7 @@ def test_batch_read_returns_every_record_as_the_broker_holds_it(
     assert df.rdd.getNumPartitions() == 3
 
 
+@pytest.mark.broker
 def test_end_offsets_come_from_fetched_data_not_the_listed_watermark(
         spark_broker: Broker, topic_name: str) -> None:
     create_topic(spark_broker.bootstrap, topic_name, 2)
@@ -84,6 +84,7 @@ def test_end_offsets_come_from_fetched_data_not_the_listed_watermark(
     assert all(listed[p] <= true_ends[p] for p in (0, 1))  # never more; on tansu often less
 
 
+@pytest.mark.broker
 def test_starting_and_ending_offsets_bound_the_read(
         spark_session: SparkSession, spark_broker: Broker, topic_name: str) -> None:
     create_topic(spark_broker.bootstrap, topic_name, 3)
@@ -99,6 +100,7 @@ def test_starting_and_ending_offsets_bound_the_read(
     assert load(spark_session, spark_broker, topic_name, startingOffsets="latest").count() == 0
 
 
+@pytest.mark.broker
 def test_since_starts_at_the_first_record_at_or_after_that_time(
         spark_session: SparkSession, spark_broker: Broker, topic_name: str) -> None:
     create_topic(spark_broker.bootstrap, topic_name, 3)
@@ -110,6 +112,7 @@ def test_since_starts_at_the_first_record_at_or_after_that_time(
         assert as_records(rows) == [r for r in produced if r.timestamp_ms >= since]
 
 
+@pytest.mark.broker
 def test_writer_produces_keys_headers_tombstones_and_partitions(
         spark_session: SparkSession, spark_broker: Broker, topic_name: str) -> None:
     create_topic(spark_broker.bootstrap, topic_name, 3)
@@ -146,6 +149,7 @@ def test_writer_produces_keys_headers_tombstones_and_partitions(
          .save())
 
 
+@pytest.mark.broker
 def test_stream_resumes_from_its_checkpoint_and_delivers_each_record_once(
         spark_session: SparkSession, spark_broker: Broker, topic_name: str,
         tmp_path: Path) -> None:
@@ -200,11 +204,11 @@ def test_options_are_checked_when_the_query_is_planned() -> None:
 
 
 def test_read_limit_spreads_over_partitions_and_always_moves() -> None:
-    start, end = {0: 0, 1: 100, 2: 50}, {0: 300, 1: 200, 2: 50}
-    limited = limit_rows(start, end, 100)
-    assert sum(limited[p] - start[p] for p in start) == 100
-    assert limited[2] == 50 and limited[0] > limited[1] - 100
+    start, end = {0: 0, 1: 100, 2: 50}, {0: 300, 1: 200, 2: 50}  # waiting: 300, 100, 0
+    assert limit_rows(start, end, 100) == {0: 75, 1: 125, 2: 50}  # in proportion: 3 to 1
     assert limit_rows(start, end, 1000) == end
-    assert sum(limit_rows(start, end, 1)[p] - start[p] for p in start) == 1
-    assert isinstance(ReadMaxRows(5), ReadMaxRows) and isinstance(ReadAllAvailable(),
-                                                                   ReadAllAvailable)
+    # a limit smaller than a fair share still moves: the largest backlog goes first
+    assert limit_rows(start, end, 1) == {0: 1, 1: 100, 2: 50}
+    assert limit_rows({0: 0, 1: 0, 2: 0}, {0: 1, 1: 1, 2: 1}, 2) == {0: 1, 1: 1, 2: 0}
+    # a partition the start does not know yet waits from its end: nothing to read there
+    assert limit_rows({0: 0}, {0: 10, 1: 7}, 4) == {0: 4, 1: 7}

@@ -16,12 +16,12 @@ from spark.options import OptionError
 from spark.quality import RecordRules
 from spark.snapshot import run_snapshot, run_snapshot_stream
 from ssekd.broker import Broker
-
-from .kafka_helpers import Change, create_topic, latest_per_key, produce, read_topic
+from tests.support.kafka_records import Change, create_topic, latest_per_key, produce, read_topic
 
 pytestmark = pytest.mark.spark
 
 
+@pytest.mark.broker
 def test_malformed_records_are_counted_reported_and_never_written(
         spark_session: SparkSession, spark_broker: Broker, kafka_config: dict[str, str],
         topic_name: str, tmp_path: Path) -> None:
@@ -60,6 +60,7 @@ def test_malformed_records_are_counted_reported_and_never_written(
     assert stream.malformed.total == 5 and stream.records == 8
 
 
+@pytest.mark.broker
 def test_a_snapshot_topic_with_another_partition_count_is_refused(
         spark_session: SparkSession, spark_broker: Broker, kafka_config: dict[str, str],
         topic_name: str) -> None:
@@ -69,6 +70,7 @@ def test_a_snapshot_topic_with_another_partition_count_is_refused(
         run_snapshot(spark_session, kafka_config, topic_name)
 
 
+@pytest.mark.broker
 def test_command_line_snapshot_and_export(
         spark_session: SparkSession, spark_broker: Broker, topic_name: str, tmp_path: Path,
         capsys: pytest.CaptureFixture[str]) -> None:

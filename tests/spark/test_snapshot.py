@@ -11,10 +11,9 @@ from pyspark.sql import SparkSession
 
 from spark.snapshot import run_snapshot, run_snapshot_stream, snapshot_topic_for
 from ssekd.broker import Broker
+from tests.support.kafka_records import Change, Record, create_topic, latest_per_key, produce, read_topic
 
-from .kafka_helpers import Change, Record, create_topic, latest_per_key, produce, read_topic
-
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.broker]
 
 N_CHANGES, N_KEYS, PARTITIONS = 100_000, 1_000, 3
 

@@ -1,13 +1,15 @@
-"""http server binding (SPEC §4): routing by pseudo-headers, CORS, limits, HTTP/1.1 and h2."""
+"""http server binding (docs/config-reference.md): routing by pseudo-headers, CORS, limits,
+HTTP/1.1 and h2."""
 
 from __future__ import annotations
 
 from ssekd.bindings._schemas import STRING_LIST
 from ssekd.bindings.api import BindingType, BuildContext, Exit, HttpBinding, KindSpec, Role
+from ssekd.bindings.http.authorization import Authorization, Credentials
 from ssekd.bindings.http.channel import LIMITS_SCHEMA, Limits
 from ssekd.bindings.http.cors import AccessControl
 from ssekd.bindings.http.routing import Condition, HeaderPattern
-from ssekd.bindings.http.server import HttpRoot, HttpRoute, HttpServer, HttpSite
+from ssekd.bindings.http.server import HttpRoot, HttpRoute, HttpServer, HttpSite, HttpStats
 from ssekd.config import ConfigError
 from ssekd.config.model import Binding
 
@@ -24,8 +26,9 @@ def _build(ctx: BuildContext, binding: Binding) -> HttpServer:
             for when in route.when
         )
         assert route.exit is not None
-        routes.append(HttpRoute(conditions, ctx.exit(route.exit, HttpBinding)))
+        routes.append(HttpRoute(conditions, ctx.exit(route.exit, HttpBinding), route.guarded))
     default = ctx.exit(binding.exit, HttpBinding) if binding.exit else None
+    authorization = _authorization(ctx, binding)
     limits = Limits.from_options(options.get("limits"))
     _check_keepalive(ctx, binding, limits)
     cors = AccessControl.from_options(options.get("access-control"))
@@ -34,10 +37,23 @@ def _build(ctx: BuildContext, binding: Binding) -> HttpServer:
             ("bindings", binding.name, "options", "access-control", "allow", "credentials"),
             "expected `allow.origins` beside `credentials: true`: with any origin allowed, "
             "every site a user visits could read these responses with the user's cookies")])
-    root = HttpRoot(binding.name, routes, default, cors, ctx.events)
+    root = HttpRoot(binding.name, routes, default, cors, ctx.events, authorization,
+                    HttpStats(ctx.metrics, binding.name, ctx.reactor))
     site = HttpSite(root, limits, ctx.reactor)
     versions = tuple(options.get("versions", DEFAULT_VERSIONS))
     return HttpServer(binding.name, site, versions)
+
+
+def _authorization(ctx: BuildContext, binding: Binding) -> Authorization | None:
+    """The guards this binding reads credentials for (`options.authorization`) or whose roles
+    its routes require (`guarded`); None when it names none."""
+    options = binding.options.get("authorization") or {}
+    names = list(options) + [g for r in binding.routes for g in r.guarded if g not in options]
+    if not names:
+        return None
+    return Authorization({g: ctx.guard(g) for g in names},
+                         {g: Credentials.from_options(o.get("credentials") or {})
+                          for g, o in options.items()})
 
 
 def _check_keepalive(ctx: BuildContext, binding: Binding, limits: Limits) -> None:
@@ -57,8 +73,8 @@ def _check_keepalive(ctx: BuildContext, binding: Binding, limits: Limits) -> Non
 
 
 _CREDENTIALS = {"type": "object", "additionalProperties": False,
-                "description": "Where the token is carried; `{credentials}` marks it in the "
-                               "value.",
+                "description": "Where the token is carried, tried in the order cookies, headers, "
+                               "query; `{credentials}` marks the token in the value.",
                 "properties": {
     "headers": {"type": "object", "additionalProperties": {"type": "string"},
                 "description": "Header name to value pattern, e.g. "
@@ -109,9 +125,10 @@ OPTIONS = {"type": "object", "additionalProperties": False,
     "authorization": {"type": "object", "additionalProperties": {
         "type": "object", "additionalProperties": False, "required": ["credentials"],
         "properties": {"credentials": _CREDENTIALS}},
-        "description": "Per guard name: where requests carry their credentials.",
-        "x-ssekd-not-built": "Checked, and unusable: it must name a guard, and a config with a "
-                             "guard is refused by this version."},
+        "description": "Per guard name: where requests carry their token. A request with a "
+                       "valid token gets that guard's session (identity, roles) whatever its "
+                       "route; a `POST` with `Content-Type: application/x-challenge-response` "
+                       "and a fresh token renews the streams it opened (`204`)."},
     "limits": LIMITS_SCHEMA,
 }}
 

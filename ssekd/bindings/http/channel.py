@@ -1,22 +1,32 @@
-"""HTTP/1.1 connection limits: header size and count, a deadline for the request head, and a
-body-size cap, so a slowloris client or a giant header cannot tie up the daemon."""
+"""HTTP/1.1 connection limits: header size and count, a deadline for the request head, a cap and a
+deadline for the body, so a slowloris client, a giant header or an endless upload cannot tie up
+the daemon (or its disk). `Limits` also carries the HTTP/2 limits that `h2.py` applies."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from twisted.internet.interfaces import IDelayedCall
 from twisted.internet.protocol import connectionDone
 from twisted.python.failure import Failure
 from twisted.web.http import HTTPChannel
+from twisted.web.server import Request
 
 DEFAULT_HEADER_BYTES = 16384
 DEFAULT_HEADER_COUNT = 100
 DEFAULT_HEADER_TIMEOUT = 10.0
 DEFAULT_IDLE_TIMEOUT = 60.0
 DEFAULT_BODY_BYTES = 1 << 20
+DEFAULT_BODY_TIMEOUT = 30.0
+DEFAULT_H2_STREAMS = 100
+DEFAULT_H2_RESETS = 100
+#: The window `limits.h2-resets` counts client stream resets in, in seconds.
+H2_RESET_WINDOW = 10.0
+DEFAULT_H2_CONTROL_FRAMES = 1000
+#: The window `limits.h2-control-frames` counts frames the server must answer in, in seconds.
+H2_CONTROL_WINDOW = 10.0
 
 
 @dataclass(frozen=True)
@@ -28,6 +38,10 @@ class Limits:
     header_timeout: float = DEFAULT_HEADER_TIMEOUT
     idle_timeout: float = DEFAULT_IDLE_TIMEOUT
     body_bytes: int = DEFAULT_BODY_BYTES
+    body_timeout: float = DEFAULT_BODY_TIMEOUT
+    h2_streams: int = DEFAULT_H2_STREAMS
+    h2_resets: int = DEFAULT_H2_RESETS
+    h2_control_frames: int = DEFAULT_H2_CONTROL_FRAMES
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any] | None) -> Limits:
@@ -38,6 +52,10 @@ class Limits:
             header_timeout=float(o.get("header-timeout", DEFAULT_HEADER_TIMEOUT)),
             idle_timeout=float(o.get("idle-timeout", DEFAULT_IDLE_TIMEOUT)),
             body_bytes=int(o.get("body-bytes", DEFAULT_BODY_BYTES)),
+            body_timeout=float(o.get("body-timeout", DEFAULT_BODY_TIMEOUT)),
+            h2_streams=int(o.get("h2-streams", DEFAULT_H2_STREAMS)),
+            h2_resets=int(o.get("h2-resets", DEFAULT_H2_RESETS)),
+            h2_control_frames=int(o.get("h2-control-frames", DEFAULT_H2_CONTROL_FRAMES)),
         )
 
 
@@ -48,14 +66,19 @@ LIMITS_SCHEMA: Mapping[str, Any] = {
         "header-bytes": {"type": "integer", "minimum": 256, "default": DEFAULT_HEADER_BYTES,
                          "x-ssekd-addition": True,
                          "description": "Largest request head (request line and headers); more "
-                                        "is `400`."},
+                                        "is `400`. HTTP/2: advertised as "
+                                        "SETTINGS_MAX_HEADER_LIST_SIZE; a bigger header "
+                                        "block, or one whose HPACK bytes pass 4 times "
+                                        "this, ends the connection."},
         "header-count": {"type": "integer", "minimum": 1, "default": DEFAULT_HEADER_COUNT,
                          "x-ssekd-addition": True,
-                         "description": "Most headers in one request; more is `400`."},
+                         "description": "Most headers in one request; more is `400` "
+                                        "(HTTP/2: `431`)."},
         "header-timeout": {"type": "number", "exclusiveMinimum": 0,
                            "default": DEFAULT_HEADER_TIMEOUT, "x-ssekd-addition": True,
                            "description": "Seconds from the first byte of a request to the end of "
-                                          "its head (against slowloris); then `408` and close."},
+                                          "its head (against slowloris); then `408` and close. "
+                                          "HTTP/2: for each header block, then GOAWAY."},
         "idle-timeout": {"type": "number", "exclusiveMinimum": 0,
                          "default": DEFAULT_IDLE_TIMEOUT, "x-ssekd-addition": True,
                          "description": "Seconds a connection may stay silent before it is closed "
@@ -63,29 +86,78 @@ LIMITS_SCHEMA: Mapping[str, Any] = {
                                         "shorter."},
         "body-bytes": {"type": "integer", "minimum": 0, "default": DEFAULT_BODY_BYTES,
                        "x-ssekd-addition": True,
-                       "description": "Largest request body; more is `413`."},
+                       "description": "Largest request body; `413` the moment a body "
+                                      "crosses it, chunked and HTTP/2 included. Routes "
+                                      "that take no body (sse, filesystem) answer "
+                                      "without reading one."},
+        "body-timeout": {
+            "type": "number", "exclusiveMinimum": 0, "default": DEFAULT_BODY_TIMEOUT,
+            "x-ssekd-addition": True,
+            "description": "Seconds a client may take to send a whole HTTP/1.1 request body; "
+                           "slower gets 408 and the connection is closed."},
+        "h2-streams": {
+            # Twisted's per-connection priority tree holds at most 1000 streams.
+            "type": "integer", "minimum": 1, "maximum": 1000, "default": DEFAULT_H2_STREAMS,
+            "x-ssekd-addition": True,
+            "description": "Streams an HTTP/2 client may have open at once "
+                           "(SETTINGS_MAX_CONCURRENT_STREAMS); a stream over it is refused "
+                           "with RST_STREAM REFUSED_STREAM, the connection goes on."},
+        "h2-resets": {
+            "type": "integer", "minimum": 1, "default": DEFAULT_H2_RESETS,
+            "x-ssekd-addition": True,
+            "description": f"Stream resets (RST_STREAM) an HTTP/2 client may send in any "
+                           f"{H2_RESET_WINDOW:g} seconds; one more and the connection ends with "
+                           f"GOAWAY ENHANCE_YOUR_CALM (the rapid reset attack)."},
+        "h2-control-frames": {
+            "type": "integer", "minimum": 1, "default": DEFAULT_H2_CONTROL_FRAMES,
+            "x-ssekd-addition": True,
+            "description": f"Frames an HTTP/2 client may send in any {H2_CONTROL_WINDOW:g} "
+                           f"seconds that the daemon must answer (SETTINGS and PING, each "
+                           f"acknowledged, and streams refused over `h2-streams`); one more and "
+                           f"the connection ends with GOAWAY ENHANCE_YOUR_CALM (SETTINGS and "
+                           f"PING floods)."},
     },
 }
 
 
+class BodyRoutes(Protocol):
+    """Whether a request may carry a body, decided from its head by routing it (the http
+    binding's `HttpRoot`): a route that takes none is answered without its body being read."""
+
+    def takes_body(self, request: Request, method: bytes, uri: bytes) -> bool: ...
+
+
 class LimitedHTTPChannel(HTTPChannel):
-    """HTTPChannel with an overall deadline for each request head.
+    """HTTPChannel with an overall deadline for each request head, and bounded bodies.
 
     Twisted's own timeout is an *idle* timeout: a client that sends one header byte every few
     seconds resets it forever. The deadline here starts at the first byte of a request and is
     cancelled only when the whole head has arrived. It is armed from `dataReceived`, never from
     `connectionMade`, because after an ALPN switch to HTTP/2 this channel object stays alive but
     receives nothing, and its timer must not close the connection under the HTTP/2 protocol.
+
+    Bodies: Twisted reads a whole body (spooling it to a temporary file) before anything looks
+    at the request. Here, once the head is in, `routes` says whether the request's route takes a
+    body at all. If not, the request is handed on at once as if it had none, the body is never
+    read (Twisted stops reading the socket while a request is handled) and the connection closes
+    after the answer. If it does, the body must arrive within `body_timeout` seconds and may
+    not grow past `body_bytes`, counted as the decoded bytes arrive (`BodyCountingRequest`), so a
+    chunked upload gets its `413` the moment it crosses the limit. Without `routes` every
+    request may carry a body, within those limits.
     """
 
-    def __init__(self, limits: Limits) -> None:
+    def __init__(self, limits: Limits, routes: BodyRoutes | None = None) -> None:
         super().__init__()
         self.limits = limits
+        self.routes = routes
         self.maxHeaders = limits.header_count
         self.totalHeadersSize = limits.header_bytes
         self.MAX_LENGTH = limits.header_bytes
         self._awaiting_head = True
         self._head_deadline: IDelayedCall | None = None
+        self._body_deadline: IDelayedCall | None = None
+        self._body_left = 0  # bytes the body being received may still bring
+        self._answered = False  # refused with a status of our own: the connection is closing
 
     def dataReceived(self, data: bytes) -> None:
         if self._awaiting_head and self._head_deadline is None:
@@ -95,10 +167,41 @@ class LimitedHTTPChannel(HTTPChannel):
     def allHeadersReceived(self) -> None:
         self._disarm()
         self._awaiting_head = False
-        if self.length is not None and self.length > self.limits.body_bytes:
+        request = self.requests[-1]
+        unread = (self.length != 0 and self.routes is not None
+                  and not self.routes.takes_body(request, self._command, self._path))
+        if not unread and self.length is not None and self.length > self.limits.body_bytes:
             self._respond_and_close(b"413 Content Too Large")
             return
+        if unread:
+            # Twisted hands the request on at the end of the head when the length is 0; no
+            # `100 Continue` asks for the body either.
+            self.length = 0
+            request.requestHeaders.removeHeader(b"expect")
         super().allHeadersReceived()
+        if unread:
+            # The unread body would be taken for the next request: close after this one.
+            self.persistent = False
+            request.responseHeaders.setRawHeaders(b"connection", [b"close"])
+        elif self.length != 0:
+            self._body_left = self.limits.body_bytes
+            self._body_deadline = self.callLater(self.limits.body_timeout, self._body_too_slow)
+
+    def admit_body(self, size: int) -> bool:
+        """Count `size` more body bytes; False (after answering `413`) once over the limit."""
+        if self._answered:
+            return False
+        self._body_left -= size
+        if self._body_left >= 0:
+            return True
+        self._respond_and_close(b"413 Content Too Large")
+        return False
+
+    def allContentReceived(self) -> None:
+        if self._answered:
+            return  # the decoder finished a body we refused while it was still parsing
+        self._disarm_body()
+        super().allContentReceived()
 
     def requestDone(self, request: Any) -> None:
         super().requestDone(request)
@@ -115,6 +218,7 @@ class LimitedHTTPChannel(HTTPChannel):
 
     def connectionLost(self, reason: Failure = connectionDone) -> None:
         self._disarm()
+        self._disarm_body()
         super().connectionLost(reason)
 
     def _disarm(self) -> None:
@@ -123,15 +227,40 @@ class LimitedHTTPChannel(HTTPChannel):
                 self._head_deadline.cancel()
             self._head_deadline = None
 
+    def _disarm_body(self) -> None:
+        if self._body_deadline is not None:
+            if self._body_deadline.active():
+                self._body_deadline.cancel()
+            self._body_deadline = None
+
     def _head_too_slow(self) -> None:
         self._head_deadline = None
         if self.transport is not None and self._awaiting_head:
             self._respond_and_close(b"408 Request Timeout")
 
+    def _body_too_slow(self) -> None:
+        self._body_deadline = None
+        if self.transport is not None and not self._answered:
+            self._respond_and_close(b"408 Request Timeout")
+
     def _respond_and_close(self, status: bytes) -> None:
         assert self.transport is not None
+        self._answered = True
+        self._disarm_body()
         self.transport.write(b"HTTP/1.1 " + status +
                              b"\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
         self.transport.loseConnection()
         self.setRawMode()  # ignore whatever else arrives before the close
         self.dataReceived = lambda data: None  # type: ignore[method-assign]
+
+
+class BodyCountingRequest(Request):
+    """A Request whose body bytes are counted by its `LimitedHTTPChannel` before Twisted stores
+    them: the channel's decoders hand each decoded piece here, and nothing past the limit is
+    kept. (HTTP/2 streams count theirs in the connection, before they get here.)"""
+
+    def handleContentChunk(self, data: bytes) -> None:
+        channel = self.channel
+        if isinstance(channel, LimitedHTTPChannel) and not channel.admit_body(len(data)):
+            return
+        super().handleContentChunk(data)

@@ -1,4 +1,4 @@
-"""Cross-origin resource sharing for the http binding (SPEC §4 `options.access-control`)."""
+"""Cross-origin resource sharing for the http binding (docs/config-reference.md `options.access-control`)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Which HTTP a connection speaks: ALPN over TLS, the HTTP/2 preface in cleartext (SPEC §4).
+"""Which HTTP a connection speaks: ALPN over TLS, the HTTP/2 preface in cleartext (docs/config-reference.md).
 
 Twisted's `Site` already becomes HTTP/2 when TLS negotiated `h2`, but has no cleartext HTTP/2.
 A prior-knowledge h2c client opens with the fixed preface `PRI * HTTP/2.0\\r\\n\\r\\nSM\\r\\n\\r\\n`,

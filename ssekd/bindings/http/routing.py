@@ -1,4 +1,4 @@
-"""Matching requests to http routes by pseudo-headers and headers (SPEC §4).
+"""Matching requests to http routes by pseudo-headers and headers (docs/config-reference.md).
 
 A pattern matches the whole value, with the rules of `ssekd.patterns` (`*` a wildcard, `{name}`
 a capture). A `:path` pattern that does not end in `*` also matches with any query string.
@@ -69,14 +69,20 @@ def _text(value: bytes) -> str:
 
 def request_headers(request: Request) -> dict[str, str]:
     """The request's headers (lower-case names, first value) plus the pseudo-headers."""
+    return head_headers(request, request.method, request.uri)
+
+
+def head_headers(request: Request, method: bytes, uri: bytes) -> dict[str, str]:
+    """`request_headers` for a request whose head is in but which Twisted has not yet handed on
+    (its method and uri are set only then): the channel knows them."""
     headers: dict[str, str] = {}
     for name, values in request.requestHeaders.getAllRawHeaders():
         if values:
             headers.setdefault(_text(name).lower(), _text(values[0]))
     scheme = "https" if request.isSecure() else "http"
     headers[":scheme"] = scheme
-    headers[":method"] = _text(request.method)
-    headers[":path"] = _text(request.uri)
+    headers[":method"] = _text(method)
+    headers[":path"] = _text(uri)
     headers[":authority"] = authority(headers.get("host"), scheme, request)
     return headers
 

@@ -6,36 +6,82 @@ when TLS negotiates `h2`, see `h2.py`); CORS and routing happen here, once, befo
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
+from twisted.internet import defer
 from twisted.internet.interfaces import IProtocol
+from twisted.logger import Logger
+from twisted.python.failure import Failure
 from twisted.web import http
 from twisted.web.resource import Resource
-from twisted.web.server import Request, Site
+from twisted.web.server import NOT_DONE_YET, Request, Site
 
-from ssekd.bindings.api import ConnectionInfo, HttpBinding, HttpContext
+from ssekd.bindings.api import (
+    ConnectionInfo,
+    HttpBinding,
+    HttpContext,
+    Refusal,
+    Session,
+    TemporaryRefusals,
+)
 from ssekd.bindings.http import h2c
-from ssekd.bindings.http.channel import LimitedHTTPChannel, Limits
+from ssekd.bindings.http.authorization import Authorization, Origin, is_renewal, renew
+from ssekd.bindings.http.channel import BodyCountingRequest, LimitedHTTPChannel, Limits
 from ssekd.bindings.http.cors import AccessControl
 from ssekd.bindings.http.h2 import SwitchingChannelProtocol
-from ssekd.bindings.http.routing import Condition, match_any, request_headers
+from ssekd.bindings.http.routing import Condition, head_headers, match_any, request_headers
 from ssekd.telemetry.events import EventLog
+from ssekd.telemetry.metrics import Metrics
 
 SERVER_NAME = b"ssekd"
+#: Seconds a client is told to wait when a guard cannot check tokens for now.
+DEFAULT_RETRY_AFTER = 5.0
+
+log = Logger()
+
+#: What a guard answered for a token: settled, or still fetching keys.
+Verdicts = Mapping[str, "Session | Refusal | defer.Deferred[Session | Refusal]"]
 
 
 @dataclass(frozen=True)
 class HttpRoute:
     conditions: tuple[Condition, ...]
     exit: HttpBinding
+    #: guard name -> roles a request must have (`guarded`).
+    guarded: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
-class SsekdRequest(Request):
+class SsekdRequest(BodyCountingRequest):
     """No default `Content-Type`: an empty 404 or 304 should not claim to be HTML."""
 
     defaultContentType = None
+
+
+class HttpStats:
+    """Zilla's http metrics of one binding: every request counts from `render` to its end."""
+
+    def __init__(self, metrics: Metrics, binding: str, clock: Any) -> None:
+        self.clock = clock  # an IReactorTime
+        self.active = metrics.gauge("http.active.requests", binding)
+        self.request_size = metrics.histogram("http.request.size", binding)
+        self.response_size = metrics.histogram("http.response.size", binding)
+        self.duration = metrics.histogram("http.duration", binding)
+
+    def started(self, request: Request) -> None:
+        self.active.value += 1
+        req: Any = request  # twisted.web is untyped for mypy
+        length = req.getHeader(b"content-length")
+        self.request_size.observe(float(length) if length and length.isdigit() else 0.0)
+        req.notifyFinish().addBoth(self._finished, req, self.clock.seconds())
+
+    def _finished(self, _: object, request: Any, began: float) -> None:
+        """Finished or cut off: either way the request is over (the failure is not ours)."""
+        self.active.value -= 1
+        self.response_size.observe(float(request.sentLength))
+        self.duration.observe((self.clock.seconds() - began) * 1000.0)
 
 
 class HttpRoot(Resource):
@@ -44,21 +90,30 @@ class HttpRoot(Resource):
     isLeaf = True
 
     def __init__(self, name: str, routes: Sequence[HttpRoute], default: HttpBinding | None,
-                 cors: AccessControl, events: EventLog) -> None:
+                 cors: AccessControl, events: EventLog,
+                 authorization: Authorization | None = None,
+                 stats: HttpStats | None = None) -> None:
         super().__init__()
+        self.stats = stats
         self.name = name
         self.routes = list(routes)
         self.default = default
         self.cors = cors
         self.events = events
+        self.authorization = authorization
 
     def render(self, request: Request) -> bytes | int:
         request.setHeader(b"server", SERVER_NAME)
+        if self.stats is not None:
+            self.stats.started(request)
         headers = request_headers(request)
         if self.events.stdout is not None:
+            path = headers[":path"]
+            if self.authorization is not None:
+                path = self.authorization.redact(path)
             self.events.emit(self.name, "BINDING_HTTP_REQUEST_ACCEPTED",
                              f"- {headers[':method']} {headers[':scheme']}://"
-                             f"{headers[':authority']}{headers[':path']}")
+                             f"{headers[':authority']}{path}")
         origin = request.getHeader(b"origin")
         if origin is not None:
             if not self.cors.allows(origin.decode("latin-1"), headers[":scheme"],
@@ -67,19 +122,151 @@ class HttpRoot(Resource):
                 return b""
             if self.cors.cross_origin and self.cors.is_preflight(request):
                 return self.cors.answer_preflight(request, origin)
+        auth = self.authorization
+        if auth is not None and is_renewal(request):
+            if origin is not None:
+                self.cors.decorate(request, origin)
+            return self._settle(request, self._verdicts(request),
+                                 lambda verdicts: self._renew(request, verdicts))
+        found = self._route(headers)
+        if found is None:
+            request.setResponseCode(http.NOT_FOUND)
+            return b""
+        target, params, guarded = found
+        if origin is not None:
+            self.cors.decorate(request, origin)
+        return self._settle(request, self._verdicts(request),
+                            lambda verdicts: self._dispatch(request, target, params, guarded,
+                                                            verdicts))
+
+    # -- authorization --------------------------------------------------------------------
+
+    def _verdicts(self, request: Request) -> Verdicts:
+        auth = self.authorization
+        if auth is None:
+            return {}
+        return {g: auth.guards[g].verify(token) for g, token in auth.tokens(request).items()}
+
+    def _settle(self, request: Request, verdicts: Verdicts,
+                then: Callable[[Mapping[str, Session | Refusal]], bytes | int]) -> bytes | int:
+        """`then(verdicts)` now, or - when a guard is still fetching keys - once it answers,
+        finishing the request with what `then` returns."""
+        pending = {g: v for g, v in verdicts.items() if isinstance(v, defer.Deferred)}
+        if not pending:
+            return then(verdicts)  # type: ignore[arg-type]  # no Deferred left
+        req: Any = request
+        gone: list[bool] = []
+        req.notifyFinish().addErrback(lambda _: gone.append(True))
+
+        def resume(results: list[tuple[bool, Any]]) -> None:
+            settled: dict[str, Session | Refusal] = {
+                g: v for g, v in verdicts.items() if not isinstance(v, defer.Deferred)}
+            for guard, (ok, value) in zip(pending, results, strict=True):
+                settled[guard] = value if ok else Refusal(503, "cannot check the token now",
+                                                          DEFAULT_RETRY_AFTER)
+            if gone:
+                return
+            body = then(settled)
+            if body is not NOT_DONE_YET:
+                assert isinstance(body, bytes)
+                req.write(body)
+                req.finish()
+
+        def failed(failure: Failure) -> None:
+            log.failure("answering {uri}", failure, uri=req.uri)
+            if not gone:
+                req.setResponseCode(http.INTERNAL_SERVER_ERROR)
+                req.finish()
+
+        d = defer.DeferredList(list(pending.values()), consumeErrors=True)
+        d.addCallback(resume).addErrback(failed)
+        return NOT_DONE_YET
+
+    def _split(self, verdicts: Mapping[str, Session | Refusal]) -> HttpContext:
+        ctx = HttpContext(binding=self.name)
+        for guard, verdict in verdicts.items():
+            if isinstance(verdict, Refusal):
+                ctx.refusals[guard] = verdict
+            else:
+                ctx.sessions[guard] = verdict
+        return ctx
+
+    def _dispatch(self, request: Request, target: HttpBinding, params: Mapping[str, str],
+                  guarded: Mapping[str, tuple[str, ...]],
+                  verdicts: Mapping[str, Session | Refusal]) -> bytes | int:
+        ctx = self._split(verdicts)
+        ctx.params = params
+        denied = ctx.authorize(guarded)
+        if denied is not None:
+            return self._refuse(request, target, *denied)
+        if ctx.sessions and self.authorization is not None:
+            ctx.lease = self.authorization.lease(request, ctx.sessions)
+        return target.render(request, ctx)
+
+    def _refuse(self, request: Request, target: HttpBinding | None, guard: str,
+                refusal: Refusal) -> bytes:
+        """Answer a refusal: `401` with `WWW-Authenticate`, `403`, or - temporary - `503` with
+        `Retry-After` (an SSE exit answers that its own way, see `api.TemporaryRefusals`)."""
+        if not refusal.reported:
+            self._report(guard, refusal.reason)
+        if refusal.status == http.SERVICE_UNAVAILABLE:
+            retry = refusal.retry_after or DEFAULT_RETRY_AFTER
+            if isinstance(target, TemporaryRefusals):
+                return target.answer_unavailable(request, refusal.reason, retry)
+            request.setHeader(b"Retry-After", str(math.ceil(retry)).encode())
+        elif refusal.status == http.UNAUTHORIZED:
+            request.setHeader(b"WWW-Authenticate", b"Bearer")
+        request.setResponseCode(refusal.status)
+        return b""
+
+    def _report(self, guard: str, reason: str) -> None:
+        auth = self.authorization
+        if auth is not None and guard in auth.guards:  # always, when the config was built
+            auth.guards[guard].report(reason)
+
+    def _renew(self, request: Request, verdicts: Mapping[str, Session | Refusal]) -> bytes:
+        """A challenge response: `204` when it renewed a stream, else the refusal."""
+        auth = self.authorization
+        assert auth is not None
+        if not verdicts:
+            guard = next(iter(auth.guards), "")
+            return self._refuse(request, None, guard, Refusal(401, "renewal without credentials"))
+        origin = Origin.of(request)
+        renewed = 0
+        first: tuple[str, Refusal] | None = None
+        for guard, verdict in verdicts.items():
+            if isinstance(verdict, Refusal):
+                first = first or (guard, verdict)
+                continue
+            outcome = renew(auth.leases, origin, guard, verdict)
+            renewed += outcome.renewed
+            if outcome.refusal is not None:
+                first = first or (guard, outcome.refusal)
+        if renewed:
+            request.setResponseCode(http.NO_CONTENT)
+            return b""
+        assert first is not None
+        return self._refuse(request, None, *first)
+
+    def takes_body(self, request: Request, method: bytes, uri: bytes) -> bool:
+        """Whether the exit this request head routes to reads request bodies (`BodyRoutes`).
+
+        No route (`404`) takes none, and CORS does not matter here: a refused origin gets its
+        `403` from `render` like any request whose body is not read."""
+        found = self._route(head_headers(request, method, uri))
+        return found is not None and found[0].takes_body
+
+    def _route(self, headers: dict[str, str]
+               ) -> tuple[HttpBinding, dict[str, str], Mapping[str, tuple[str, ...]]] | None:
+        """The exit, captures and `guarded` roles of the first route matching `headers`, else
+        the default exit (unguarded)."""
         for route in self.routes:
             params = match_any(route.conditions, headers)
             if params is not None:
-                target = route.exit
-                break
-        else:
-            if self.default is None:
-                request.setResponseCode(http.NOT_FOUND)
-                return b""
-            target, params = self.default, {}
-        if origin is not None:
-            self.cors.decorate(request, origin)
-        return target.render(request, HttpContext(binding=self.name, params=params))
+                return route.exit, params, route.guarded
+        if self.default is None:
+            return None
+        return self.default, {}, {}
 
 
 class HttpSite(Site):
@@ -89,13 +276,14 @@ class HttpSite(Site):
 
     def __init__(self, root: HttpRoot, limits: Limits, reactor: Any) -> None:
         super().__init__(root, timeout=limits.idle_timeout, reactor=reactor)
+        self.root = root
         self.limits = limits
         self.displayTracebacks = False
 
     def protocol(self) -> Any:
         # Same shape as Twisted's default (a proxy that can become HTTP/2 after ALPN), but with
         # our HTTP/1.1 channel inside and our HTTP/2 connection (one write per turn) after ALPN.
-        return SwitchingChannelProtocol(LimitedHTTPChannel(self.limits))
+        return SwitchingChannelProtocol(LimitedHTTPChannel(self.limits, self.root))
 
     def log(self, request: Any) -> None:
         """Access lines are events (see HttpRoot.render), not Twisted's common log format."""

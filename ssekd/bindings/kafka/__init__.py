@@ -1,17 +1,23 @@
 """kafka bindings: client (talks to the cluster), cache_server (per-topic caches), cache_client.
 
-cache_server options (SPEC §8, plus ssekd's cache bounds):
+cache_server options (docs/protocol.md, plus ssekd's cache bounds):
 
 - `bootstrap: [topic]` consumed from start-up, before any stream asks;
 - `topics: [{name, defaultOffset: live|historical}]`;
 - `max-topics` (default 100): how many topics the cache follows at most; with a route such as
   `/{topic}`, each new name a client asks for would otherwise start another consumer and cache;
+- `idle-timeout` (default 300 s): a topic no stream has read for that long is dropped, and
+  `missing-topic-retries` (default 10): a topic the cluster lacks after that many looks (backing
+  off from 0.5 s to 60 s) is dropped and its streams ended, so junk names cannot fill max-topics;
+- `catch-up-bytes` (default 64 KiB): what a stream catching up encodes per step, so a client
+  that reads nothing holds one step, not the whole history;
 - `cache: {max-messages, max-bytes, max-age}` per topic, defaults 100000 messages, 67108864
   bytes (64 MiB), 3600 seconds (age by record timestamp; not applied to compacted topics).
 
 client options: `servers`, `sasl`, and `properties`, librdkafka consumer properties passed as
 they are (e.g. `fetch.wait.max.ms: 10` for low latency against a broker that does not answer a
-waiting fetch early).
+waiting fetch early); `max-history-reads` (default 64) bounds the reads of old records waiting
+for the history consumer (a stream that finds them all taken asks again shortly).
 """
 
 from __future__ import annotations
@@ -26,8 +32,15 @@ from ssekd.bindings.api import (
     KindSpec,
     Role,
 )
-from ssekd.bindings.kafka.cache import DEFAULT_MAX_TOPICS, CacheClient, CacheServer
-from ssekd.bindings.kafka.client import ClientSettings, KafkaClient
+from ssekd.bindings.kafka.cache import (
+    DEFAULT_IDLE_TIMEOUT,
+    DEFAULT_MAX_TOPICS,
+    CacheClient,
+    CacheServer,
+)
+from ssekd.bindings.kafka.client import DEFAULT_MAX_HISTORY_READS, ClientSettings, KafkaClient
+from ssekd.bindings.kafka.missing_topics import DEFAULT_GIVE_UP_AFTER
+from ssekd.bindings.kafka.subscription import DEFAULT_CATCH_UP_BYTES
 from ssekd.bindings.kafka.topic_log import CacheBounds
 from ssekd.config.model import Binding
 
@@ -58,7 +71,9 @@ def bootstrap_topics(options: Mapping[str, Any]) -> list[str]:
 def _build_client(ctx: BuildContext, binding: Binding) -> KafkaClient:
     opts = binding.options
     settings = ClientSettings(servers=servers(opts),
-                              sasl=opts.get("sasl"), properties=dict(opts.get("properties", {})))
+                              sasl=opts.get("sasl"), properties=dict(opts.get("properties", {})),
+                              max_history_reads=int(opts.get("max-history-reads",
+                                                             DEFAULT_MAX_HISTORY_READS)))
     return KafkaClient(ctx.reactor, settings, binding.name,
                        lambda name, detail: ctx.events.emit(binding.name, name, detail))
 
@@ -74,7 +89,12 @@ def _build_cache_server(ctx: BuildContext, binding: Binding) -> CacheServer:
     live = [t["name"] for t in opts.get("topics", ()) if t.get("defaultOffset") == "live"]
     return CacheServer(ctx.reactor, ctx.exit(binding.exit, KafkaClient), binding.name, ctx.events,
                        bootstrap=bootstrap_topics(opts), live_topics=live, bounds=bounds,
-                       max_topics=int(opts.get("max-topics", DEFAULT_MAX_TOPICS)))
+                       max_topics=int(opts.get("max-topics", DEFAULT_MAX_TOPICS)),
+                       idle_timeout=float(opts.get("idle-timeout", DEFAULT_IDLE_TIMEOUT)),
+                       missing_topic_retries=int(opts.get("missing-topic-retries",
+                                                          DEFAULT_GIVE_UP_AFTER)),
+                       catch_up_bytes=int(opts.get("catch-up-bytes", DEFAULT_CATCH_UP_BYTES)),
+                       metrics=ctx.metrics)
 
 
 def _build_cache_client(ctx: BuildContext, binding: Binding) -> CacheClient:
@@ -85,11 +105,10 @@ def _build_cache_client(ctx: BuildContext, binding: Binding) -> CacheClient:
 BINDING = BindingType("kafka", {
     "cache_client": KindSpec(role=Role.KAFKA_CACHE, build=_build_cache_client,
                              exit=Exit.REQUIRED, exit_roles=(Role.KAFKA_CACHE,),
-                             options={"type": "object",
+                             options={"type": "object", "additionalProperties": False,
                                       "description": "What sse-kafka routes exit to: it hands "
-                                                     "every stream to its cache_server.",
-                                      "x-ssekd-not-built": "Any options are accepted and none "
-                                                           "is read."}),
+                                                     "every stream to its cache_server. It "
+                                                     "takes no options."}),
     "cache_server": KindSpec(
         role=Role.KAFKA_CACHE, build=_build_cache_server, exit=Exit.REQUIRED,
         exit_roles=(Role.KAFKA_CLIENT,), bootstrap_topics=bootstrap_topics,
@@ -115,8 +134,29 @@ BINDING = BindingType("kafka", {
             "max-topics": {"type": "integer", "minimum": 1, "default": DEFAULT_MAX_TOPICS,
                            "x-ssekd-addition": True,
                            "description": "Topics followed at most (bootstrap topics always "
-                                          "are); a stream for one more is `503`. Each topic costs "
-                                          "a consumer assignment and a cache."},
+                                          "are). Each costs a consumer assignment and a cache. A "
+                                          "stream for one more gets a `200` with `retry:` that "
+                                          "ends at once (its browser tries again later); idle "
+                                          "topics are dropped, so room comes back."},
+            "idle-timeout": {"type": "number", "exclusiveMinimum": 0,
+                             "default": DEFAULT_IDLE_TIMEOUT, "x-ssekd-addition": True,
+                             "description": "Seconds a topic no stream reads is still followed; "
+                                            "then its cache is freed and its partitions "
+                                            "unassigned (bootstrap topics stay)."},
+            "missing-topic-retries": {"type": "integer", "minimum": 1,
+                                      "default": DEFAULT_GIVE_UP_AFTER, "x-ssekd-addition": True,
+                                      "description": "Looks for a topic the cluster does not "
+                                                     "have (0.5 s apart, then twice as long each "
+                                                     "time, at most 60 s) before it is dropped "
+                                                     "and its streams ended; bootstrap topics "
+                                                     "are looked for without end."},
+            "catch-up-bytes": {"type": "integer", "minimum": 1024,
+                               "default": DEFAULT_CATCH_UP_BYTES, "x-ssekd-addition": True,
+                               "description": "Bytes of records a stream catching up (from the "
+                                              "cache or from Kafka) encodes per step before its "
+                                              "connection may pause it: what a client that "
+                                              "reads nothing holds, instead of the whole "
+                                              "history."},
             "cache": {"type": "object", "additionalProperties": False, "x-ssekd-addition": True,
                       "description": "Bounds of each topic's log; the oldest records go first.",
                       "properties": {
@@ -164,5 +204,11 @@ BINDING = BindingType("kafka", {
                                "type": ["string", "integer", "number", "boolean"]},
                            "description": "librdkafka consumer properties, applied last as they "
                                           "are (e.g. `fetch.wait.max.ms`)."},
+            "max-history-reads": {"type": "integer", "minimum": 1,
+                                  "default": DEFAULT_MAX_HISTORY_READS, "x-ssekd-addition": True,
+                                  "description": "Reads of records older than a cache (one per "
+                                                 "stream catching up from Kafka) waiting for the "
+                                                 "history consumer at most; a stream that finds "
+                                                 "them all taken asks again a moment later."},
         }}),
 })

@@ -1,11 +1,17 @@
 """kafka cache_server and cache_client: one `TopicCache` per topic, shared by every stream.
 
 The cache_server owns the caches and asks its kafka client to consume each topic once, however
-many streams read it (SPEC §8); `bootstrap` topics are consumed from start-up. The cache_client
+many streams read it (docs/protocol.md); `bootstrap` topics are consumed from start-up. The cache_client
 is what sse-kafka routes exit to; it hands subscriptions to its cache_server.
 
 A `TopicCache` alone decides which tail group or lagging set each of its subscriptions is in;
 a subscription only reports reaching the tail, leaving it and closing (`subscription.Owner`).
+
+Topics come and go: with a route such as `/{topic}` any client can name one, so a topic that has
+had no stream for `idle-timeout` seconds is dropped (cache freed, partitions unassigned), and one
+the cluster still lacks after `missing-topic-retries` looks is dropped and its streams ended.
+Bootstrap topics stay. So `max-topics` bounds what is followed at once, and names asked for once
+cannot hold it for ever.
 """
 
 from __future__ import annotations
@@ -18,13 +24,23 @@ from twisted.internet.defer import Deferred
 
 from ssekd.bindings.kafka.client import FetchResult, KafkaClient
 from ssekd.bindings.kafka.message import Message
+from ssekd.bindings.kafka.missing_topics import DEFAULT_GIVE_UP_AFTER
 from ssekd.bindings.kafka.start import Start
-from ssekd.bindings.kafka.subscription import EventEncoder, EventSink, Subscription, TailGroup
+from ssekd.bindings.kafka.subscription import (
+    DEFAULT_CATCH_UP_BYTES,
+    EventEncoder,
+    EventSink,
+    Subscription,
+    TailGroup,
+)
 from ssekd.bindings.kafka.topic_log import CacheBounds, TopicLog
 from ssekd.progress import ProgressState
+from ssekd.telemetry.metrics import Metrics, Reading
 
 #: Topics one cache_server follows at most, unless `max-topics` says otherwise.
 DEFAULT_MAX_TOPICS = 100
+#: Seconds a topic without streams is still followed, unless `idle-timeout` says otherwise.
+DEFAULT_IDLE_TIMEOUT = 300.0
 
 
 class TopicLimitReached(Exception):
@@ -47,6 +63,8 @@ class TopicCache:
         self.group_of: dict[Subscription, TailGroup] = {}
         #: Subscriptions reading on their own (new, paused, catching up): woken by new data.
         self.lagging: set[Subscription] = set()
+        #: The timer that drops this topic, armed while no subscription reads it.
+        self.idle_call: Any = None
 
     # -- fed by the kafka client (reactor thread) ----------------------------------------------
 
@@ -71,11 +89,19 @@ class TopicCache:
         self.log.reached_end(partition, next_offset)
         self._wake()
 
+    def on_missing(self) -> None:
+        self.server.missing(self)
+
+    def subscriptions(self) -> list[Subscription]:
+        """Every open subscription: at the tail or lagging."""
+        return [*self.group_of, *self.lagging]
+
     # -- subscriptions ---------------------------------------------------------------------
 
     def subscribe(self, encoder: EventEncoder, sink: EventSink, start: Start) -> Subscription:
         s = Subscription(self, encoder, sink, start)
         self.lagging.add(s)
+        self.server.busy(self)
         s.schedule()
         return s
 
@@ -105,9 +131,16 @@ class TopicCache:
             if not g.members:
                 self._drop_group(g)
         self.lagging.discard(s)
+        if not self.group_of and not self.lagging:
+            self.server.idle(self)
 
-    def fetch(self, partition: int, offset: int, limit: int) -> Deferred[FetchResult]:
-        return self.server.client.fetch(self.topic, partition, offset, limit)
+    @property
+    def catch_up_bytes(self) -> int:
+        return self.server.catch_up_bytes
+
+    def fetch(self, partition: int, offset: int, limit: int,
+              max_bytes: int) -> Deferred[FetchResult]:
+        return self.server.client.fetch(self.topic, partition, offset, limit, max_bytes)
 
     def history_unavailable(self, partition: int, offset: int, error: str | None) -> None:
         self.server.event("BINDING_KAFKA_HISTORY_UNAVAILABLE",
@@ -144,7 +177,11 @@ class CacheServer(Service):
 
     def __init__(self, reactor: Any, client: KafkaClient, binding: str, events: Any,
                  bootstrap: Iterable[str] = (), live_topics: Iterable[str] = (),
-                 bounds: CacheBounds | None = None, max_topics: int = DEFAULT_MAX_TOPICS) -> None:
+                 bounds: CacheBounds | None = None, max_topics: int = DEFAULT_MAX_TOPICS,
+                 idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
+                 missing_topic_retries: int = DEFAULT_GIVE_UP_AFTER,
+                 catch_up_bytes: int = DEFAULT_CATCH_UP_BYTES,
+                 metrics: Metrics | None = None) -> None:
         self.reactor = reactor
         self.client = client
         self.binding = binding
@@ -154,6 +191,11 @@ class CacheServer(Service):
         self.bounds = bounds or CacheBounds()
         self.topics: dict[str, TopicCache] = {}
         self.max_topics = max_topics
+        self.idle_timeout = idle_timeout
+        self.missing_topic_retries = missing_topic_retries
+        self.catch_up_bytes = catch_up_bytes
+        if metrics is not None:
+            metrics.reader(binding, "cache", self.figures)
 
     def event(self, name: str, detail: str) -> None:
         self.events.emit(self.binding, name, detail)
@@ -172,13 +214,80 @@ class CacheServer(Service):
                                         f"(max-topics); not starting {name}")
             live = name in self.live_topics
             cache = self.topics[name] = TopicCache(self, name, self.bounds, live)
-            self.client.consume(self.binding, name, cache,
-                                from_end=live and name not in self.bootstrap)
+            boot = name in self.bootstrap
+            self.client.consume(self.binding, name, cache, from_end=live and not boot,
+                                give_up_after=None if boot else self.missing_topic_retries)
+            self.idle(cache)  # until its first subscription: a stream may never come
         return cache
+
+    # -- topics that go (reactor thread) ---------------------------------------------------------
+
+    def busy(self, cache: TopicCache) -> None:
+        """A subscription opened: the topic is not idle."""
+        if cache.idle_call is not None:
+            if cache.idle_call.active():
+                cache.idle_call.cancel()
+            cache.idle_call = None
+
+    def idle(self, cache: TopicCache) -> None:
+        """The topic's last subscription closed: drop it if none comes within idle-timeout.
+
+        Not once the service stopped (a reload replaced it): its streams close after that, and
+        a timer then would unassign a topic from a client the new cache_server may share."""
+        if (self.running and cache.idle_call is None and cache.topic not in self.bootstrap
+                and self.topics.get(cache.topic) is cache):
+            cache.idle_call = self.reactor.callLater(self.idle_timeout, self._idle_expired, cache)
+
+    def _idle_expired(self, cache: TopicCache) -> None:
+        cache.idle_call = None
+        if not cache.subscriptions():
+            self._drop(cache, f"no stream for {self.idle_timeout:g} s")
+
+    def missing(self, cache: TopicCache) -> None:
+        """The cluster lacks the topic after every look: end its streams (browsers come back
+        later and start over) and stop following it."""
+        self._drop(cache, f"not in the cluster after {self.missing_topic_retries} looks")
+        for s in cache.subscriptions():
+            s.sink.end()
+
+    def _drop(self, cache: TopicCache, why: str) -> None:
+        self.busy(cache)  # cancel its idle timer
+        if self.topics.get(cache.topic) is not cache:
+            return  # already dropped
+        del self.topics[cache.topic]
+        self.client.unconsume(self.binding, cache.topic)
+        self.event("BINDING_KAFKA_TOPIC_DROPPED", f"{cache.topic}: {why}")
 
     def subscribe(self, topic: str, encoder: EventEncoder, sink: EventSink,
                   start: Start) -> Subscription:
         return self.topic(topic).subscribe(encoder, sink, start)
+
+    def figures(self) -> Iterable[Reading]:
+        """Per topic (never per stream): its cache's size, oldest record age, readers, and the
+        consumer lag per partition from the tail consumer's last measurement."""
+        now = self.reactor.seconds()
+        for name, cache in self.topics.items():
+            log = cache.log
+            labels = {"topic": name}
+            yield "kafka.cache.messages", labels, float(log.count)
+            yield "kafka.cache.size", labels, float(log.bytes)
+            heads = [part.records[part.head].timestamp for part in log.partitions.values()
+                     if len(part)]
+            oldest = min((t for t in heads if t > 0), default=None)
+            yield "kafka.cache.oldest.age", labels, \
+                max(0.0, now - oldest / 1000.0) if oldest is not None else 0.0
+            yield "kafka.cache.subscribers", labels, \
+                float(len(cache.group_of) + len(cache.lagging))
+        tail = self.client.tails.get(self.binding)
+        lag = tail.lag if tail is not None else {}
+        for (topic, partition), behind in lag.items():
+            yield "kafka.consumer.lag", {"topic": topic, "partition": str(partition)}, \
+                float(behind)
+
+    def stopService(self) -> None:
+        super().stopService()
+        for cache in self.topics.values():
+            self.busy(cache)  # no idle timer outlives the service
 
 
 class CacheClient:

@@ -6,8 +6,13 @@ binding owns two threads, each owning one `confluent_kafka.Consumer` from creati
 - the *tail* consumer (`TailConsumer`) is assigned every partition of every topic in use and
   feeds the cache; it tracks each partition's next offset from fetched data (tansu's
   `get_watermark_offsets` is wrong, real Kafka's is racy anyway) and re-reads metadata now and
-  then to notice new partitions and topics that did not exist yet;
-- the *history* consumer (`HistoryFetcher`) serves one-off reads of offsets older than the cache.
+  then to notice new partitions and topics that did not exist yet (backing off, and giving up,
+  for topics that stay missing: `missing_topics`); a topic the cache stops following is
+  unassigned;
+- the *history* consumer (`HistoryFetcher`) serves one-off reads of offsets older than the cache,
+  each bounded in bytes; at most `max_history_reads` wait for it at once, and a stream that finds
+  them all taken is told `HistoryBusy` and asks again a little later (it waits without a queue
+  that could grow with the number of streams).
 
 Batches cross to the reactor with `reactor.callFromThread`; the reactor thread never waits on
 Kafka. When the broker is down at start or goes away, the threads retry with back-off and say so
@@ -33,15 +38,24 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]
 from twisted.application.service import Service
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, fail
 from twisted.logger import Logger
 
 from ssekd.bindings.kafka.message import Message, from_confluent
+from ssekd.bindings.kafka.missing_topics import MissingTopics
 
 _log = Logger()
 
 #: Records taken from librdkafka per `consume` call (one batch handed to the reactor).
 BATCH = 1000
+#: Seconds between measurements of the consumer lag (local calls only: no broker round trip).
+LAG_INTERVAL = 1.0
+#: History reads queued or running at once, unless the client's options say otherwise.
+DEFAULT_MAX_HISTORY_READS = 64
+
+
+class HistoryBusy(Exception):
+    """Every history read slot is taken: the stream asks again later, nothing was queued."""
 
 
 class TopicSink(Protocol):
@@ -52,6 +66,9 @@ class TopicSink(Protocol):
     def on_records(self, records: list[Message]) -> None: ...
 
     def on_end(self, partition: int, next_offset: int) -> None: ...
+
+    def on_missing(self) -> None:
+        """The topic was looked for too often without being found: it is no longer consumed."""
 
 
 @dataclass
@@ -70,6 +87,7 @@ class _FetchRequest:
     partition: int
     offset: int
     limit: int
+    max_bytes: int
     deferred: Deferred[FetchResult]
 
 
@@ -82,6 +100,7 @@ class ClientSettings:
     #: librdkafka properties (options.properties), e.g. `fetch.wait.max.ms`.
     properties: Mapping[str, Any] = field(default_factory=dict)
     metadata_interval: float = 5.0
+    max_history_reads: int = DEFAULT_MAX_HISTORY_READS
 
     def consumer_config(self, group: str) -> dict[str, Any]:
         conf: dict[str, Any] = {
@@ -100,13 +119,39 @@ class ClientSettings:
         }
         if self.sasl:
             conf.update({
-                "security.protocol": "SASL_PLAINTEXT",
                 "sasl.mechanism": self.sasl["mechanism"].upper(),
                 "sasl.username": self.sasl["username"],
                 "sasl.password": self.sasl["password"],
             })
         conf.update(self.properties)
+        protocol = self.security_protocol()
+        if protocol is not None:
+            conf["security.protocol"] = protocol
         return conf
+
+    def security_protocol(self) -> str | None:
+        """librdkafka's `security.protocol`, or None for its default (plaintext).
+
+        `properties` say whether the cluster speaks TLS: an explicit `security.protocol`, or any
+        `ssl.*` key (a CA, a client certificate), which librdkafka would otherwise silently
+        ignore over plaintext. A `sasl` block adds SASL on top of that: `SASL_SSL` over TLS,
+        `SASL_PLAINTEXT` otherwise - never plaintext credentials to a TLS-only cluster."""
+        explicit = self.properties.get("security.protocol")
+        if explicit is not None:
+            tls = str(explicit).lower() in ("ssl", "sasl_ssl")
+        else:
+            tls = any(str(k).startswith("ssl.") for k in self.properties)
+        if self.sasl:
+            return "SASL_SSL" if tls else "SASL_PLAINTEXT"
+        if explicit is not None:
+            return str(explicit)
+        return "SSL" if tls else None
+
+    def admin_config(self, consumer: Mapping[str, Any]) -> dict[str, Any]:
+        """The admin client's conf from the consumer's: the same servers and every security
+        setting (`security.*`, `ssl.*`, `sasl.*`), so it reaches a TLS or SASL cluster too."""
+        return {k: v for k, v in consumer.items()
+                if k == "bootstrap.servers" or k.startswith(("security.", "ssl.", "sasl."))}
 
 
 def _close(consumer: Any) -> None:
@@ -126,9 +171,11 @@ class KafkaClient(Service):
         self.settings = settings
         self.binding = binding
         self._emit = emit
-        #: One tail consumer per cache_server (SPEC §8: one consumer per cache_server topic set).
+        #: One tail consumer per cache_server (docs/protocol.md: one consumer per cache_server topic set).
         self.tails: dict[str, TailConsumer] = {}
         self.history = HistoryFetcher(self)
+        #: History reads handed to the history thread and not answered yet.
+        self.history_pending = 0
 
     # called on any thread: events are printed from the reactor thread only
     def event(self, name: str, detail: str = "-") -> None:
@@ -137,22 +184,41 @@ class KafkaClient(Service):
         else:
             self.reactor.callFromThread(self._emit, name, detail)
 
-    def consume(self, owner: str, topic: str, sink: TopicSink, from_end: bool = False) -> None:
+    def consume(self, owner: str, topic: str, sink: TopicSink, from_end: bool = False,
+                give_up_after: int | None = None) -> None:
         """Feed `topic` to `sink` from now on (from its beginning, or its end when `from_end`),
-        on the tail consumer of `owner` (a cache_server)."""
+        on the tail consumer of `owner` (a cache_server). A topic the cluster lacks is looked
+        for `give_up_after` times (None: for ever) before `sink.on_missing`."""
         tail = self.tails.get(owner)
         if tail is None:
             tail = self.tails[owner] = TailConsumer(self, owner)
             if self.running:
                 tail.start()
-        tail.add(topic, sink, from_end)
+        tail.changes.put((topic, _Follow(sink, from_end, give_up_after)))
 
-    def fetch(self, topic: str, partition: int, offset: int, limit: int) -> Deferred[FetchResult]:
-        """Read up to `limit` records of a partition from `offset` (history older than the cache)."""
+    def unconsume(self, owner: str, topic: str) -> None:
+        """Stop consuming `topic` for `owner`: its partitions are unassigned."""
+        tail = self.tails.get(owner)
+        if tail is not None:
+            tail.changes.put((topic, None))
+
+    def fetch(self, topic: str, partition: int, offset: int, limit: int,
+              max_bytes: int) -> Deferred[FetchResult]:
+        """Read up to `limit` records of a partition from `offset` (history older than the cache),
+        stopping once their sizes reach `max_bytes`; fails with `HistoryBusy` when
+        `max_history_reads` are already waiting."""
+        if self.history_pending >= self.settings.max_history_reads:
+            return fail(HistoryBusy(f"{self.history_pending} history reads waiting"))
+        self.history_pending += 1
         d: Deferred[FetchResult] = Deferred()
-        self.history.requests.put(_FetchRequest(topic, partition, offset, limit, d))
+        d.addBoth(self._answered)
+        self.history.requests.put(_FetchRequest(topic, partition, offset, limit, max_bytes, d))
         self.history.start()
         return d
+
+    def _answered(self, result: Any) -> Any:
+        self.history_pending -= 1
+        return result
 
     def startService(self) -> None:
         super().startService()
@@ -196,51 +262,76 @@ class _KafkaThread(threading.Thread):
         self.stopping.set()
 
 
+@dataclass(frozen=True)
+class _Follow:
+    """How the tail consumer follows one topic."""
+
+    sink: TopicSink
+    from_end: bool
+    give_up_after: int | None
+
+
 class TailConsumer(_KafkaThread):
     """Owns the consumer that keeps every partition in use assigned and feeds the cache."""
 
     def __init__(self, client: KafkaClient, owner: str) -> None:
         super().__init__(client, owner)
         self.owner = owner
-        self._added: queue.Queue[tuple[str, TopicSink, bool]] = queue.Queue()
+        #: (topic, how to follow it), or (topic, None) to stop: applied in order by the thread.
+        self.changes: queue.Queue[tuple[str, _Follow | None]] = queue.Queue()
         # thread-owned state
-        self._sinks: dict[str, TopicSink] = {}
-        self._from_end: dict[str, bool] = {}
+        self._follows: dict[str, _Follow] = {}
         self._assigned: dict[str, int] = {}  # topic -> partitions assigned
         self._next: dict[tuple[str, int], int] = {}
-        self._unknown: set[str] = set()
+        self._unknown = MissingTopics()
         self._connected: bool | None = None
+        #: (topic, partition) -> high watermark minus next offset, as last measured. The thread
+        #: replaces the whole dict (one reference swap), so the reactor reads it without a lock.
+        self.lag: dict[tuple[str, int], int] = {}
+        self._next_lag = 0.0
 
-    def add(self, topic: str, sink: TopicSink, from_end: bool) -> None:
-        self._added.put((topic, sink, from_end))
+    def _apply_changes(self, consumer: Any) -> bool:
+        """Take the topics to follow or drop; True when one was added (metadata is due)."""
+        added = False
+        while True:
+            try:
+                topic, follow = self.changes.get_nowait()
+            except queue.Empty:
+                return added
+            if follow is None:
+                self._drop(consumer, topic)
+            elif topic not in self._follows:
+                self._follows[topic] = follow
+                added = True
+
+    def _drop(self, consumer: Any, topic: str) -> None:
+        self._follows.pop(topic, None)
+        self._unknown.forget(topic)
+        count = self._assigned.pop(topic, 0)
+        if count:
+            consumer.incremental_unassign([TopicPartition(topic, p) for p in range(count)])
+        for p in range(count):
+            self._next.pop((topic, p), None)
 
     def run(self) -> None:
         client = self.client
         conf = client.settings.consumer_config(f"ssekd-{client.binding}-{self.owner}")
         conf["error_cb"] = self._on_error
         consumer = Consumer(conf)
-        admin = AdminClient({k: v for k, v in conf.items()
-                             if k in ("bootstrap.servers", "security.protocol", "sasl.mechanism",
-                                      "sasl.username", "sasl.password")})
+        admin = AdminClient(client.settings.admin_config(conf))
         backoff = 0.2
         next_refresh = 0.0
         try:
             while not self.stopping.is_set():
-                while True:
-                    try:
-                        topic, sink, from_end = self._added.get_nowait()
-                    except queue.Empty:
-                        break
-                    if topic not in self._sinks:
-                        self._sinks[topic] = sink
-                        self._from_end[topic] = from_end
-                        next_refresh = 0.0
-                if self._sinks and time.monotonic() >= next_refresh:
+                if self._apply_changes(consumer):
+                    next_refresh = 0.0
+                if self._follows and time.monotonic() >= next_refresh:
                     try:
                         self._refresh(consumer, admin)
                         backoff = 0.2
-                        next_refresh = time.monotonic() + (
-                            0.5 if self._unknown else client.settings.metadata_interval)
+                        now = time.monotonic()
+                        next_refresh = min(now + client.settings.metadata_interval,
+                                           self._unknown.next_due() or float("inf"))
                     except KafkaException as e:
                         self._set_connected(False, str(e.args[0] if e.args else e))
                         self.stopping.wait(backoff)
@@ -249,6 +340,9 @@ class TailConsumer(_KafkaThread):
                 if not self._assigned:
                     self.stopping.wait(0.05)
                     continue
+                if time.monotonic() >= self._next_lag:
+                    self._next_lag = time.monotonic() + LAG_INTERVAL
+                    self.lag = self._measure_lag(consumer)
                 first = consumer.poll(0.1)
                 if first is None:
                     continue
@@ -262,22 +356,24 @@ class TailConsumer(_KafkaThread):
         meta = consumer.list_topics(timeout=2.0)
         self._set_connected(True, ",".join(self.client.settings.servers))
         new: list[TopicPartition] = []
-        for topic, sink in self._sinks.items():
+        now = time.monotonic()
+        for topic, follow in list(self._follows.items()):
             tmeta = meta.topics.get(topic)
             if tmeta is None or tmeta.error is not None or not tmeta.partitions:
                 if topic not in self._unknown:
-                    self._unknown.add(topic)
                     self.client.event("BINDING_KAFKA_TOPIC_UNKNOWN", topic)
+                if self._unknown.missing(topic, now, follow.give_up_after):
+                    self._drop(consumer, topic)
+                    self.client.reactor.callFromThread(follow.sink.on_missing)
                 continue
+            self._unknown.forget(topic)  # found: no longer due for a look
             count = len(tmeta.partitions)
             had = self._assigned.get(topic, 0)
             if count == had:
                 continue
-            if topic in self._unknown:
-                self._unknown.discard(topic)
             compacted = self._compacted(admin, topic) if had == 0 else None
-            self.client.reactor.callFromThread(sink.on_metadata, count, compacted)
-            start = OFFSET_END if (had == 0 and self._from_end[topic]) else OFFSET_BEGINNING
+            self.client.reactor.callFromThread(follow.sink.on_metadata, count, compacted)
+            start = OFFSET_END if (had == 0 and follow.from_end) else OFFSET_BEGINNING
             for p in sorted(tmeta.partitions):
                 if p >= had:
                     # partitions added later are read from their beginning: all of them is new
@@ -286,6 +382,28 @@ class TailConsumer(_KafkaThread):
             self.client.event("BINDING_KAFKA_PARTITIONS_ASSIGNED", f"{topic} {had}->{count}")
         if new:
             consumer.incremental_assign(new)
+
+    def _measure_lag(self, consumer: Any) -> dict[tuple[str, int], int]:
+        """Per assigned partition: the high watermark the last fetch brought (librdkafka's
+        cached figure; the fetched one is right even on tansu) minus the next offset to hand
+        to the cache. Partitions with either figure unknown yet are left out."""
+        tps = [TopicPartition(t, p) for t, n in self._assigned.items() for p in range(n)]
+        try:
+            positions = consumer.position(tps)
+        except KafkaException:
+            return self.lag
+        lag: dict[tuple[str, int], int] = {}
+        for tp in positions:
+            try:
+                _, high = consumer.get_watermark_offsets(tp, cached=True)
+            except KafkaException:
+                continue
+            key = (tp.topic, tp.partition)
+            nxt = tp.offset if tp.offset >= 0 else self._next.get(key)
+            if high is None or high < 0 or nxt is None:
+                continue
+            lag[key] = max(0, high - nxt)
+        return lag
 
     def _compacted(self, admin: Any, topic: str) -> bool:
         try:
@@ -319,13 +437,19 @@ class TailConsumer(_KafkaThread):
                 msgs = by_topic.setdefault(topic, [])
             msgs.append(from_confluent(r))
         reactor = self.client.reactor
+        follows = self._follows
         for topic, msgs in by_topic.items():
+            follow = follows.get(topic)
+            if follow is None:
+                continue  # dropped while librdkafka still held some of its records
             # a partition's records are in offset order: the last one of each sets its next
             for p, last in {m.partition: m.offset for m in msgs}.items():
                 self._next[(topic, p)] = last + 1
-            reactor.callFromThread(self._sinks[topic].on_records, msgs)
+            reactor.callFromThread(follow.sink.on_records, msgs)
         for topic, p, off in ends:
-            reactor.callFromThread(self._sinks[topic].on_end, p, off)
+            follow = follows.get(topic)
+            if follow is not None:
+                reactor.callFromThread(follow.sink.on_end, p, off)
 
     def _on_error(self, err: Any) -> None:
         code = err.code()
@@ -347,7 +471,9 @@ class HistoryFetcher(_KafkaThread):
     """Owns the consumer that reads offsets older than the cache, one request at a time.
 
     Consecutive requests that continue where the last one stopped keep the assignment, so
-    librdkafka's prefetch carries a long catch-up along without a seek per request.
+    librdkafka's prefetch carries a long catch-up along without a seek per request. A request
+    stops at its byte budget; records librdkafka already handed over past it are kept for the
+    request that continues there (a seek otherwise), so the position stays exact.
     """
 
     #: Longest a request waits for records before answering with what it has (end=None).
@@ -365,7 +491,7 @@ class HistoryFetcher(_KafkaThread):
         client = self.client
         conf = client.settings.consumer_config(f"ssekd-{client.binding}-history")
         consumer = Consumer(conf)
-        current: tuple[str, int, int] | None = None  # topic, partition, next offset
+        current: _Position | None = None
         try:
             while not self.stopping.is_set():
                 req = self.requests.get()
@@ -379,23 +505,23 @@ class HistoryFetcher(_KafkaThread):
         finally:
             _close(consumer)
 
-    def _serve(self, consumer: Any, req: _FetchRequest,
-               current: tuple[str, int, int] | None
-               ) -> tuple[FetchResult, tuple[str, int, int] | None]:
-        if current != (req.topic, req.partition, req.offset):
-            consumer.assign([TopicPartition(req.topic, req.partition, req.offset)])
+    def _serve(self, consumer: Any, req: _FetchRequest, current: _Position | None
+               ) -> tuple[FetchResult, _Position | None]:
         got: list[Message] = []
         end: int | None = None
+        if current is not None and current.at == (req.topic, req.partition, req.offset):
+            got, end = current.leftover, current.end
+        else:
+            consumer.assign([TopicPartition(req.topic, req.partition, req.offset)])
         error: str | None = None
+        size = sum(m.size for m in got)
         deadline = time.monotonic() + self.WAIT
-        while len(got) < req.limit and time.monotonic() < deadline:
-            if self.stopping.is_set():
-                break
+        while (end is None and error is None and len(got) < req.limit and size < req.max_bytes
+               and time.monotonic() < deadline and not self.stopping.is_set()):
             r = consumer.poll(0.05)
             if r is None:
                 continue
-            batch = [r, *consumer.consume(req.limit - len(got), 0)]
-            for rec in batch:
+            for rec in [r, *consumer.consume(req.limit - len(got), 0)]:
                 e = rec.error()
                 if e is not None:
                     if e.code() == KafkaError._PARTITION_EOF:
@@ -405,11 +531,37 @@ class HistoryFetcher(_KafkaThread):
                     continue
                 if (rec.partition() == req.partition and rec.topic() == req.topic
                         and rec.offset() >= req.offset):
-                    got.append(from_confluent(rec))
-            if end is not None or error is not None:
-                break
-        if end is not None or error is not None or not got:
+                    m = from_confluent(rec)
+                    got.append(m)
+                    size += m.size
+        taken = _within(got, req.limit, req.max_bytes)
+        rest = got[len(taken):]
+        if error is not None or not taken:
             # after an end-of-partition (or nothing) librdkafka will not say "end" again for
             # this assignment: seek afresh next time
-            return FetchResult(got, end, error), None
-        return FetchResult(got, None), (req.topic, req.partition, got[-1].offset + 1)
+            return FetchResult(taken, None if rest else end, error), None
+        if rest or end is None:
+            return FetchResult(taken, None), _Position(
+                (req.topic, req.partition, taken[-1].offset + 1), rest, end)
+        return FetchResult(taken, end), None
+
+
+def _within(records: list[Message], limit: int, max_bytes: int) -> list[Message]:
+    """The first records, at most `limit`, whose sizes add up to `max_bytes` (at least one)."""
+    total = 0
+    for n, m in enumerate(records[:limit]):
+        total += m.size
+        if total >= max_bytes:
+            return records[:n + 1]
+    return records[:limit]
+
+
+@dataclass
+class _Position:
+    """Where the history consumer stands: the next offset it will hand over for (topic,
+    partition), with the records it already took from librdkafka beyond the last answer."""
+
+    at: tuple[str, int, int]
+    leftover: list[Message]
+    #: The partition's end, when librdkafka said so while handing over the leftover.
+    end: int | None

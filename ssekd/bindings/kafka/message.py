@@ -47,7 +47,7 @@ class Message:
         self.replaced = False
 
     def header(self, name: str) -> bytes | None:
-        """The value of the first header called `name` (SPEC §7: the etag is the first)."""
+        """The value of the first header called `name` (docs/protocol.md: the etag is the first)."""
         for n, v in self.headers:
             if n == name:
                 return v

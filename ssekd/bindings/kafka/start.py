@@ -3,7 +3,7 @@
 A stream's request says where it wants to start (`Start`: its last event id, `since`, or
 nothing); the topic's `defaultOffset` says where a stream that says nothing starts; the cache's
 state says what those mean in offsets. All three meet in `start_positions`, so every rule of
-SPEC §7 about where a stream begins is in this one function:
+docs/protocol.md about where a stream begins is in this one function:
 
 - a listed partition of a last event id resumes at its offset, even one older than the cache
   holds (the subscription then reads it from Kafka); a listed partition the topic does not have

@@ -11,7 +11,10 @@ Two ways a cursor moves:
 
 A transport that cannot keep up pauses its subscription (Twisted producer/consumer): the cursor
 stops, nothing is buffered for it, others are not delayed. When it resumes it catches up from
-the cache or Kafka; it never skips a record.
+the cache or Kafka; it never skips a record. A catch-up step (from the cache or one history read)
+is bounded in bytes as well as records, and the next step comes on a later reactor turn, so a
+transport can pause a stream before more than one step is buffered for it: a thousand clients
+that read nothing hold a thousand small steps, not a thousand copies of the history.
 
 The subscription moves its own cursor and reports when it reaches the tail, leaves it or
 closes; its `Owner` (the topic's cache) alone decides which tail group or lagging set it is in.
@@ -25,16 +28,21 @@ from typing import Any, Protocol
 
 from twisted.internet.defer import Deferred
 
-from ssekd.bindings.kafka.client import FetchResult
+from ssekd.bindings.kafka.client import FetchResult, HistoryBusy
 from ssekd.bindings.kafka.message import Message
 from ssekd.bindings.kafka.start import Start, StartPositions, live_ends, start_positions
 from ssekd.bindings.kafka.topic_log import TopicLog
 from ssekd.progress import ProgressState
 
-#: Records read from the cache per catch-up step (one write to the subscriber).
+#: Records read from the cache per catch-up step (one write to the subscriber), at most.
 CATCH_UP_BATCH = 2000
-#: Records asked of Kafka per history read.
+#: Records asked of Kafka per history read, at most.
 FETCH_BATCH = 2000
+#: Bytes (by `Message.size`) per catch-up step or history read, unless the cache_server's
+#: `catch-up-bytes` says otherwise.
+DEFAULT_CATCH_UP_BYTES = 64 * 1024
+#: Seconds before a stream asks again for a history read when every slot was taken.
+HISTORY_BUSY_RETRY = 0.25
 
 
 class EventEncoder(Protocol):
@@ -77,7 +85,13 @@ class Owner(Protocol):
         """`defaultOffset: live`: streams that ask nothing start at the end."""
         ...
 
-    def fetch(self, partition: int, offset: int, limit: int) -> Deferred[FetchResult]: ...
+    @property
+    def catch_up_bytes(self) -> int:
+        """Bytes one catch-up step or history read encodes at most (plus one record)."""
+        ...
+
+    def fetch(self, partition: int, offset: int, limit: int,
+              max_bytes: int) -> Deferred[FetchResult]: ...
 
     def history_unavailable(self, partition: int, offset: int, error: str | None) -> None: ...
 
@@ -98,7 +112,7 @@ class CatchUp:
 
     - `since_ms`: records older than the requested start time are passed over.
     - a fresh stream of a compacted topic starts from an empty state, so a tombstone for a key
-      it never sent is meaningless and left out (SPEC §8: a late subscriber gets the latest value
+      it never sent is meaningless and left out (docs/protocol.md: a late subscriber gets the latest value
       of each live key); a tombstone for a key it did send is delivered.
     """
 
@@ -267,7 +281,8 @@ class Subscription:
             if held is not None and pos < held.start:
                 self._fetch(p, pos)
                 return
-        records, self._cursor = log.read_from(progress.offsets, self._cursor, CATCH_UP_BATCH)
+        records, self._cursor = log.read_from(progress.offsets, self._cursor, CATCH_UP_BATCH,
+                                              self.owner.catch_up_bytes)
         if records:
             data = self.encoder.encode(records, progress, self.catch_up)
             if data:
@@ -282,7 +297,7 @@ class Subscription:
 
     def _fetch(self, p: int, pos: int) -> None:
         self._fetching = True
-        d = self.owner.fetch(p, pos, FETCH_BATCH)
+        d = self.owner.fetch(p, pos, FETCH_BATCH, self.owner.catch_up_bytes)
         d.addCallback(self._fetched, p, pos)
         d.addErrback(self._fetch_failed)
 
@@ -310,6 +325,10 @@ class Subscription:
 
     def _fetch_failed(self, failure: Any) -> None:
         self._fetching = False
+        if self.closed:
+            return
+        if failure.check(HistoryBusy):  # waiting its turn, not a failure worth an event
+            self._call = self.owner.reactor.callLater(HISTORY_BUSY_RETRY, self._retry)
+            return
         self.owner.history_unavailable(-1, -1, str(failure.value))
-        if not self.closed:
-            self._call = self.owner.reactor.callLater(1.0, self._retry)
+        self._call = self.owner.reactor.callLater(1.0, self._retry)

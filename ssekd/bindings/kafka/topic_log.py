@@ -204,7 +204,7 @@ class TopicLog:
     # -- reading ---------------------------------------------------------------------------
 
     def historical_start(self, p: int) -> int:
-        """Where a stream with no position for `p` starts (SPEC §7: all the cache holds).
+        """Where a stream with no position for `p` starts (docs/protocol.md: all the cache holds).
 
         For a compacted topic that is the beginning of the topic, so a late subscriber gets the
         whole current state even when the cache evicted part of it (read back from Kafka).
@@ -238,13 +238,15 @@ class TopicLog:
                     first = min(first, part.records[i].seq)
         return first
 
-    def read_from(self, positions: dict[int, int], cursor: int | None,
-                  limit: int) -> tuple[list[Message], int]:
+    def read_from(self, positions: dict[int, int], cursor: int | None, limit: int,
+                  max_bytes: int | None = None) -> tuple[list[Message], int]:
         """Records from `seq` `cursor` on (from `start_cursor` when None), and the next cursor.
 
         Records of partitions not in `positions` and replaced ones are left out; records before
         a partition's position are not (the encoder passes over them). An empty list means the
-        reader is at the end of the log.
+        reader is at the end of the log. At most `limit` records, and with `max_bytes` no more
+        records than their `size` (an upper bound of what they encode to) fits, but at least one:
+        a catch-up step is then bounded in bytes, however small the records are.
         """
         if cursor is None:
             cursor = self.start_cursor(positions)
@@ -259,9 +261,21 @@ class TopicLog:
         while True:
             i = first + cursor - arrival[first].seq
             chunk = arrival[i:i + limit]
+            if max_bytes is not None:
+                chunk = _within(chunk, max_bytes)
             cursor += len(chunk)
             if not chunk or (everything and not self.compacted):
                 return chunk, cursor
             chunk = [m for m in chunk if not m.replaced and m.partition in positions]
             if chunk:
                 return chunk, cursor
+
+
+def _within(chunk: list[Message], max_bytes: int) -> list[Message]:
+    """The first records of `chunk` whose sizes add up to `max_bytes` (at least one)."""
+    total = 0
+    for n, m in enumerate(chunk):
+        total += m.size
+        if total >= max_bytes:
+            return chunk[:n + 1]
+    return chunk

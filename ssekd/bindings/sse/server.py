@@ -1,8 +1,14 @@
-"""sse server: answers GET requests with text/event-stream responses (SPEC §6).
+"""sse server: answers GET requests with text/event-stream responses (docs/protocol.md).
 
 It owns the HTTP side of a stream - method check, last event id (header, else `lastEventId`
 query parameter, at most 254 characters), response headers, `retry:`, keepalive - and hands the
 rest to its exit, a *stream source* (sse-kafka), through `StreamSource.open`.
+
+Its limits (`options.limits`): `streams` open at once, beyond which a stream is told to come back
+later, and `max-lag`, the seconds a stream may stay paused by a client that reads nothing before
+it is ended. A temporary refusal (these, or `TryLater` from the source) is a `200
+text/event-stream` holding `retry:` and a comment saying why, then the end: EventSource retries
+after that, whereas a `429` or `503` would make it give up for good (docs/protocol.md).
 """
 
 from __future__ import annotations
@@ -13,13 +19,21 @@ from urllib.parse import unquote_to_bytes
 from twisted.application.service import Service
 from twisted.web.server import NOT_DONE_YET, Request
 
-from ssekd.bindings.api import HttpContext, StreamRequest, StreamSource
+from ssekd.bindings.api import HttpContext, StreamRequest, StreamSource, TryLater
+from ssekd.bindings.sse.stats import SseStats
 from ssekd.bindings.sse.stream import SseStream
-from ssekd.bindings.sse.wire import http_chunk, retry_field
+from ssekd.bindings.sse.wire import comment, http_chunk, retry_field
 from ssekd.progress import MAX_ID_LENGTH
 from ssekd.telemetry.events import EventLog
+from ssekd.telemetry.metrics import Metrics
 
 DEFAULT_MAX_IDLE = 15.0
+#: Streams open at once per sse binding, unless `limits.streams` says otherwise.
+DEFAULT_MAX_STREAMS = 10000
+#: Seconds a stream may stay paused (its client reads nothing) before it is ended.
+DEFAULT_MAX_LAG = 60.0
+#: Milliseconds a refused browser waits before trying again, when `retry` is not set.
+DEFAULT_TRY_LATER_RETRY = 5000
 
 
 def _text(raw: bytes) -> str:
@@ -46,14 +60,23 @@ def query_params(uri: bytes) -> dict[str, str]:
 class SseServer(Service):
     """Runtime of an `sse` binding of kind `server`."""
 
+    #: GET only: a request body is never read (see `api.HttpBinding.takes_body`).
+    takes_body = False
+
     def __init__(self, name: str, source: StreamSource, clock: Any, events: EventLog,
-                 retry: int | None = None, max_idle: float = DEFAULT_MAX_IDLE) -> None:
+                 retry: int | None = None, max_idle: float = DEFAULT_MAX_IDLE,
+                 max_streams: int = DEFAULT_MAX_STREAMS,
+                 max_lag: float = DEFAULT_MAX_LAG,
+                 metrics: Metrics | None = None) -> None:
         self.name = name
+        self.stats = SseStats(metrics or Metrics(), name)
         self.source = source
         self.clock: Any = clock  # an IReactorTime (a MemoryReactorClock in tests)
         self.events = events
         self.retry = retry
         self.max_idle = max_idle
+        self.max_streams = max_streams
+        self.max_lag = max_lag
         #: Open streams (insertion-ordered), to end them all on stop.
         self.streams: dict[SseStream, None] = {}
         # the last data framed as an HTTP/1.1 chunk, and that chunk (see `chunk`)
@@ -75,6 +98,7 @@ class SseServer(Service):
     def render(self, request: Request, ctx: HttpContext) -> bytes | int:
         req: Any = request  # twisted.web is untyped for mypy
         path = _text(request.path)
+        self.stats.opens_received.value += 1
         if request.method != b"GET":
             return self._reject(request, 405, f"{_text(request.method)} {path}",
                                 ((b"Allow", b"GET"),))
@@ -87,21 +111,57 @@ class SseServer(Service):
             last_id = query["lastEventId"]
         if last_id is not None and len(last_id) > MAX_ID_LENGTH:
             return self._reject(request, 400, f"GET {path} last event id of {len(last_id)} chars")
-        stream = SseStream(self, request)
+        if len(self.streams) >= self.max_streams:
+            self.stats.ended_by_limit("streams")
+            return self._try_later(request, f"GET {path}",
+                                   TryLater(f"{len(self.streams)} streams open (limits.streams)"))
+        stream = SseStream(self, request, ctx.lease)
         result = self.source.open(
             StreamRequest(path, last_id, query, ctx, f"GET {path}"), stream)
         if isinstance(result, int):
             return self._reject(request, result, f"GET {path}")
+        if isinstance(result, TryLater):
+            self.stats.ended_by_limit("try-later")
+            return self._try_later(request, f"GET {path}", result)
         req.setResponseCode(200)
         req.setHeader(b"Content-Type", b"text/event-stream")
         req.setHeader(b"Cache-Control", b"no-store")
         req.setHeader(b"X-Accel-Buffering", b"no")
         self.streams[stream] = None
+        self.stats.opened()
         stream.start(result, retry_field(self.retry) if self.retry is not None else b"")
         return NOT_DONE_YET
 
+    def answer_unavailable(self, request: Request, reason: str, retry_after: float) -> bytes:
+        """A temporary refusal decided in front of this binding (a guard that cannot check
+        tokens yet), answered as a stream refused for now (`TemporaryRefusals`)."""
+        return self._try_later(request, f"GET {_text(request.path)}", TryLater(reason, retry_after))
+
+    def _try_later(self, request: Any, describe: str, refusal: TryLater) -> bytes:
+        """A temporary refusal as a browser's EventSource understands it (docs/protocol.md): a `200`
+        event stream that says when to come back (`retry:`) and why, and ends at once - where a
+        `429` or `503` would make the browser give up for good."""
+        request.setResponseCode(200)
+        request.setHeader(b"Content-Type", b"text/event-stream")
+        request.setHeader(b"Cache-Control", b"no-store")
+        request.setHeader(b"X-Accel-Buffering", b"no")
+        self.events.emit(str(self.name), "BINDING_SSE_TRY_LATER", f"{describe}: {refusal.reason}")
+        if refusal.retry_after is not None:
+            retry = int(refusal.retry_after * 1000)
+        else:
+            retry = self.retry if self.retry is not None else DEFAULT_TRY_LATER_RETRY
+        return retry_field(retry) + comment(f"try later: {refusal.reason}")
+
+    def stalled(self, stream: SseStream, paused: float) -> None:
+        """`stream` is ended for reading nothing for `paused` seconds (it reconnects by id)."""
+        self.events.emit(str(self.name), "BINDING_SSE_STREAM_STALLED",
+                         f"{stream.describe()} paused for {paused:g} s (limits.max-lag)")
+
     def _reject(self, request: Any, code: int, detail: str,
                 headers: tuple[tuple[bytes, bytes], ...] = ()) -> bytes:
+        self.stats.errors_received.value += 1
+        if code == 401:  # no credentials: say which kind (RFC 9110 §11.6.1)
+            headers += ((b"WWW-Authenticate", b"Bearer"),)
         request.setResponseCode(code)
         for name, value in headers:
             request.setHeader(name, value)

@@ -10,6 +10,16 @@ pre-framed chunk (framed once per batch for every stream, `SseServer.chunk`) ins
 `Request.write`, which re-checks the response state and hands the transport four pieces per
 call: at a thousand streams per batch that per-write cost was most of the fan-out. The transport
 is the same one `Request.write` would reach, so its buffer still pauses this producer.
+
+A stream opened with credentials holds their `Lease` (docs/protocol.md): `challenge` seconds before it
+expires the stream gets `event:challenge`; a renewal moves both deadlines; at the expiry itself
+the stream is cut - HTTP/2 resets the stream (RST_STREAM), HTTP/1.1 aborts the connection - and
+nothing more is written to it, not even what was still queued.
+
+A stream paused for `max_lag` seconds (its client reads nothing) is ended by resetting it - the
+HTTP/2 stream, or the HTTP/1.1 connection, which carries only this response: what is buffered
+for a client that does not read would otherwise stay for as long as it keeps the socket open.
+EventSource treats the reset like any dropped connection and reconnects with its last id.
 """
 
 from __future__ import annotations
@@ -21,8 +31,9 @@ from twisted.internet.interfaces import IPushProducer
 from twisted.web.server import Request
 from zope.interface import implementer
 
-from ssekd.bindings.api import StreamHandle
-from ssekd.bindings.sse.wire import KEEPALIVE
+from ssekd.bindings.api import Lease, StreamHandle
+from ssekd.bindings.sse.stats import SseStats
+from ssekd.bindings.sse.wire import CHALLENGE, KEEPALIVE
 
 
 class StreamOwner(Protocol):
@@ -30,11 +41,17 @@ class StreamOwner(Protocol):
 
     clock: Any  # an IReactorTime
     max_idle: float
+    stats: SseStats
+    #: seconds a stream may stay paused before it is ended
+    max_lag: float
     #: open streams, insertion-ordered; a stream removes itself when it ends
     streams: dict[SseStream, None]
 
     def chunk(self, data: bytes) -> bytes:
         """`data` framed as an HTTP/1.1 chunk (framed once per batch for every stream)."""
+
+    def stalled(self, stream: SseStream, paused: float) -> None:
+        """`stream` is being ended for staying paused `paused` seconds (for its events)."""
 
 
 @implementer(IPushProducer)
@@ -43,7 +60,11 @@ class SseStream:
 
     __slots__ = (
         "__weakref__",
+        "_challenge_call",
+        "_expiry_call",
+        "_lease",
         "_send",
+        "_stall",
         "_timer",
         "done",
         "handle",
@@ -53,7 +74,7 @@ class SseStream:
         "written",
     )
 
-    def __init__(self, server: StreamOwner, request: Request) -> None:
+    def __init__(self, server: StreamOwner, request: Request, lease: Lease | None = None) -> None:
         self.server = server
         # Twisted's Request and IReactorTime are untyped for mypy: keep them as Any here
         self.request: Any = request
@@ -62,8 +83,13 @@ class SseStream:
         self.last_write = server.clock.seconds()
         self.written = 0
         self._timer: Any = None
+        #: Ends the stream if it stays paused for max-lag (armed while paused).
+        self._stall: Any = None
         #: The HTTP/1.1 connection's `transport.write`, once the response is chunked.
         self._send: Callable[[bytes], None] | None = None
+        self._lease = lease
+        self._challenge_call: Any = None
+        self._expiry_call: Any = None
 
     def start(self, handle: StreamHandle, first: bytes) -> None:
         """Send the headers (and `retry:`), become the request's producer, arm the keepalive."""
@@ -76,6 +102,9 @@ class SseStream:
             self._send = transport.write
         self.last_write = self.server.clock.seconds()
         self._arm(self.server.max_idle)
+        if self._lease is not None:
+            self._lease.hold(self._renewed)
+            self._arm_lease()
 
     # -- EventSink ---------------------------------------------------------------------------
 
@@ -83,6 +112,7 @@ class SseStream:
         if self.done or not data:  # an empty chunk would end the response
             return
         self.written += len(data)
+        self.server.stats.data_sent.value += len(data)
         self.last_write = self.server.clock.seconds()
         send = self._send
         if send is None:
@@ -95,7 +125,7 @@ class SseStream:
         """Finish the response with a 200 that ends: the browser reconnects with its last id."""
         if self.done:
             return
-        self._close()
+        self._close(by_client=False)
         try:
             self.request.unregisterProducer()
             self.request.finish()
@@ -106,27 +136,61 @@ class SseStream:
 
     def pauseProducing(self) -> None:
         if self.handle is not None and not self.done:
+            self.server.stats.pauses.value += 1
             self.handle.pause()
+            if self._stall is None:
+                self._stall = self.server.clock.callLater(self.server.max_lag, self._stalled)
 
     def resumeProducing(self) -> None:
         if self.handle is not None and not self.done:
+            self._cancel_stall()
             self.handle.resume()
 
     def stopProducing(self) -> None:
-        self._close()
+        self._close(by_client=True)
 
     # -- internals ---------------------------------------------------------------------------
 
-    def _finished(self, _: Any) -> None:
-        self._close()
+    def describe(self) -> str:
+        """The request, for events: method and path."""
+        return f"{self.request.method.decode('latin-1')} {self.request.path.decode('latin-1')}"
 
-    def _close(self) -> None:
+    def _finished(self, _: Any) -> None:
+        self._close(by_client=True)
+
+    def _cancel_stall(self) -> None:
+        if self._stall is not None and self._stall.active():
+            self._stall.cancel()
+        self._stall = None
+
+    def _stalled(self) -> None:
+        """Paused for max-lag: close the source and reset the stream (module docstring)."""
+        self._stall = None
+        if self.done:
+            return
+        self.server.stalled(self, self.server.max_lag)
+        self.server.stats.ended_by_limit("max-lag")
+        self._close(by_client=False)
+        channel: Any = getattr(self.request, "channel", None)
+        # HTTP/2: the H2Stream resets this stream only; HTTP/1.1: the connection, which holds
+        # only this response
+        target = channel if hasattr(channel, "abortConnection") \
+            else getattr(channel, "transport", None)
+        if target is not None:  # None: the connection is already gone
+            target.abortConnection()
+
+    def _close(self, by_client: bool) -> None:
         if self.done:
             return
         self.done = True
+        self.server.stats.closed(by_client)
         if self._timer is not None and self._timer.active():
             self._timer.cancel()
         self._timer = None
+        self._cancel_lease_timers()
+        if self._lease is not None:
+            self._lease.release()
+        self._cancel_stall()
         if self.handle is not None:
             self.handle.close()
         self.server.streams.pop(self, None)
@@ -144,3 +208,51 @@ class SseStream:
             self.write(KEEPALIVE)
             idle = 0.0
         self._arm(self.server.max_idle - idle)
+
+    # -- continuous authorization -----------------------------------------------------------
+
+    def _arm_lease(self) -> None:
+        """(Re)schedule the challenge and the end from the lease's expiry."""
+        self._cancel_lease_timers()
+        lease = self._lease
+        expires_at = lease.expires_at if lease is not None else None
+        if lease is None or expires_at is None:
+            return
+        clock = self.server.clock
+        left = expires_at - clock.seconds()
+        if lease.challenge > 0:
+            self._challenge_call = clock.callLater(max(0.0, left - lease.challenge),
+                                                   self._challenge)
+        self._expiry_call = clock.callLater(max(0.0, left), self._expire)
+
+    def _cancel_lease_timers(self) -> None:
+        for call in (self._challenge_call, self._expiry_call):
+            if call is not None and call.active():
+                call.cancel()
+        self._challenge_call = self._expiry_call = None
+
+    def _renewed(self) -> None:
+        if not self.done:
+            self._arm_lease()
+
+    def _challenge(self) -> None:
+        self._challenge_call = None
+        self.write(CHALLENGE)
+
+    def _expire(self) -> None:
+        """The credentials expired unrenewed: cut the stream, so not one more byte reaches the
+        client (a finished 200 would first flush what is queued, and invite a reconnect)."""
+        self._expiry_call = None
+        if self.done:
+            return
+        self._close(by_client=False)
+        request = self.request
+        try:
+            request.unregisterProducer()
+        except RuntimeError:
+            pass
+        transport = getattr(request, "transport", None)
+        if transport is not None:  # HTTP/1.1: the connection is the stream
+            transport.abortConnection()
+        else:  # HTTP/2 (no transport per request): RST_STREAM this stream only
+            request.channel.abortConnection()

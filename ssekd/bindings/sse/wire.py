@@ -1,4 +1,4 @@
-"""The text/event-stream wire format, as Zilla writes it (SPEC §6).
+"""The text/event-stream wire format, as Zilla writes it (docs/protocol.md).
 
 Field order `id:`, `event:`, then one `data:` line per payload line, then a blank line; no space
 after the colon. Payload lines are split at LF, CR LF and lone CR alike: a browser ends a field
@@ -10,6 +10,11 @@ from __future__ import annotations
 import re
 
 KEEPALIVE = b":\n\n"
+#: Asks the client for fresh credentials before its token expires (docs/protocol.md); it answers with a
+#: POST of that content type carrying them.
+CHALLENGE = (b'event:challenge\n'
+             b'data:{"method":"POST","headers":{"content-type":"application/x-challenge-response"}}'
+             b'\n\n')
 _LINES = re.compile(rb"\r\n|\r|\n")
 
 #: The pieces of the commonest event, an id and one data line: `ID`, the id, `ID_DATA`, the
@@ -29,6 +34,11 @@ def http_chunk(data: bytes) -> bytes:
 
 def retry_field(ms: int) -> bytes:
     return b"retry:%d\n\n" % ms
+
+
+def comment(text: str) -> bytes:
+    """A comment line (ignored by clients), e.g. why a stream ends at once."""
+    return b": " + _LINES.sub(b" ", text.encode("utf-8")) + b"\n\n"
 
 
 def id_data_event(event_id: bytes, data: bytes) -> bytes:

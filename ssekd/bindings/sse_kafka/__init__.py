@@ -1,8 +1,9 @@
-"""sse-kafka binding (kind proxy): streams of a Kafka topic for the sse binding (SPEC §7).
+"""sse-kafka binding (kind proxy): streams of a Kafka topic for the sse binding (docs/protocol.md).
 
 `with: {topic, filters: [{key, headers}], event: {id}}`; the id format is `${etag}` (default)
 or `["${base64(key)}","${etag}"]`. Query parameter `since` (epoch ms or ISO-8601) starts a
-stream at a time when it has no last event id.
+stream at a time when it has no last event id. Option `internal-topics` adds names a topic
+taken from the request may not be (besides those starting with `_` and Kafka Connect's).
 """
 
 from __future__ import annotations
@@ -22,6 +23,13 @@ __all__ = ["BINDING"]
 def _build(ctx: BuildContext, binding: Binding) -> SseKafkaProxy:
     routes = []
     issues: list[ConfigIssue] = []
+    if binding.exit is not None:
+        # Every route names its exit (the schema requires it) and a path no route matches is
+        # 404, so a binding-level exit could never be used: refused rather than ignored.
+        issues.append(ctx.issue(("bindings", binding.name, "exit"),
+                                "an sse-kafka binding-level exit is never used by ssekd: each "
+                                "route names its own exit and a path no route matches is 404; "
+                                "remove it or add a route for it"))
     for i, r in enumerate(binding.routes):
         exit_name = r.exit or binding.exit
         if exit_name is None:
@@ -30,11 +38,14 @@ def _build(ctx: BuildContext, binding: Binding) -> SseKafkaProxy:
         issues += [ctx.issue(("bindings", binding.name, "routes", i, "with"), problem)
                    for problem in reference_problems(with_templates(r.with_), patterns,
                                                      ctx.config.guards)]
-        routes.append(SseKafkaRoute(patterns, exit_name, r.with_))
+        routes.append(SseKafkaRoute(patterns, exit_name, r.with_, r.guarded))
     if issues:
         raise ConfigError(issues)
     caches = {name: ctx.exit(name, Cache) for name in binding.exits}
-    return SseKafkaProxy(binding.name, tuple(routes), caches, ctx.events)
+    guards = {g: ctx.guard(g) for r in binding.routes for g in r.guarded}
+    return SseKafkaProxy(binding.name, tuple(routes), caches, ctx.events, guards,
+                         frozenset(str(t) for t in binding.options.get("internal-topics", ())),
+                         ctx.metrics)
 
 
 BINDING = BindingType("sse-kafka", {
@@ -46,7 +57,17 @@ BINDING = BindingType("sse-kafka", {
                  "description": "Maps a stream request to a Kafka topic: the first route whose "
                                 "`when` matches the path (query string removed) picks the topic, "
                                 "filters and id format, and its exit (a kafka cache) feeds the "
-                                "stream. No match, or a topic name Kafka would refuse, is `404`."},
+                                "stream. No match, or a topic name Kafka would refuse, is `404`.",
+                 "properties": {
+            "internal-topics": {
+                "type": "array", "items": {"type": "string", "minLength": 1},
+                "x-ssekd-addition": True,
+                "x-ssekd-default": "none beyond the built-in ones",
+                "description": "More topics that are the cluster's own: a topic taken from the "
+                               "request (`${params...}` in `with.topic`) may not be one of "
+                               "these, or start with `_`, or be Kafka Connect's; it is `404` "
+                               "unless a route names it literally."},
+        }},
         with_={"type": "object", "additionalProperties": False, "required": ["topic"],
                "default": {"topic": DEFAULT_TOPIC},
                "description": "What the stream carries. Values may use `${params.name}`.",

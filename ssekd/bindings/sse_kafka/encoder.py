@@ -21,11 +21,12 @@ from ssekd.progress import (
     clean_etag,
     format_event_id,
 )
+from ssekd.telemetry.metrics import Counter
 
 
 @dataclass(frozen=True)
 class Filter:
-    """All of: key equal (when given) and each header present with that value (SPEC §7)."""
+    """All of: key equal (when given) and each header present with that value (docs/protocol.md)."""
 
     key: bytes | None = None
     headers: tuple[tuple[str, bytes], ...] = ()
@@ -42,13 +43,15 @@ class Filter:
 class KafkaEventEncoder:
     """Encodes records as `id:`/`event:`/`data:` events, advancing a stream's progress."""
 
-    __slots__ = ("__weakref__", "_key", "filters", "id_format", "topic")
+    __slots__ = ("__weakref__", "_key", "filtered", "filters", "id_format", "topic")
 
     def __init__(self, topic: str, filters: tuple[Filter, ...] = (),
-                 id_format: str = ETAG_FORMAT) -> None:
+                 id_format: str = ETAG_FORMAT, filtered: Counter | None = None) -> None:
         self.topic = topic
         self.filters = filters
         self.id_format = id_format
+        #: Records the filters held back (once per encoding, i.e. per group of streams).
+        self.filtered = filtered or Counter()
         self._key: Hashable = (topic, filters, id_format)
 
     @property
@@ -101,6 +104,7 @@ class KafkaEventEncoder:
                 continue  # already passed: never twice
             progress.set(p, m.offset + 1)
             if self.filters and not self.matches(m):
+                self.filtered.value += 1
                 continue
             if catch_up is not None and not catch_up.admits(m):
                 continue

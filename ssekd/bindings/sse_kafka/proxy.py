@@ -3,11 +3,21 @@
 Routes match the path (query string already removed by sse) with the rules of `ssekd.patterns`;
 captures are percent-decoded. `with` values may use `${params.name}` and
 `${guarded['guard'].identity}`, resolved by `ssekd.patterns.substitute`. The first matching route
-wins; none is 404, and so is a request that lacks a value its route refers to.
+wins; none is 404, and so is a request that lacks a value its route refers to. A route's
+`guarded: {guard: [roles]}` needs a session of that guard (from the http binding in front) with
+every listed role: none is 401, an invalid token or a missing role 403, a guard that cannot
+check tokens yet `TryLater`.
+
+A topic that comes from the request (a `${...}` in `with.topic`) must not be one of the cluster's
+internal topics - names starting with `_` (`__consumer_offsets`, `_schemas`), Kafka Connect's
+`connect-configs`/`-offsets`/`-status`, and the binding's `internal-topics`: those are 404 unless
+a route names them literally, so a `/{topic}` route cannot be used to read them. A cache that
+follows as many topics as it may answers `TryLater` (a 200 that ends, so browsers come back).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import weakref
 from collections.abc import Mapping
@@ -16,7 +26,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol, runtime_checkable
 from urllib.parse import unquote
 
-from ssekd.bindings.api import EventSink, StreamRequest
+from ssekd.bindings.api import EventSink, Guard, HttpContext, StreamRequest, TryLater
 from ssekd.bindings.kafka.cache import TopicLimitReached
 from ssekd.bindings.kafka.start import Start
 from ssekd.bindings.kafka.subscription import EventEncoder, Subscription
@@ -24,6 +34,7 @@ from ssekd.bindings.sse_kafka.encoder import Filter, KafkaEventEncoder
 from ssekd.patterns import Pattern, Unresolvable, substitute
 from ssekd.progress import ETAG_FORMAT, UndecodableId, parse_last_event_id
 from ssekd.telemetry.events import EventLog
+from ssekd.telemetry.metrics import Gauge, Metrics
 
 #: Kafka's own rule for topic names; anything else from a path is a 404, not a consumer.
 _TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
@@ -31,6 +42,14 @@ _TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 
 #: The topic of a route without `with`: what its path captured as `{topic}`.
 DEFAULT_TOPIC = "${params.topic}"
+
+#: Kafka Connect's own topics (its default names), internal like those starting with `_`.
+CONNECT_TOPICS = ("connect-configs", "connect-offsets", "connect-status")
+
+
+def internal(topic: str, extra: frozenset[str] = frozenset()) -> bool:
+    """Whether `topic` is the cluster's own (offsets, schemas, Connect state), not an app's."""
+    return topic.startswith("_") or topic in CONNECT_TOPICS or topic in extra
 
 
 def with_templates(with_: Mapping[str, Any] | None) -> list[str]:
@@ -58,6 +77,12 @@ class SseKafkaRoute:
     patterns: tuple[Pattern, ...]
     exit: str
     with_: Mapping[str, Any] | None
+    #: guard name -> roles a stream of this route needs (`guarded`).
+    guarded: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+
+    def label(self) -> str:
+        """The route as a metric label: its paths."""
+        return "|".join(p.text for p in self.patterns)
 
     def match(self, path: str) -> dict[str, str] | None:
         """The decoded captures of the first pattern that matches `path`, else None."""
@@ -79,21 +104,58 @@ def parse_since(text: str) -> int:
     return int(dt.timestamp() * 1000)
 
 
+class RouteHandle:
+    """A subscription counted in its route's subscriber gauge until it closes."""
+
+    __slots__ = ("gauge", "subscription")
+
+    def __init__(self, subscription: Subscription, gauge: Gauge) -> None:
+        self.subscription = subscription
+        self.gauge = gauge
+        gauge.value += 1
+
+    def pause(self) -> None:
+        self.subscription.pause()
+
+    def resume(self) -> None:
+        self.subscription.resume()
+
+    @property
+    def closed(self) -> bool:
+        return self.subscription.closed
+
+    def close(self) -> None:
+        if not self.subscription.closed:
+            self.gauge.value -= 1
+        self.subscription.close()
+
+
 class SseKafkaProxy:
     """Runtime of an `sse-kafka` binding of kind `proxy` (the stream source of an sse server)."""
 
     def __init__(self, name: str, routes: tuple[SseKafkaRoute, ...],
-                 caches: Mapping[str, Cache], events: EventLog) -> None:
+                 caches: Mapping[str, Cache], events: EventLog,
+                 guards: Mapping[str, Guard] | None = None,
+                 internal_topics: frozenset[str] = frozenset(),
+                 metrics: Metrics | None = None) -> None:
         self.name = name
         self.routes = routes
         self.caches = caches
         self.events = events
+        #: The guards routes name in `guarded`, to report the refusals decided here.
+        self.guards = dict(guards or {})
+        #: Names internal beyond `internal`'s own (options.internal-topics).
+        self.internal_topics = internal_topics
+        self.metrics = metrics or Metrics()
+        #: id(route) -> its streams-open gauge (routes hold dicts: not hashable themselves)
+        self._subscribers = {id(r): self.metrics.gauge("sse.kafka.subscribers", name,
+                                                       route=r.label()) for r in routes}
         # Weak: with filters from `{params}`, every distinct path would otherwise leave an
         # encoder behind forever; one lives exactly as long as a stream uses it.
         self._encoders: weakref.WeakValueDictionary[Any, KafkaEventEncoder] = \
             weakref.WeakValueDictionary()
 
-    def open(self, request: StreamRequest, sink: EventSink) -> Subscription | int:
+    def open(self, request: StreamRequest, sink: EventSink) -> RouteHandle | int | TryLater:
         for route in self.routes:
             params = route.match(request.path)
             if params is not None:
@@ -102,11 +164,22 @@ class SseKafkaProxy:
         return 404
 
     def _open(self, route: SseKafkaRoute, params: dict[str, str], request: StreamRequest,
-              sink: EventSink) -> Subscription | int:
+              sink: EventSink) -> RouteHandle | int | TryLater:
+        if route.guarded:
+            context = request.context or HttpContext(self.name)
+            denied = context.authorize(route.guarded)
+            if denied is not None:
+                guard, refusal = denied
+                if not refusal.reported and guard in self.guards:
+                    self.guards[guard].report(f"{request.describe}: {refusal.reason}")
+                if refusal.status == 503:
+                    return TryLater(refusal.reason, refusal.retry_after)
+                return refusal.status
         identities = request.context.identities() if request.context is not None else {}
         w = route.with_ or {}
+        template = str(w.get("topic", DEFAULT_TOPIC))
         try:
-            topic = substitute(w.get("topic", DEFAULT_TOPIC), params, identities)
+            topic = substitute(template, params, identities)
             filters = tuple(
                 Filter(
                     key=None if "key" not in f
@@ -121,6 +194,10 @@ class SseKafkaProxy:
             self.events.emit(self.name, "BINDING_SSE_KAFKA_NO_ROUTE",
                           f"{request.describe}: not a topic name")
             return 404
+        if "${" in template and internal(topic, self.internal_topics):
+            self.events.emit(self.name, "BINDING_SSE_KAFKA_NO_ROUTE",
+                             f"{request.describe}: {topic} is an internal topic")
+            return 404
         id_format = (w.get("event") or {}).get("id", ETAG_FORMAT)
         cache = self.caches[route.exit]
         try:
@@ -130,13 +207,29 @@ class SseKafkaProxy:
             key = (topic, filters, id_format)
             encoder = self._encoders.get(key)
             if encoder is None:
-                encoder = self._encoders[key] = KafkaEventEncoder(topic, filters, id_format)
-            return cache.subscribe(topic, encoder, sink, start)
+                encoder = self._encoders[key] = KafkaEventEncoder(
+                    topic, filters, id_format,
+                    self.metrics.counter("sse.kafka.filtered", self.name, topic=topic))
+            if start.has_id:
+                self._count_resume(start, cache, topic)
+            return RouteHandle(cache.subscribe(topic, encoder, sink, start),
+                               self._subscribers[id(route)])
         except TopicLimitReached as e:
-            # Not overload that passes (which ends a 200 so the browser comes back), but a
-            # policy: this daemon will not follow more topics until its config says so.
+            # Passes as idle topics are dropped: the browser is told to come back (docs/protocol.md).
             self.events.emit(self.name, "BINDING_SSE_KAFKA_TOPIC_LIMIT", f"{request.describe}: {e}")
-            return 503
+            return TryLater("topics followed at their limit (max-topics)")
+
+    def _count_resume(self, start: Start, cache: Cache, topic: str) -> None:
+        """Where a stream that came back resumes: the cache holds every position its id names,
+        or some are older (read from Kafka), or the id did not decode."""
+        if start.undecodable_id:
+            outcome = "undecodable"
+        else:
+            held = cache.topic(topic).log.partitions
+            older = any(p in held and pos < held[p].start
+                        for p, pos in (start.resume or {}).items())
+            outcome = "kafka" if older else "cache"
+        self.metrics.counter("sse.kafka.resumes", self.name, outcome=outcome).value += 1
 
     def _start(self, request: StreamRequest, cache: Cache, topic: str) -> Start | int:
         """What the request asks for (its last event id, else `since`), reporting what it cannot

@@ -1,5 +1,5 @@
 """Unit tests of one piece: `start_positions`, the one place that decides where a stream starts
-in each partition (SPEC §7), on a real `TopicLog`; and a subscription following it, on a
+in each partition (docs/protocol.md), on a real `TopicLog`; and a subscription following it, on a
 `MemoryReactorClock` with a fake cache owner and a fake Kafka."""
 
 from __future__ import annotations
@@ -154,8 +154,10 @@ class Owner:
         self.live = live
         self.fetches: list[tuple[int, int, Deferred[FetchResult]]] = []
         self.reports: list[str] = []
+        self.catch_up_bytes = 64 * 1024
 
-    def fetch(self, partition: int, offset: int, limit: int) -> Deferred[FetchResult]:
+    def fetch(self, partition: int, offset: int, limit: int,
+              max_bytes: int) -> Deferred[FetchResult]:
         d: Deferred[FetchResult] = Deferred()
         self.fetches.append((partition, offset, d))
         return d

@@ -1,0 +1,47 @@
+"""Static files from the running daemon, with curl as the client: index, ETag and 304, HEAD,
+ranges, and no way out of the root."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.support.daemon import Daemon
+from tests.support.http import curl
+
+pytestmark = [pytest.mark.daemon]
+
+
+def test_index_etag_304_and_head(site: tuple[Daemon, str]) -> None:
+    _, base = site
+    status, headers, body = curl(base + "/")
+    assert status == 200 and body == b"<h1>ssekd</h1>\n"
+    assert headers["content-type"] == "text/html; charset=utf-8"
+    assert "last-modified" in headers and headers["etag"].startswith('"')
+    status, headers2, body = curl("-H", f"If-None-Match: {headers['etag']}", base + "/")
+    assert status == 304 and body == b"" and headers2["etag"] == headers["etag"]
+    status, headers3, body = curl("-I", base + "/one-k.txt")
+    assert status == 200 and headers3["content-length"] == "1024" and body == b""
+    status, _, body = curl(base + "/docs/")
+    assert status == 200 and body == b"docs\n"
+    status, headers, _ = curl(base + "/docs?x=1")
+    assert status == 301 and headers["location"] == "/docs/?x=1"
+    status, headers, _ = curl(base + "/app.js?v=3")
+    assert status == 200 and headers["content-type"].startswith("text/javascript")
+
+
+def test_range_request(site: tuple[Daemon, str]) -> None:
+    _, base = site
+    status, headers, body = curl("-H", "Range: bytes=10-19", base + "/one-k.txt")
+    assert status == 206 and body == b"x" * 10
+    assert headers["content-range"] == "bytes 10-19/1024"
+    status, _, _ = curl("-H", "Range: bytes=5000-", base + "/one-k.txt")
+    assert status == 416
+
+
+@pytest.mark.parametrize("path", ["/../../etc/passwd", "/%2e%2e/%2e%2e/etc/passwd", "//etc/passwd",
+                                  "/link-out.txt", "/docs/../../secret.txt", "/%2fetc/passwd",
+                                  "/..%2f..%2fsecret.txt", "/missing.html", "/%00"])
+def test_no_way_out_of_the_root(site: tuple[Daemon, str], path: str) -> None:
+    _, base = site
+    status, _, body = curl("--path-as-is", base + path)
+    assert status == 404 and b"root:" not in body and b"outside" not in body

@@ -1,0 +1,114 @@
+"""The kafka cache_server on a MemoryReactorClock: encode once per tail group, paused subscribers
+catch up from Kafka, and the topic limit."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from twisted.internet.defer import Deferred
+from twisted.internet.testing import MemoryReactorClock
+
+from ssekd.bindings.kafka.cache import CacheServer, TopicLimitReached
+from ssekd.bindings.kafka.client import FetchResult
+from ssekd.bindings.kafka.message import Message
+from ssekd.bindings.kafka.start import Start
+from ssekd.bindings.kafka.topic_log import CacheBounds
+from ssekd.bindings.sse_kafka.encoder import KafkaEventEncoder
+from ssekd.telemetry.events import EventLog
+
+
+def _msgs(p: int, start: int, n: int, key: bytes | None = None, ts: int = 0) -> list[Message]:
+    return [Message(p, o, key, b"v%d" % o, (), ts) for o in range(start, start + n)]
+
+
+class FakeClient:
+    def __init__(self) -> None:
+        self.fetches: list[tuple[int, int, Deferred[FetchResult]]] = []
+
+    def consume(self, *a: Any, **kw: Any) -> None:
+        pass
+
+    def fetch(self, topic: str, p: int, offset: int, limit: int,
+              max_bytes: int) -> Deferred[FetchResult]:
+        d: Deferred[FetchResult] = Deferred()
+        self.fetches.append((p, offset, d))
+        return d
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(data)
+
+    def end(self) -> None:
+        pass
+
+
+class CountingEncoder(KafkaEventEncoder):
+    calls = 0
+
+    def encode(self, *a: Any) -> bytes:
+        type(self).calls += 1
+        return super().encode(*a)
+
+
+def test_tail_groups_encode_once_and_paused_subscribers_catch_up_from_kafka() -> None:
+    clock = MemoryReactorClock()
+    client = FakeClient()
+    server = CacheServer(clock, client, "cache", EventLog("t"),  # type: ignore[arg-type]
+                         bounds=CacheBounds(max_messages=5))
+    cache = server.topic("t")
+    cache.on_metadata(1, False)
+    cache.on_end(0, 0)
+    enc = CountingEncoder("t")
+    sinks = [Sink() for _ in range(100)]
+    subs = [cache.subscribe(enc, s, Start()) for s in sinks]
+    clock.advance(0)
+    assert len(cache.groups) == 1
+    CountingEncoder.calls = 0
+    cache.on_records(_msgs(0, 0, 3))
+    assert CountingEncoder.calls == 1  # once for a hundred subscribers
+    assert all(len(s.writes) == 1 and s.writes[0].count(b"id:") == 3 for s in sinks)
+    # one subscriber pauses; twenty records flow past a 5-record cache
+    subs[0].pause()
+    for o in range(3, 23):
+        cache.on_records(_msgs(0, o, 1))
+    assert len(sinks[0].writes) == 1
+    subs[0].resume()
+    clock.advance(0)
+    (p, offset, d) = client.fetches[-1]
+    assert (p, offset) == (0, 3)  # offsets 3.. are older than the cache: read from Kafka
+    d.callback(FetchResult(_msgs(0, 3, 15), None))
+    clock.advance(0)
+    clock.advance(0)
+    data = b"".join(sinks[0].writes).decode()
+    got = [line[5:] for line in data.split("\n") if line.startswith("data:")]
+    assert got == [f"v{o}" for o in range(23)]
+    assert len(cache.groups) == 1 and len(next(iter(cache.groups.values())).members) == 100
+
+
+def test_a_new_topic_beyond_max_topics_is_refused() -> None:
+    class Client:
+        def __init__(self) -> None:
+            self.consumed: list[str] = []
+
+        def consume(self, owner: str, topic: str, sink: Any, from_end: bool = False,
+                    give_up_after: int | None = None) -> None:
+            self.consumed.append(topic)
+
+    client = Client()
+    server = CacheServer(MemoryReactorClock(), client, "cs", EventLog("t"),  # type: ignore[arg-type]
+                         bootstrap=("events",), max_topics=2)
+    server.topic("a")
+    server.topic("b")
+    assert server.topic("a") is server.topics["a"], "known topics are always served"
+    try:
+        server.topic("c")
+    except TopicLimitReached:
+        pass
+    else:
+        raise AssertionError("a third topic must be refused")
+    server.topic("events")  # bootstrap topics are always followed
+    assert client.consumed == ["a", "b", "events"]

@@ -1,0 +1,274 @@
+"""Config honesty: keys that used to be accepted and ignored are now refused by `ssekd check`
+with the file, the line and what to do; the ones that take effect have a behaviour test here
+when no other test showed it (tcp `cidr`, filesystem `symlinks: follow`, tls `signers`, kafka
+`sasl`, telemetry selection and labels)."""
+
+from __future__ import annotations
+
+import socket
+import textwrap
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ssekd.bindings.kafka.client import ClientSettings
+from ssekd.broker import free_port
+from ssekd.cli import main
+from tests.support.http import curl
+from tests.support.pki import ENV, Pki, s_client, subject, tls_config
+from tests.support.static_site import CONFIG as SITE_CONFIG
+from tests.support.static_site import write_site
+
+BASE = """\
+name: honest
+bindings:
+  tcp0:
+    type: tcp
+    kind: server
+    options: {host: 127.0.0.1, port: 8080}
+    exit: http0
+  http0:
+    type: http
+    kind: server
+    exit: files_map
+  files_map:
+    type: http-filesystem
+    kind: proxy
+    exit: files
+  files:
+    type: filesystem
+    kind: server
+    options: {location: .}
+"""
+
+KAFKA = """\
+  sse0:
+    type: sse
+    kind: server
+    exit: sk
+  sk:
+    type: sse-kafka
+    kind: proxy
+    routes:
+      - when: [{path: "/{topic}"}]
+        exit: cc
+        with: {topic: "${params.topic}"}
+  cc:
+    type: kafka
+    kind: cache_client
+    exit: cs
+  cs:
+    type: kafka
+    kind: cache_server
+    exit: kc
+  kc:
+    type: kafka
+    kind: client
+    options: {servers: ["127.0.0.1:9"]}
+"""
+
+
+def check(tmp_path: Path, text: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    config = tmp_path / "zilla.yaml"
+    config.write_text(text)
+    code = main(["check", "--config", str(config)])
+    out = capsys.readouterr()
+    return code, out.out + out.err
+
+
+def line_of(text: str, needle: str) -> int:
+    return next(i for i, line in enumerate(text.splitlines(), 1) if needle in line)
+
+
+REFUSED: list[tuple[str, str, str, str, str]] = [
+    # (case, config text, the line's needle, path in the message, what the message says)
+    ("catalogs", BASE + "catalogs:\n  cat0:\n    type: inline\n    options: {subjects: {}}\n",
+     "cat0:", "catalogs.cat0", "catalogs are not supported yet"),
+    ("sse-kafka-exit", BASE + KAFKA.replace("    routes:\n      - when", "    exit: cc\n    "
+                                            "routes:\n      - when"),
+     "exit: cc", "bindings.sk.exit", "binding-level exit is never used"),
+    ("http-filesystem-options", BASE.replace("    exit: files\n",
+                                             "    exit: files\n    options: {root: x}\n"),
+     "options: {root: x}", "bindings.files_map.options", "unexpected"),
+    ("cache-client-options", BASE + KAFKA.replace("    exit: cs\n",
+                                                  "    exit: cs\n    options: {anything: 1}\n"),
+     "options: {anything: 1}", "bindings.cc.options", "unexpected"),
+    ("sse-kafka-options", BASE + KAFKA.replace("    kind: proxy\n",
+                                               "    kind: proxy\n    options: {topic: x}\n"),
+     "options: {topic: x}", "bindings.sk.options", "unexpected"),
+    ("tcp-authority", BASE.replace("    exit: http0\n", "    routes:\n      - when: "
+                                   "[{authority: example.com}]\n        exit: http0\n"),
+     "authority: example.com", "bindings.tcp0.routes[0].when[0].authority",
+     "tcp routes cannot match authority"),
+    ("tcp-client-options", BASE + "  out:\n    type: tcp\n    kind: client\n"
+                                  "    options: {host: kafka, port: 9092}\n",
+     "options: {host: kafka", "bindings.out.options.host", "a tcp client has no options"),
+    ("tcp-client-routes", BASE + "  out:\n    type: tcp\n    kind: client\n    routes:\n"
+                                 "      - when: [{cidr: 10.0.0.0/8}]\n",
+     "routes:", "bindings.out.routes", "a tcp client has no options or routes"),
+    ("stdout-interval", BASE + "telemetry:\n  exporters:\n    out:\n      type: stdout\n"
+                               "      options: {interval: 30}\n",
+     "options: {interval: 30}", "telemetry.exporters.out.options", "interval"),
+    ("unknown-metric", BASE + "telemetry:\n  metrics: [stream.*, strem.active.sent]\n",
+     "metrics: [stream.*", "telemetry.metrics[1]", "'strem.active.sent' matches no metric"),
+    ("unknown-binding-metric", BASE.replace("    kind: server\n    exit: files_map\n",
+                                            "    kind: server\n    exit: files_map\n"
+                                            "    telemetry: {metrics: [htp.*]}\n"),
+     "telemetry: {metrics: [htp.*]}", "bindings.http0.telemetry.metrics[0]",
+     "'htp.*' matches no metric"),
+    ("reserved-attribute", BASE + "telemetry:\n  attributes: {binding: x}\n",
+     "attributes:", "telemetry.attributes.binding", "choose another name"),
+    ("unused-vault", BASE + "vaults:\n  spare:\n    type: filesystem\n    options:\n"
+                            "      keys: {store: garbage.p12, type: pkcs12, password: pw}\n",
+     "store: garbage.p12", "vaults.spare.options.keys.store",
+     "vault 'spare' keys store"),
+]
+
+
+@pytest.mark.parametrize("case,text,needle,path,says", REFUSED, ids=[r[0] for r in REFUSED])
+def test_check_refuses_with_file_line_and_message(tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str],
+                                                  case: str, text: str, needle: str, path: str,
+                                                  says: str) -> None:
+    (tmp_path / "garbage.p12").write_bytes(b"not a PKCS#12 store")
+    code, out = check(tmp_path, text, capsys)
+    assert code == 1, out
+    config = tmp_path / "zilla.yaml"
+    wanted = f"{config}:{line_of(text, needle)}: {path}"
+    found = [line for line in out.splitlines() if wanted in line]
+    assert found and says in found[0], f"{wanted!r} / {says!r} not in:\n{out}"
+
+
+def test_trustcacerts_true_is_refused_false_is_what_happens(tmp_path: Path, pki: Pki,
+                                                            capsys: pytest.CaptureFixture[str],
+                                                            monkeypatch: pytest.MonkeyPatch
+                                                            ) -> None:
+    for k, v in ENV.items():
+        monkeypatch.setenv(k, v)
+    config, _, _ = tls_config(tmp_path, pki, "{keys: [localhost], trustcacerts: true}")
+    text = config.read_text()
+    assert main(["check", "--config", str(config)]) == 1
+    out = capsys.readouterr().err
+    assert f"{config}:{line_of(text, 'trustcacerts')}: bindings.tls_in.options.trustcacerts" \
+        f": trustcacerts: true is not supported" in out
+    config.write_text(text.replace("trustcacerts: true", "trustcacerts: false"))
+    assert main(["check", "--config", str(config)]) == 0
+
+
+# -- behaviour of keys no other test showed -------------------------------------------------------
+
+
+@pytest.mark.daemon
+def test_tcp_route_by_cidr(tmp_path: Path, run_daemon: Any, port: int) -> None:
+    config = write_site(tmp_path)
+    text = config.read_text()
+    for cidr, served in (("127.0.0.0/8", True), ("10.0.0.0/8", False)):
+        config.write_text(text.replace(
+            "    exit: http0\n",
+            f"    routes:\n      - when: [{{cidr: {cidr}}}]\n        exit: http0\n", 1))
+        daemon = run_daemon(config, env={"HTTP_PORT": str(port)}, wait_ports=[port])
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+            try:
+                s.sendall(b"GET /index.html HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n\r\n" % port)
+                answer = s.recv(4096)
+            except ConnectionResetError:
+                answer = b""  # closed at once: no route for this peer
+        assert answer.startswith(b"HTTP/1.1 200") if served else answer == b"", (cidr, answer)
+        daemon.stop()
+
+
+@pytest.mark.daemon
+def test_filesystem_symlinks_follow(tmp_path: Path, run_daemon: Any, port: int) -> None:
+    config = write_site(tmp_path)
+    config.write_text(config.read_text().replace("      location: www\n",
+                                                 "      location: www\n      symlinks: follow\n"))
+    run_daemon(config, env={"HTTP_PORT": str(port)}, wait_ports=[port])
+    status, _, body = curl(f"http://127.0.0.1:{port}/link-out.txt")
+    assert (status, body) == (200, b"outside\n")
+
+
+@pytest.mark.daemon
+def test_tls_signers_serve_the_keys_they_issued(tmp_path: Path, pki: Pki,
+                                                run_daemon: Any) -> None:
+    assert pki.multi is not None, "keytool (Java, installed by make test) is needed"
+    # `keys` names localhost only; the CA in the `signers` store issued other.test's key too
+    config, port, clear = tls_config(tmp_path, pki, "{keys: [localhost], signers: [ca]}",
+                                     store=pki.multi)
+    text = config.read_text()
+    keys = "    options:\n      keys:\n"
+    assert keys in text
+    config.write_text(text.replace(keys, f"    options:\n      signers:\n"
+                                         f"        store: {pki.keys}\n"
+                                         "        type: pkcs12\n"
+                                         "        password: ${{env.KEYSTORE_PASSWORD}}\n"
+                                         "      keys:\n"))
+    run_daemon(config, env=ENV, wait_ports=[port, clear])
+    assert subject(s_client(port, "-servername", "other.test").stdout) == "CN=other.test"
+    assert subject(s_client(port, "-servername", "localhost").stdout) == "CN=localhost"
+
+
+def test_kafka_sasl_reaches_librdkafka() -> None:
+    """No SASL broker runs in the tests: what the client hands librdkafka is the behaviour."""
+    settings = ClientSettings(servers=("k:9092",), sasl={"mechanism": "scram-sha-256",
+                                                          "username": "u", "password": "p"})
+    conf = settings.consumer_config("g")
+    assert (conf["security.protocol"], conf["sasl.mechanism"], conf["sasl.username"],
+            conf["sasl.password"]) == ("SASL_PLAINTEXT", "SCRAM-SHA-256", "u", "p")
+
+
+@pytest.mark.daemon
+def test_telemetry_metrics_attributes_and_per_binding_selection(tmp_path: Path,
+                                                                run_daemon: Any,
+                                                                port: int) -> None:
+    metrics_port = free_port()
+    config = write_site(tmp_path)
+    text = config.read_text().replace(
+        "    kind: server\n    options:\n      limits:",
+        "    kind: server\n    telemetry: {metrics: [http.duration, http.active.*]}\n"
+        "    options:\n      limits:", 1)
+    text = text.replace("telemetry:\n  exporters:\n", textwrap.dedent(f"""\
+        telemetry:
+          attributes: {{service.namespace: example}}
+          metrics: [http.*, stream.*]
+          exporters:
+            prom:
+              type: prometheus
+              options: {{endpoints: [{{scheme: http, host: 127.0.0.1, port: {metrics_port},
+                                      path: /scrape}}]}}
+        """))
+    config.write_text(text)
+    assert text != SITE_CONFIG
+    run_daemon(config, env={"HTTP_PORT": str(port)}, wait_ports=[port, metrics_port])
+    assert curl(f"http://127.0.0.1:{port}/index.html")[0] == 200
+    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/scrape", timeout=10) as r:
+        page = r.read().decode()
+    assert 'http_duration_milliseconds_count{binding="http0",namespace="test",' \
+           'service_namespace="example"} 1.0' in page
+    assert "http_active_requests{" in page
+    assert "http_request_size_bytes" not in page  # http.* kept, but http0 asked for less
+    assert "process_cpu_seconds_total" not in page  # not among telemetry.metrics
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10)
+    assert e.value.code == 404
+
+
+def test_cors_allow_methods_and_headers_replace_the_echo() -> None:
+    from twisted.web.test.requesthelper import DummyRequest
+
+    from ssekd.bindings.http.cors import AccessControl
+
+    cors = AccessControl.from_options({"policy": "cross-origin",
+                                       "allow": {"origins": ["https://a.example"],
+                                                 "methods": ["GET", "HEAD"],
+                                                 "headers": ["last-event-id"]}})
+    request = DummyRequest([b""])
+    request.method = b"OPTIONS"
+    request.requestHeaders.setRawHeaders(b"access-control-request-method", [b"GET"])
+    request.requestHeaders.setRawHeaders(b"access-control-request-headers", [b"x-other"])
+    cors.answer_preflight(request, b"https://a.example")
+    answered = request.responseHeaders
+    assert answered.getRawHeaders(b"access-control-allow-methods") == [b"GET, HEAD"]
+    assert answered.getRawHeaders(b"access-control-allow-headers") == [b"last-event-id"]

@@ -1,0 +1,267 @@
+"""Every key the config schema accepts either takes effect or is refused by `ssekd check`.
+
+The walk enumerates every key of the composed schema (the same walk that writes
+docs/config-reference.md) and fails when a key has no entry in `COVERAGE`, when an entry names a
+key the schema no longer has, or when it names a test that does not exist. A new key therefore
+fails here until a behaviour test (it takes effect) or a refusal test (`ssekd check` says why it
+cannot be used, with file and line) is written and listed. The keys of a guard entry are all
+shown by the guarded end-to-end test (`JWT`).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterator
+from functools import cache
+from pathlib import Path
+
+from ssekd.bindings.registry import discover
+from ssekd.config.reference import _generic_binding, rows, ssekd_types
+from ssekd.config.schema import schema_files
+
+TESTS = Path(__file__).resolve().parents[1]
+#: The guard and its use by http and sse-kafka: the end-to-end test that runs a guarded daemon
+#: with every one of these keys (issuer, audience, JWKS keys, challenge, credentials, guarded).
+JWT = "e2e/test_jwt_guard.py::test_no_token_401_good_token_streams_missing_role_403"
+
+REFUSED = "config/test_honesty.py::test_check_refuses_with_file_line_and_message"
+SITE = "bindings/filesystem/test_static_files.py::test_index_etag_304_and_head"
+CORS = "bindings/http/test_http_server.py::test_cross_origin_preflight_and_response"
+TLS = "bindings/tls/test_tls_server.py"
+TELEMETRY = "config/test_honesty.py::test_telemetry_metrics_attributes_and_per_binding_selection"
+SIGNERS = "config/test_honesty.py::test_tls_signers_serve_the_keys_they_issued"
+SASL = "config/test_honesty.py::test_kafka_sasl_reaches_librdkafka"
+FILTERS = "bindings/sse_kafka/test_routes_filters.py"
+H2 = "reliability/test_h2_limits.py"
+LIMITS = "reliability/test_connections.py::test_connections_over_the_limits_are_closed_at_once"
+STREAMS = "reliability/test_slow_clients.py::" \
+          "test_on_the_wire_streams_beyond_the_limit_retry_and_silent_streams_are_reset"
+
+COVERAGE: dict[str, str] = {
+    "name": "telemetry/test_events.py::test_a_config_error_at_start_is_an_event",
+    "vaults": f"{TLS}::test_seed_config_sni_and_alpn",
+    "guards": JWT,
+    "catalogs": f"{REFUSED}[catalogs]",
+    "bindings": SITE,
+    "telemetry": "telemetry/test_prometheus_server.py::"
+                 "test_fifty_streams_counted_then_gone_and_bytes_match",
+    "bindings.*.type": SITE,
+    "bindings.*.kind": SITE,
+    "bindings.*.options": SITE,
+    "bindings.*.telemetry": TELEMETRY,
+    "bindings.*.telemetry.metrics": TELEMETRY,
+    "bindings.*.vault": f"{TLS}::test_seed_config_sni_and_alpn",
+    "bindings.*.exit": SITE,
+    "bindings.*.routes": "bindings/http/test_http_server.py::test_unmatched_authority_is_404",
+    "bindings.*.routes[].when": "bindings/http/test_http_server.py::test_unmatched_authority_is_404",
+    "bindings.*.routes[].guarded": JWT,
+    "bindings.*.routes[].exit": f"{TLS}::test_routes_by_alpn_and_authority",
+    "bindings.*.routes[].with": SITE,
+    "bindings.tcp/server.options.host": SITE,
+    "bindings.tcp/server.options.limits": LIMITS,
+    "bindings.tcp/server.options.limits.connections": LIMITS,
+    "bindings.tcp/server.options.limits.connections-per-ip": LIMITS,
+    "bindings.tcp/server.options.port": SITE,
+    "bindings.tcp/server.routes[].when[].port": f"{TLS}::test_curl_http2_and_http11_over_tls_and_h2c",
+    "bindings.tcp/server.routes[].when[].cidr": "config/test_honesty.py::test_tcp_route_by_cidr",
+    "bindings.tcp/server.routes[].when[].authority": f"{REFUSED}[tcp-authority]",
+    "bindings.tcp/client.options.host": f"{REFUSED}[tcp-client-options]",
+    "bindings.tcp/client.options.port": f"{REFUSED}[tcp-client-options]",
+    "bindings.tcp/client.routes[].when[].port": f"{REFUSED}[tcp-client-routes]",
+    "bindings.tcp/client.routes[].when[].cidr": f"{REFUSED}[tcp-client-routes]",
+    "bindings.tcp/client.routes[].when[].authority": f"{REFUSED}[tcp-client-routes]",
+    "bindings.http/server.options.versions": f"{TLS}::test_versions_limit_what_is_negotiated",
+    "bindings.http/server.options.access-control": CORS,
+    "bindings.http/server.options.access-control.policy": CORS,
+    "bindings.http/server.options.access-control.allow": CORS,
+    "bindings.http/server.options.access-control.allow.origins": CORS,
+    "bindings.http/server.options.access-control.allow.methods":
+        "config/test_honesty.py::test_cors_allow_methods_and_headers_replace_the_echo",
+    "bindings.http/server.options.access-control.allow.headers":
+        "config/test_honesty.py::test_cors_allow_methods_and_headers_replace_the_echo",
+    "bindings.http/server.options.access-control.allow.credentials": CORS,
+    "bindings.http/server.options.access-control.max-age": CORS,
+    "bindings.http/server.options.access-control.expose": CORS,
+    "bindings.http/server.options.access-control.expose.headers": CORS,
+    "bindings.http/server.options.authorization": JWT,
+    "bindings.http/server.options.authorization.<name>.credentials": JWT,
+    "bindings.http/server.options.authorization.<name>.credentials.headers": JWT,
+    "bindings.http/server.options.authorization.<name>.credentials.query": JWT,
+    "bindings.http/server.options.authorization.<name>.credentials.cookies": JWT,
+    "bindings.http/server.options.limits": "bindings/http/test_http_server.py::test_slowloris_is_cut_off",
+    "bindings.http/server.options.limits.header-bytes":
+        f"{H2}::test_a_header_block_over_header_bytes_ends_the_connection",
+    "bindings.http/server.options.limits.header-count":
+        f"{H2}::test_more_headers_than_header_count_is_431_on_that_stream",
+    "bindings.http/server.options.limits.header-timeout":
+        "bindings/http/test_http_server.py::test_slowloris_is_cut_off",
+    "bindings.http/server.options.limits.idle-timeout":
+        "bindings/http/test_h2c.py::test_silent_connection_is_closed_after_the_site_timeout",
+    "bindings.http/server.options.limits.body-bytes":
+        "reliability/test_request_bodies.py::test_h1_chunked_body_is_413_the_moment_it_crosses_the_limit",
+    "bindings.http/server.options.limits.body-timeout":
+        "reliability/test_body_deadline.py::test_a_trickled_body_gets_408_at_the_deadline",
+    "bindings.http/server.options.limits.h2-streams":
+        f"{H2}::test_the_daemon_advertises_its_configured_limits",
+    "bindings.http/server.options.limits.h2-resets":
+        "reliability/test_h2_rapid_reset.py::test_more_resets_than_the_limit_in_ten_seconds_get_goaway",
+    "bindings.http/server.options.limits.h2-control-frames":
+        "reliability/test_h2_abuse.py::test_more_frames_to_answer_than_the_limit_get_goaway",
+    "bindings.http/server.routes[].when[].headers":
+        "bindings/http/test_http_server.py::test_unmatched_authority_is_404",
+    "bindings.tls/server.options.keys": f"{TLS}::test_sni_picks_the_key_unknown_names_get_the_first",
+    "bindings.tls/server.options.trust": f"{TLS}::test_mutual_required",
+    "bindings.tls/server.options.signers": SIGNERS,
+    "bindings.tls/server.options.trustcacerts":
+        "config/test_honesty.py::test_trustcacerts_true_is_refused_false_is_what_happens",
+    "bindings.tls/server.options.sni": f"{TLS}::test_sni_list_limits_the_names_that_choose",
+    "bindings.tls/server.options.alpn": f"{TLS}::test_curl_http2_and_http11_over_tls_and_h2c",
+    "bindings.tls/server.options.mutual": f"{TLS}::test_mutual_requested_serves_without_a_certificate",
+    "bindings.tls/server.routes[].when[].authority": f"{TLS}::test_routes_by_alpn_and_authority",
+    "bindings.tls/server.routes[].when[].alpn": f"{TLS}::test_routes_by_alpn_and_authority",
+    "bindings.http-filesystem/proxy.options": f"{REFUSED}[http-filesystem-options]",
+    "bindings.http-filesystem/proxy.routes[].when[].path": SITE,
+    "bindings.http-filesystem/proxy.routes[].with.path": SITE,
+    "bindings.sse/server.options.limits": STREAMS,
+    "bindings.sse/server.options.limits.streams": STREAMS,
+    "bindings.sse/server.options.limits.max-lag":
+        "reliability/test_slow_clients.py::"
+        "test_a_stream_paused_for_max_lag_is_reset_and_one_that_resumes_is_not",
+    "bindings.sse/server.options.retry": "e2e/test_lifecycle.py::test_keepalive_and_retry",
+    "bindings.sse/server.options.max-idle-time": "e2e/test_lifecycle.py::test_keepalive_and_retry",
+    "bindings.sse-kafka/proxy.options.internal-topics":
+        "reliability/test_topics.py::test_a_route_that_names_an_internal_topic_literally_serves_it",
+    "bindings.sse-kafka/proxy.routes[].when[].path": f"{FILTERS}::test_filter_by_key_from_path_params",
+    "bindings.sse-kafka/proxy.routes[].with.topic": f"{FILTERS}::test_filter_by_key_from_path_params",
+    "bindings.sse-kafka/proxy.routes[].with.filters": f"{FILTERS}::test_filters_are_any_of",
+    "bindings.sse-kafka/proxy.routes[].with.filters[].key":
+        f"{FILTERS}::test_filter_by_key_from_path_params",
+    "bindings.sse-kafka/proxy.routes[].with.filters[].headers": f"{FILTERS}::test_filter_by_header",
+    "bindings.sse-kafka/proxy.routes[].with.event":
+        "bindings/sse_kafka/test_event_ids.py::test_resume_with_key_form_id",
+    "bindings.sse-kafka/proxy.routes[].with.event.id":
+        "bindings/sse_kafka/test_event_ids.py::test_resume_with_key_form_id",
+    "bindings.filesystem/server.options.location": SITE,
+    "bindings.filesystem/server.options.symlinks":
+        "config/test_honesty.py::test_filesystem_symlinks_follow",
+    "bindings.kafka/cache_client.options": f"{REFUSED}[cache-client-options]",
+    "bindings.kafka/cache_server.options.bootstrap":
+        "telemetry/test_kafka_metrics.py::test_bootstrap_topics_are_cached_before_any_stream",
+    "bindings.kafka/cache_server.options.topics": f"{FILTERS}::test_live_topic_starts_at_the_end",
+    "bindings.kafka/cache_server.options.topics[].name":
+        f"{FILTERS}::test_live_topic_starts_at_the_end",
+    "bindings.kafka/cache_server.options.topics[].defaultOffset":
+        f"{FILTERS}::test_live_topic_starts_at_the_end",
+    "bindings.kafka/cache_server.options.max-topics":
+        "bindings/kafka/test_cache.py::test_a_new_topic_beyond_max_topics_is_refused",
+    "bindings.kafka/cache_server.options.idle-timeout":
+        "reliability/test_topics.py::test_a_topic_without_streams_for_idle_timeout_is_dropped_and_unassigned",
+    "bindings.kafka/cache_server.options.missing-topic-retries":
+        "reliability/test_topics.py::test_a_missing_topic_is_looked_for_less_and_less_often_then_given_up",
+    "bindings.kafka/cache_server.options.catch-up-bytes":
+        "reliability/test_slow_clients.py::test_catch_up_delivers_everything_in_steps_of_catch_up_bytes",
+    "bindings.kafka/cache_server.options.cache":
+        "bindings/sse_kafka/test_resume.py::test_tiny_cache_resume_reads_kafka",
+    "bindings.kafka/cache_server.options.cache.max-messages":
+        "bindings/sse_kafka/test_resume.py::test_tiny_cache_resume_reads_kafka",
+    "bindings.kafka/cache_server.options.cache.max-bytes":
+        "bindings/kafka/test_topic_log.py::test_topic_log_bytes_and_age",
+    "bindings.kafka/cache_server.options.cache.max-age":
+        "bindings/kafka/test_topic_log.py::test_topic_log_bytes_and_age",
+    "bindings.kafka/client.options.servers": "e2e/test_lifecycle.py::test_broker_down_at_start",
+    "bindings.kafka/client.options.sasl": SASL,
+    "bindings.kafka/client.options.sasl.mechanism": SASL,
+    "bindings.kafka/client.options.sasl.username": SASL,
+    "bindings.kafka/client.options.sasl.password": SASL,
+    "bindings.kafka/client.options.max-history-reads":
+        "reliability/test_slow_clients.py::test_history_reads_waiting_are_bounded_and_a_stream_waits_its_turn",
+    "bindings.kafka/client.options.properties":
+        "telemetry/test_kafka_metrics.py::test_consumer_lag_rises_while_behind_then_returns_to_zero",
+    "vaults.*.type": f"{TLS}::test_seed_config_sni_and_alpn",
+    "vaults.*.options": f"{TLS}::test_seed_config_sni_and_alpn",
+    "vaults.*.options.keys": f"{TLS}::test_sni_picks_the_key_unknown_names_get_the_first",
+    "vaults.*.options.keys.store": f"{TLS}::test_sni_picks_the_key_unknown_names_get_the_first",
+    "vaults.*.options.keys.type": f"{TLS}::test_sni_picks_the_key_unknown_names_get_the_first",
+    "vaults.*.options.keys.password": "vaults/test_vault.py::test_wrong_password_is_a_store_error",
+    "vaults.*.options.trust": f"{TLS}::test_mutual_required",
+    "vaults.*.options.trust.store": f"{TLS}::test_mutual_required",
+    "vaults.*.options.trust.type": f"{TLS}::test_mutual_required",
+    "vaults.*.options.trust.password": f"{TLS}::test_mutual_required",
+    "vaults.*.options.signers": SIGNERS,
+    "vaults.*.options.signers.store": SIGNERS,
+    "vaults.*.options.signers.type": SIGNERS,
+    "vaults.*.options.signers.password": SIGNERS,
+    "telemetry.attributes": TELEMETRY,
+    "telemetry.metrics": TELEMETRY,
+    "telemetry.exporters": "telemetry/test_events.py::test_reload_failure_broker_outage_and_unreadable_id",
+    "telemetry.exporters.<name>.type":
+        "telemetry/test_events.py::test_reload_failure_broker_outage_and_unreadable_id",
+    "telemetry.exporters.<name>.options": TELEMETRY,
+    "telemetry.exporters.<name>.options (prometheus)": TELEMETRY,
+    "telemetry.exporters.<name>.options.endpoints (prometheus)": TELEMETRY,
+    "telemetry.exporters.<name>.options.endpoints[].scheme (prometheus)": TELEMETRY,
+    "telemetry.exporters.<name>.options.endpoints[].host (prometheus)": TELEMETRY,
+    "telemetry.exporters.<name>.options.endpoints[].port (prometheus)": TELEMETRY,
+    "telemetry.exporters.<name>.options.endpoints[].path (prometheus)": TELEMETRY,
+    "telemetry.exporters.<name>.options (stdout)": f"{REFUSED}[stdout-interval]",
+    "catalogs.*.type": f"{REFUSED}[catalogs]",
+    "catalogs.*.options": f"{REFUSED}[catalogs]",
+}
+
+
+def schema_paths() -> Iterator[str]:
+    """Every key of the composed schema: top level, every binding, each kind's options, `when`
+    and `with`, and the vault, guard, telemetry and catalog files."""
+    registry = discover()
+    files = schema_files()
+    yield from files["ssekd:zilla"]["properties"]
+    generic = _generic_binding(ssekd_types(registry))
+    for row in rows(generic, generic):
+        yield f"bindings.*.{row.path}"
+    for t in ssekd_types(registry):
+        for kind_name, kind in t.kinds.items():
+            prefix = f"bindings.{t.name}/{kind_name}."
+            for part, schema in (("options", kind.options), ("routes[].when[]", kind.when),
+                                 ("routes[].with", kind.with_)):
+                if schema is None:
+                    continue
+                found = list(rows(schema, schema))
+                if not found:  # a mapping with no keys: what it accepts is still a key
+                    yield prefix + part
+                for row in found:
+                    yield f"{prefix}{part}.{row.path}" + \
+                        (f" ({row.only_for})" if row.only_for else "")
+    for prefix, uri in (("vaults.*.", "ssekd:vault/filesystem"), ("guards.*.", "ssekd:guard/jwt"),
+                        ("telemetry.", "ssekd:telemetry"), ("catalogs.*.", "ssekd:catalog")):
+        for row in rows(files[uri], files[uri]):
+            yield prefix + row.path + (f" ({row.only_for})" if row.only_for else "")
+
+
+@cache
+def _defined(file: str) -> tuple[set[str], str]:
+    path = TESTS / file
+    text = path.read_text(encoding="utf-8")
+    names = {n.name for n in ast.parse(text).body if isinstance(n, ast.FunctionDef)}
+    return names, text
+
+
+def test_every_schema_key_has_a_behaviour_or_refusal_test() -> None:
+    paths = list(schema_paths())
+    assert len(paths) > 100, "the walk found too few keys to mean anything"
+    # every key of a guard entry is shown by the guarded end-to-end test, like `guards` itself
+    missing = [p for p in paths if p not in COVERAGE and not p.startswith("guards.")]
+    assert missing == [], "keys with neither a behaviour nor a refusal test:\n" + \
+        "\n".join(missing)
+    stale = sorted(set(COVERAGE) - set(paths))
+    assert stale == [], f"COVERAGE names keys the schema does not have: {stale}"
+
+
+def test_every_listed_test_exists() -> None:
+    for key, where in COVERAGE.items():
+        m = re.fullmatch(r"([\w/]+\.py)::(\w+)(?:\[([\w-]+)\])?", where)
+        assert m is not None, (key, where)
+        names, text = _defined(m[1])
+        assert m[2] in names, f"{key}: no {m[2]} in tests/{m[1]}"
+        if m[3]:
+            assert f'("{m[3]}"' in text, f"{key}: no case {m[3]!r} in tests/{m[1]}"

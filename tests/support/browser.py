@@ -1,0 +1,81 @@
+"""Headless Chromium driven over `--remote-debugging-pipe` (CDP as NUL-terminated JSON on fds 3
+and 4), which needs no websocket client. Chromium is installed by `make test`."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from typing import Any
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+
+
+class Browser:
+    """Chromium with CDP over a pipe."""
+
+    def __init__(self, url: str) -> None:
+        self.profile = tempfile.mkdtemp(prefix="ssekd-chromium-")
+        to_chrome_r, self._to_chrome = os.pipe()
+        self._from_chrome, from_chrome_w = os.pipe()
+
+        def wire_fds() -> None:  # runs in the child, before fds not kept are closed
+            a, b = os.dup(to_chrome_r), os.dup(from_chrome_w)
+            os.dup2(a, 3)
+            os.dup2(b, 4)
+
+        self.proc = subprocess.Popen(
+            [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+             "--no-first-run", "--disable-background-networking", "--disable-component-update",
+             "--disable-sync", f"--user-data-dir={self.profile}", "--remote-debugging-pipe",
+             url],
+            pass_fds=(3, 4, to_chrome_r, from_chrome_w),
+            preexec_fn=wire_fds,  # noqa: PLW1509 - only dup2 calls, needed to place fds 3 and 4
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        os.close(to_chrome_r)
+        os.close(from_chrome_w)
+        self._buf = b""
+        self._id = 0
+        self.session: str | None = None
+
+    def send(self, method: str, params: dict[str, Any] | None = None,
+             session: str | None = None, timeout: float = 10.0) -> dict[str, Any]:
+        self._id += 1
+        msg: dict[str, Any] = {"id": self._id, "method": method, "params": params or {}}
+        if session:
+            msg["sessionId"] = session
+        os.write(self._to_chrome, json.dumps(msg).encode() + b"\0")
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            while b"\0" in self._buf:
+                raw, _, self._buf = self._buf.partition(b"\0")
+                reply = json.loads(raw)
+                if reply.get("id") == self._id:
+                    if "error" in reply:
+                        raise AssertionError(reply["error"])
+                    return dict(reply.get("result", {}))
+            self._buf += os.read(self._from_chrome, 1 << 16)
+        raise AssertionError(f"no CDP reply to {method}")
+
+    def evaluate(self, expression: str) -> Any:
+        if self.session is None:
+            targets = self.send("Target.getTargets")["targetInfos"]
+            page = next(t for t in targets if t["type"] == "page")
+            self.session = self.send("Target.attachToTarget",
+                                     {"targetId": page["targetId"], "flatten": True})["sessionId"]
+        result = self.send("Runtime.evaluate", {"expression": expression,
+                                                "returnByValue": True}, self.session)
+        return result.get("result", {}).get("value")
+
+    def close(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        os.close(self._to_chrome)
+        os.close(self._from_chrome)
+        shutil.rmtree(self.profile, ignore_errors=True)

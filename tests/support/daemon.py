@@ -1,0 +1,88 @@
+"""The real daemon, `twistd -n ssekd`, as a child process on loopback ports."""
+
+from __future__ import annotations
+
+import os
+import resource
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ssekd.broker import port_open, stop_process
+from tests.support.wait import wait_until
+
+TWISTD = str(Path(sys.executable).with_name("twistd"))
+SSEKD = str(Path(sys.executable).with_name("ssekd"))
+
+
+@dataclass
+class Daemon:
+    """A `twistd -n ssekd` process. Its output goes to `log`; read it with `output()`."""
+
+    process: subprocess.Popen[bytes]
+    config: Path
+    log: Path
+    ports: list[int] = field(default_factory=list)
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def signal(self, signum: int) -> None:
+        self.process.send_signal(signum)
+
+    def stop(self, timeout: float = 10.0) -> int:
+        return stop_process(self.process, timeout)
+
+    def wait_output(self, text: str, timeout: float = 10.0) -> None:
+        wait_until(lambda: text in self.output(), timeout,
+                   what=lambda: f"{text!r} not in daemon output:\n{self.output()}")
+
+
+def start_daemon(config: Path, env: Mapping[str, str] | None = None,
+                 wait_ports: list[int] | None = None, timeout: float = 20.0,
+                 extra_args: list[str] | None = None, nofile: int | None = None,
+                 wait_output: str | None = None) -> Daemon:
+    """Start the daemon on `config` and wait until `wait_ports` accept connections, and until
+    its output holds `wait_output` (when a probe connection would disturb what a test counts).
+    With `nofile`, the daemon runs under `ulimit -n nofile`."""
+
+    def limit_fds() -> None:
+        if nofile is not None:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+
+    log = config.with_suffix(f".{time.monotonic_ns()}.log")
+    out = open(log, "wb")  # noqa: SIM115 - handed to the child, closed just below
+    proc_env = dict(os.environ)
+    proc_env.update(env or {})
+    process = subprocess.Popen(
+        [TWISTD, "-n", "--pidfile=", "ssekd", "--config", str(config), *(extra_args or [])],
+        stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=proc_env,
+        cwd=config.parent, preexec_fn=limit_fds if nofile is not None else None,
+    )
+    out.close()
+    daemon = Daemon(process, config, log, list(wait_ports or []))
+    deadline = time.monotonic() + timeout
+
+    def listening(port: int) -> bool:
+        if process.poll() is not None:
+            raise AssertionError(f"daemon exited with {process.returncode}:\n{daemon.output()}")
+        return port_open("127.0.0.1", port)
+
+    try:
+        for port in daemon.ports:
+            wait_until(lambda: listening(port), max(0.0, deadline - time.monotonic()),
+                       what=lambda: f"daemon did not listen on {port}:\n{daemon.output()}")
+        if wait_output is not None:
+            wait_until(lambda: process.poll() is None and wait_output in daemon.output(),
+                       max(0.0, deadline - time.monotonic()),
+                       what=lambda: f"{wait_output!r} not in daemon output:\n{daemon.output()}")
+    except AssertionError:
+        daemon.stop()
+        raise
+    return daemon

@@ -1,0 +1,251 @@
+"""A throwaway PKI in a folder, and daemon configs around a tls binding.
+
+Stores are made the way users make them: single-key stores with `cryptography` (as
+`ssekd.devcert` does), multi-key stores with Java's `keytool` (what Zilla users have).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography.hazmat.primitives.serialization import (
+    Encoding,
+    NoEncryption,
+    PrivateFormat,
+)
+
+from ssekd.broker import free_port
+from ssekd.devcert import Issued, issue, make_ca, write_store
+
+PASSWORD = "test-store-pw"
+KEYTOOL = shutil.which("keytool")
+
+
+@dataclass(frozen=True)
+class Pki:
+    folder: Path
+    ca_pem: Path  # trusts every server certificate below
+    keys: Path  # alias localhost (+ the CA as a certificate entry)
+    multi: Path | None  # aliases localhost and other (CN other.test); None without keytool
+    trust: Path  # alias clientca: the CA that signs trusted client certificates
+    client_cert: Path  # signed by clientca
+    client_key: Path
+    stranger_cert: Path  # signed by a CA nobody trusts
+    stranger_key: Path
+
+
+def _pem_pair(folder: Path, name: str, issued: Issued) -> tuple[Path, Path]:
+    cert = folder / f"{name}.pem"
+    key = folder / f"{name}.key"
+    cert.write_bytes(issued.cert.public_bytes(Encoding.PEM))
+    key.write_bytes(issued.key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption()))
+    return cert, key
+
+
+def keytool_merge(target: Path, sources: list[Path], password: str) -> None:
+    """Merge single-key stores into one multi-key PKCS#12 store with keytool."""
+    assert KEYTOOL is not None
+    for src in sources:
+        subprocess.run([KEYTOOL, "-importkeystore", "-noprompt",
+                        "-srckeystore", str(src), "-srcstoretype", "pkcs12",
+                        "-srcstorepass", password,
+                        "-destkeystore", str(target), "-deststoretype", "pkcs12",
+                        "-deststorepass", password],
+                       check=True, capture_output=True, timeout=60)
+
+
+def make_pki(folder: Path) -> Pki:
+    """Make every key, certificate and store of `Pki` in `folder`."""
+    ca = make_ca("ssekd test CA")
+    localhost = issue(ca, ["localhost", "127.0.0.1"])
+    other = issue(ca, ["other.test"])
+    write_store(folder / "keys.p12", "localhost", localhost, PASSWORD,
+                extra=[("ca", ca.cert)])
+    ca_pem = folder / "ca.pem"
+    ca_pem.write_bytes(ca.cert.public_bytes(Encoding.PEM))
+
+    multi = None
+    if KEYTOOL:
+        write_store(folder / "one.p12", "localhost", localhost, PASSWORD)
+        write_store(folder / "two.p12", "other", other, PASSWORD)
+        multi = folder / "multi.p12"
+        keytool_merge(multi, [folder / "one.p12", folder / "two.p12"], PASSWORD)
+
+    client_ca = make_ca("ssekd test client CA")
+    write_store(folder / "trust.p12", None, None, PASSWORD, extra=[("clientca", client_ca.cert)])
+    client_cert, client_key = _pem_pair(folder, "client",
+                                        issue(client_ca, ["alice"], client=True))
+    stranger_cert, stranger_key = _pem_pair(folder, "stranger",
+                                            issue(make_ca("stranger CA"), ["mallory"],
+                                                  client=True))
+    return Pki(folder, ca_pem, folder / "keys.p12", multi, folder / "trust.p12",
+               client_cert, client_key, stranger_cert, stranger_key)
+
+
+def tls_config(folder: Path, pki: Pki, tls_options: str, *, store: Path | None = None,
+               trust: bool = False, http_options: str = "{}", tls_extra: str = "",
+               password: str = "${{env.KEYSTORE_PASSWORD}}") -> tuple[Path, int, int]:
+    """A config serving `folder/www` over TLS and cleartext; returns (path, tls port, h2c port).
+
+    `tls_options` is the YAML flow mapping of the tls binding's options; `tls_extra` is inserted
+    as is after the tls binding: its keys indented by 4 (e.g. routes), more bindings by 2.
+    """
+    www = folder / "www"
+    www.mkdir(exist_ok=True)
+    (www / "index.html").write_text("hello over tls\n")
+    tls_port, clear_port = free_port(), free_port()
+    # Substituted before the template is dedented: indented as the template's source lines.
+    trust_yaml = (f"\n          trust:\n            store: {pki.trust}\n"
+                  f"            type: pkcs12\n            password: {password}") if trust else ""
+    text = textwrap.dedent(f"""\
+    name: tlstest
+    vaults:
+      server:
+        type: filesystem
+        options:
+          keys:
+            store: {store or pki.keys}
+            type: pkcs12
+            password: {password}{trust_yaml}
+    bindings:
+      tcp_in:
+        type: tcp
+        kind: server
+        options: {{host: 127.0.0.1, port: [{tls_port}, {clear_port}]}}
+        routes:
+          - when: [{{port: {tls_port}}}]
+            exit: tls_in
+          - when: [{{port: {clear_port}}}]
+            exit: http_in
+      tls_in:
+        type: tls
+        kind: server
+        vault: server
+        options: {tls_options}
+        exit: http_in
+    @TLS_EXTRA@
+      http_in:
+        type: http
+        kind: server
+        options: {http_options}
+        exit: files_map
+      files_map:
+        type: http-filesystem
+        kind: proxy
+        routes:
+          - exit: files
+            when: [{{path: "/{{path}}"}}]
+            with: {{path: "${{params.path}}"}}
+      files:
+        type: filesystem
+        kind: server
+        options: {{location: www/}}
+    telemetry:
+      exporters:
+        out: {{type: stdout}}
+    """)
+    text = text.replace("@TLS_EXTRA@\n", tls_extra.strip("\n") + "\n" if tls_extra.strip() else "")
+    path = folder / "zilla.yaml"
+    path.write_text(text)
+    return path, tls_port, clear_port
+
+
+ENV = {"KEYSTORE_PASSWORD": PASSWORD}
+
+
+def run(cmd: list[str], input: bytes = b"", timeout: float = 20) -> subprocess.CompletedProcess[str]:
+    """Run a client program; output as text (errors replaced), never raising on exit status."""
+    done = subprocess.run(cmd, input=input, capture_output=True, timeout=timeout, check=False)
+    return subprocess.CompletedProcess(cmd, done.returncode,
+                                       done.stdout.decode(errors="replace"),
+                                       done.stderr.decode(errors="replace"))
+
+
+def s_client(port: int, *args: str) -> subprocess.CompletedProcess[str]:
+    """`openssl s_client` that connects, shows the handshake and quits."""
+    return run(["openssl", "s_client", "-connect", f"127.0.0.1:{port}", *args], input=b"Q\n")
+
+
+# -- SSE over TLS and HTTP/2, against a real broker ---------------------------------------------
+
+SSE_CONFIG = """\
+name: h2test
+vaults:
+  server:
+    type: filesystem
+    options:
+      keys: {{store: {store}, type: pkcs12, password: "${{{{env.KEYSTORE_PASSWORD}}}}"}}
+bindings:
+  tcp_in:
+    type: tcp
+    kind: server
+    options: {{host: 127.0.0.1, port: [{tls_port}, {clear_port}]}}
+    routes:
+      - when: [{{port: {tls_port}}}]
+        exit: tls_in
+      - when: [{{port: {clear_port}}}]
+        exit: http_in
+  tls_in:
+    type: tls
+    kind: server
+    vault: server
+    options: {{keys: [localhost], sni: [localhost], alpn: [http/1.1, h2]}}
+    exit: http_in
+  http_in:
+    type: http
+    kind: server
+    options: {{limits: {{idle-timeout: {idle_timeout}}}}}
+    exit: sse
+  sse:
+    type: sse
+    kind: server
+    options: {{max-idle-time: {keepalive}}}
+    exit: sse_kafka
+  sse_kafka:
+    type: sse-kafka
+    kind: proxy
+    routes:
+      - when: [{{path: "/{{topic}}"}}]
+        exit: cache_client
+        with: {{topic: "${{params.topic}}"}}
+  cache_client:
+    type: kafka
+    kind: cache_client
+    exit: cache_server
+  cache_server:
+    type: kafka
+    kind: cache_server
+    exit: kafka_client
+  kafka_client:
+    type: kafka
+    kind: client
+    options:
+      servers: ["{bootstrap}"]
+      properties: {{fetch.wait.max.ms: 10}}
+telemetry:
+  exporters:
+    out: {{type: stdout}}
+"""
+
+
+def sse_config(folder: Path, store: Path, bootstrap: str, *, idle_timeout: float = 60,
+               keepalive: float = 15) -> tuple[Path, int, int]:
+    """tcp -> tls (h2, http/1.1) and h2c -> http -> sse -> sse-kafka -> kafka, on free ports."""
+    tls_port, clear_port = free_port(), free_port()
+    path = folder / f"sse-{tls_port}.yaml"
+    path.write_text(SSE_CONFIG.format(store=store, tls_port=tls_port, clear_port=clear_port,
+                                      idle_timeout=idle_timeout, keepalive=keepalive,
+                                      bootstrap=bootstrap))
+    return path, tls_port, clear_port
+
+
+def subject(out: str) -> str:
+    """The certificate subject `openssl s_client` printed, without spaces (`CN=localhost`)."""
+    m = re.search(r"^subject=(.*)$", out, re.MULTILINE)
+    assert m, out
+    return m.group(1).replace(" ", "")

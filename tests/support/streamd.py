@@ -1,0 +1,174 @@
+"""The real daemon with a config made for the streaming tests: every sse-kafka route they use,
+on a free loopback port, reading the given broker."""
+
+from __future__ import annotations
+
+import http.client
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ssekd.broker import free_port
+from tests.support.daemon import Daemon, start_daemon
+from tests.support.sse import SseClient
+
+CONFIG = """\
+name: test
+bindings:
+  tcp:
+    type: tcp
+    kind: server
+    options: {{host: 127.0.0.1, port: {port}}}
+    exit: http
+  http:
+    type: http
+    kind: server
+    routes:
+      - when: [{{headers: {{":path": "/www/*"}}}}]
+        exit: files_map
+    exit: sse
+  files_map:
+    type: http-filesystem
+    kind: proxy
+    routes:
+      - when: [{{path: "/www/{{path}}"}}]
+        exit: files
+        with: {{path: "${{params.path}}"}}
+  files:
+    type: filesystem
+    kind: server
+    options: {{location: {www}}}
+  sse:
+    type: sse
+    kind: server
+    options: {{max-idle-time: {idle}{retry}}}
+    exit: sse_kafka
+  sse_kafka:
+    type: sse-kafka
+    kind: proxy
+    routes:
+      - when: [{{path: "/events/{{topic}}"}}]
+        exit: cache_client
+        with: {{topic: "${{params.topic}}"}}
+      - when: [{{path: "/keyed/{{topic}}"}}]
+        exit: cache_client
+        with:
+          topic: "${{params.topic}}"
+          event: {{id: '["${{base64(key)}}","${{etag}}"]'}}
+      - when: [{{path: "/bykey/{{topic}}/{{key}}"}}]
+        exit: cache_client
+        with:
+          topic: "${{params.topic}}"
+          filters: [{{key: "${{params.key}}"}}]
+      - when: [{{path: "/byheader/{{topic}}"}}]
+        exit: cache_client
+        with:
+          topic: "${{params.topic}}"
+          filters: [{{headers: {{colour: red}}}}]
+      - when: [{{path: "/keyheader/{{topic}}"}}]
+        exit: cache_client
+        with:
+          topic: "${{params.topic}}"
+          filters: [{{key: a, headers: {{colour: red, size: big}}}}]
+      - when: [{{path: "/anyof/{{topic}}"}}]
+        exit: cache_client
+        with:
+          topic: "${{params.topic}}"
+          filters: [{{key: a}}, {{headers: {{colour: blue}}}}]
+      - when: [{{path: "/tiny/{{topic}}"}}]
+        exit: tiny_cache_client
+        with: {{topic: "${{params.topic}}"}}
+      - when: [{{path: "/live/{{topic}}"}}]
+        exit: live_cache_client
+        with: {{topic: "${{params.topic}}"}}
+  cache_client:
+    type: kafka
+    kind: cache_client
+    exit: cache_server
+  cache_server:
+    type: kafka
+    kind: cache_server
+    options:
+      cache: {{max-messages: {max_messages}, max-bytes: {max_bytes}}}
+    exit: kafka_client
+  tiny_cache_client:
+    type: kafka
+    kind: cache_client
+    exit: tiny_cache_server
+  tiny_cache_server:
+    type: kafka
+    kind: cache_server
+    options:
+      cache: {{max-messages: 5}}
+    exit: kafka_client
+  live_cache_client:
+    type: kafka
+    kind: cache_client
+    exit: live_cache_server
+  live_cache_server:
+    type: kafka
+    kind: cache_server
+    options:
+      topics: [{live_topics}]
+    exit: live_kafka_client
+  kafka_client:
+    type: kafka
+    kind: client
+    options:
+      servers: ["{bootstrap}"]
+      properties: {{fetch.wait.max.ms: 10}}
+  live_kafka_client:
+    type: kafka
+    kind: client
+    options:
+      servers: ["{bootstrap}"]
+      properties: {{fetch.wait.max.ms: 10}}
+telemetry:
+  exporters:
+    stdout:
+      type: stdout
+"""
+
+WWW = Path(__file__).resolve().parents[2] / "www"
+
+
+@dataclass
+class Streamd:
+    """A running daemon with the test config, and how to reach it."""
+
+    daemon: Daemon
+    port: int
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def open(self, path: str, headers: dict[str, str] | None = None,
+             timeout: float = 10.0) -> SseClient:
+        return SseClient(self.port, path, headers, timeout)
+
+    def status(self, path: str, method: str = "GET",
+               headers: dict[str, str] | None = None) -> int:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        conn.request(method, path, headers=headers or {})
+        status = conn.getresponse().status
+        conn.close()
+        return status
+
+
+def write_config(tmp: Path, bootstrap: str, port: int, idle: float = 15, retry: int | None = None,
+                 max_messages: int = 100000, max_bytes: int = 64 * 1024 * 1024,
+                 live_topics: tuple[str, ...] = (), kafka_port_env: bool = False) -> Path:
+    live = ", ".join(f"{{name: {t}, defaultOffset: live}}" for t in live_topics)
+    text = CONFIG.format(port=port, www=str(WWW), idle=idle,
+                         retry=f", retry: {retry}" if retry is not None else "",
+                         bootstrap=bootstrap, max_messages=max_messages, max_bytes=max_bytes,
+                         live_topics=live)
+    path = tmp / f"zilla-{port}.yaml"
+    path.write_text(text)
+    return path
+
+
+def run_streamd(tmp: Path, bootstrap: str, **kw: Any) -> Streamd:
+    port = free_port()
+    config = write_config(tmp, bootstrap, port, **kw)
+    return Streamd(start_daemon(config, wait_ports=[port]), port)

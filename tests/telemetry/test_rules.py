@@ -1,0 +1,51 @@
+"""The shipped Prometheus files: `promtool` accepts them, and every metric their expressions
+name is one ssekd exports (a renamed metric must not leave an alert that never fires)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import yaml
+
+from ssekd.telemetry.metrics import METRICS, exported_name
+from tests.support.telemetry import PROMTOOL
+
+ETC = Path(__file__).resolve().parents[2] / "etc" / "prometheus"
+PROCESS = {"process_open_fds", "process_max_fds", "process_cpu_seconds_total",
+           "process_resident_memory_bytes"}
+
+
+def promtool(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([PROMTOOL, *args], capture_output=True, text=True, timeout=60)
+
+
+def test_promtool_checks_the_rules_and_the_example_config() -> None:
+    rules = promtool("check", "rules", str(ETC / "ssekd-rules.yml"))
+    assert rules.returncode == 0, rules.stdout + rules.stderr
+    assert "SUCCESS: 8 rules found" in rules.stdout
+    config = promtool("check", "config", str(ETC / "prometheus.yml"))
+    assert config.returncode == 0, config.stdout + config.stderr
+
+
+def test_rules_name_only_metrics_ssekd_exports() -> None:
+    known = {exported_name(d) for d in METRICS.values()} | PROCESS | {"up"}
+    groups = yaml.safe_load((ETC / "ssekd-rules.yml").read_text())["groups"]
+    exprs = [r["expr"] for g in groups for r in g["rules"]]
+    assert {"lag", "error", "saturation"} <= {
+        "lag" if "kafka_consumer_lag" in e else "error" if "errors" in e or "failed" in e
+        else "saturation" if "fds" in e or "pauses" in e else "other" for e in exprs}
+    for expr in exprs:
+        bare = re.sub(r"\bby\s*\([^)]*\)|\{[^}]*\}|\[[^\]]*\]", " ", expr)
+        for name in re.findall(r"\b([a-z_][a-z0-9_]*)\b(?!\s*\()", bare):
+            if name in {"and", "or", "unless"}:
+                continue
+            assert name in known, f"{name} in {expr!r} is not a metric ssekd exports"
+
+
+def test_readme_lists_every_metric() -> None:
+    readme = (ETC.parents[1] / "README.md").read_text()
+    section = readme[readme.index("## Monitoring"):readme.index("## Events (stdout exporter)")]
+    for d in METRICS.values():
+        assert f"| `{d.name}` | `{exported_name(d)}` |" in section, d.name

@@ -1,0 +1,113 @@
+"""Progress tokens and last event ids (`ssekd.progress`): Zilla's vectors, round trips, hostile
+tokens, and the encoder's incremental token that never drifts from the reference encoding."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ssekd.progress import (
+    ProgressId,
+    ProgressState,
+    UndecodableId,
+    format_event_id,
+    parse_last_event_id,
+)
+from tests.support.data import event_id_vectors
+
+VECTORS = event_id_vectors()
+
+
+def _parts(d: dict[str, int]) -> dict[int, int]:
+    return {int(k): v for k, v in d.items()}
+
+
+@pytest.mark.parametrize("v", VECTORS["progress"], ids=lambda v: v["id"])
+def test_progress_vectors(v: dict[str, Any]) -> None:
+    assert ProgressId.encode(_parts(v["partitions"])) == v["id"]
+    assert ProgressId.decode(v["id"]) == _parts(v["partitions"])
+    assert ProgressState(_parts(v["partitions"])).token() == v["id"]
+
+
+@pytest.mark.parametrize("v", VECTORS["event_ids"], ids=lambda v: v["id"])
+def test_event_id_vectors(v: dict[str, Any]) -> None:
+    key = None if v.get("key_utf8") is None else v["key_utf8"].encode()
+    token = ProgressId.encode(_parts(v["partitions"]))
+    assert format_event_id(v["format"], token, v["etag"], key) == v["id"]
+
+
+@pytest.mark.parametrize("v", VECTORS["parse"], ids=lambda v: v["last_event_id"] or "empty")
+def test_parse_vectors(v: dict[str, Any]) -> None:
+    if v["resume"] == "historical":
+        with pytest.raises(UndecodableId):
+            parse_last_event_id(v["last_event_id"])
+    else:
+        assert parse_last_event_id(v["last_event_id"]) == _parts(v["resume"])
+
+
+@given(st.dictionaries(st.integers(0, 5000), st.integers(0, 2**63 - 1), max_size=40))
+def test_progress_round_trip(parts: dict[int, int]) -> None:
+    assert ProgressId.decode(ProgressId.encode(parts)) == parts
+
+
+@given(st.text(max_size=300) | st.binary(max_size=300).map(lambda b: b.decode("latin-1")))
+def test_any_text_parses_or_is_undecodable(text: str) -> None:
+    try:
+        parsed = parse_last_event_id(text)
+    except UndecodableId:
+        return
+    assert all(p >= 0 and o >= 0 for p, o in parsed.items())
+
+
+_progress_ops = st.lists(st.tuples(
+    st.sampled_from(["advance", "set", "drop", "copy"]),
+    st.integers(0, 20), st.integers(0, 2**40)), max_size=60)
+
+
+@given(st.dictionaries(st.integers(0, 20), st.integers(0, 2**40), max_size=5), _progress_ops)
+def test_progress_state_token_is_always_exact(start: dict[int, int],
+                                              ops: list[tuple[str, int, int]]) -> None:
+    """The encoder's per-event `advance` (with its cached surroundings) never drifts from the
+    reference encoding, whatever mix of partitions, offsets, sets, drops and copies."""
+    state = ProgressState(start)
+    expected = dict(start)
+    for op, p, offset in ops:
+        if op == "advance":
+            # the hot path mostly sees consecutive offsets of one partition
+            for o in range(offset, offset + 3):
+                expected[p] = o
+                assert state.advance(p, o).decode() == ProgressId.encode(expected)
+        elif op == "set":
+            state.set(p, offset)
+            expected[p] = offset
+        elif op == "drop":
+            state.drop(p)
+            expected.pop(p, None)
+        else:
+            state = state.copy()
+        assert state.offsets == expected
+        assert state.token() == ProgressId.encode(expected)
+
+
+def test_progress_advance_across_varint_lengths() -> None:
+    state = ProgressState({0: 0, 3: 5})
+    expected = {0: 0, 3: 5}
+    for o in [*range(200), *range(8000, 8300), *range(1_048_500, 1_048_700), 2**40]:
+        expected[3] = o
+        assert state.advance(3, o).decode() == ProgressId.encode(expected)
+
+
+def test_hostile_tokens() -> None:
+    for bad in ["AQ" + "_" * 60, "AZBO", "AQIBAA==", "AQL_____________AQ==", "AQQABAI+",
+                "AgQABAIC", "AQQABAICAA==", "AQQAAgAC"]:
+        with pytest.raises(UndecodableId):
+            ProgressId.decode(bad)
+
+
+# -- keepalive and the sse resource on a MemoryReactorClock -----------------------------------
+
+
+# -- the cache: bounds, compaction, tail groups ------------------------------------------------
