@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from ssekd.broker import Broker, free_port, port_open, start_broker
-from tests.conftest import Daemon
-from tests.reliability.harness import (
+from tests.support.daemon import Daemon
+from tests.support.faults import (
     SeqProducer,
     StreamPool,
     create_topic,
@@ -57,6 +57,7 @@ def start(brokers: list[Broker], port: int, tmp_path: Path) -> Broker:
     return b
 
 
+@pytest.mark.daemon
 def test_broker_down_at_start(daemons: list[Daemon], tmp_path: Path, broker_port: int,
                               brokers: list[Broker]) -> None:
     """Streams opened while no broker listens wait, then get everything once it comes up."""
@@ -86,6 +87,7 @@ def test_broker_down_at_start(daemons: list[Daemon], tmp_path: Path, broker_port
     assert not tracebacks(output), output
 
 
+@pytest.mark.daemon
 def test_broker_frozen_then_thawed(daemons: list[Daemon], tmp_path: Path, broker_port: int,
                                    brokers: list[Broker]) -> None:
     """SIGSTOP the broker mid-stream (30 s in the long run), SIGCONT it: the daemon keeps
@@ -127,6 +129,7 @@ def test_broker_frozen_then_thawed(daemons: list[Daemon], tmp_path: Path, broker
     assert not tracebacks(daemon.output()), daemon.output()
 
 
+@pytest.mark.daemon
 def test_broker_killed_and_restarted_reconnects(daemons: list[Daemon], tmp_path: Path,
                                                broker_port: int, brokers: list[Broker]) -> None:
     """SIGKILL the broker mid-stream and start an empty one on the same port: the daemon stays
@@ -176,6 +179,7 @@ def test_broker_killed_and_restarted_reconnects(daemons: list[Daemon], tmp_path:
     "the new end is not noticed either. Needs: the tail consumer to report a partition whose "
     "offsets went backwards, the cache to reset that partition and end its streams, and "
     "start_positions to send an id past a known end back to the start with an event."))
+@pytest.mark.daemon
 def test_broker_restarted_empty_streams_continue(daemons: list[Daemon], tmp_path: Path, broker_port: int,
                                                  brokers: list[Broker]) -> None:
     """The dev broker forgets everything on restart. A topic created again with the same name

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from ssekd.broker import Broker
-from tests.conftest import Daemon
-from tests.reliability.harness import (
+from tests.support.daemon import Daemon
+from tests.support.faults import (
     SeqProducer,
     StreamPool,
     create_topic,
@@ -38,6 +38,8 @@ CACHE = 2000
     "and the cache hearing of every partition; a partition the cache did not know when the "
     "stream opened should start at its origin (read back from Kafka), which needs the "
     "subscription to note the partitions known at open (subscription.py + start.py)"))
+@pytest.mark.broker
+@pytest.mark.daemon
 def test_stream_opened_before_a_burst_gets_all_of_it(daemons: list[Daemon], tmp_path: Path,
                                                      kafka_broker: Broker) -> None:
     lost = 0

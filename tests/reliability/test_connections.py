@@ -176,6 +176,7 @@ def topic_with_producer(bootstrap: str) -> tuple[str, Producer]:
 # -- configured limits -------------------------------------------------------------------------
 
 @pytest.mark.broker
+@pytest.mark.daemon
 def test_connections_over_the_limits_are_closed_at_once(kafka_broker: Broker, tmp_path: Path,
                                                         daemons: list[Daemon]) -> None:
     d = start(tmp_path, kafka_broker.bootstrap,
@@ -202,6 +203,7 @@ def test_connections_over_the_limits_are_closed_at_once(kafka_broker: Broker, tm
 
 
 @pytest.mark.broker
+@pytest.mark.daemon
 def test_a_flood_of_refusals_prints_bounded_lines_that_add_up_after_sigterm(
         kafka_broker: Broker, tmp_path: Path, daemons: list[Daemon]) -> None:
     """Every refused connection is accounted for, printed or in a summary line, and the
@@ -232,6 +234,7 @@ NOFILE = 256
 
 
 @pytest.mark.broker
+@pytest.mark.daemon
 def test_running_out_of_file_descriptors(kafka_broker: Broker, tmp_path: Path,
                                          daemons: list[Daemon]) -> None:
     """Under `ulimit -n 256` with default limits: clients keep connecting until the daemon

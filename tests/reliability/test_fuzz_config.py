@@ -22,8 +22,9 @@ from ssekd.bindings.registry import discover
 from ssekd.config import ConfigError
 from ssekd.engine import Engine
 from ssekd.telemetry.events import EventLog
-from tests.reliability import fuzzing, harness
-from tests.reliability.harness import time_limit
+from tests.support import faults as harness
+from tests.support import fuzzing
+from tests.support.faults import time_limit
 
 pytestmark = pytest.mark.timeout(time_limit())
 

@@ -29,9 +29,9 @@ from twisted.python.failure import Failure
 from ssekd.broker import Broker, free_port
 from ssekd.engine import Engine
 from ssekd.telemetry.events import EventLog
-from tests.conftest import start_daemon
-from tests.reliability import fuzzing
-from tests.reliability.harness import time_limit, tracebacks
+from tests.support import fuzzing
+from tests.support.daemon import start_daemon
+from tests.support.faults import time_limit, tracebacks
 
 pytestmark = pytest.mark.timeout(time_limit())
 
@@ -169,6 +169,7 @@ class Pinger:
         return statistics.median(ordered), p99, ordered[-1]
 
 
+@pytest.mark.broker
 def test_request_heads_over_sockets(tmp_path: Path, kafka_broker: Broker) -> None:
     """A sample of the same cases against a running daemon, many at once, while a client times
     a request every 20 ms to see the reactor stay responsive."""

@@ -26,8 +26,8 @@ from ssekd.progress import (
     format_event_id,
     parse_last_event_id,
 )
-from tests.reliability import fuzzing
-from tests.reliability.harness import time_limit
+from tests.support import fuzzing
+from tests.support.faults import time_limit
 
 pytestmark = pytest.mark.timeout(time_limit())
 

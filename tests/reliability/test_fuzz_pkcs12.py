@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 from ssekd.devcert import issue, make_ca, write_store
 from ssekd.vaults import pkcs12
 from ssekd.vaults.pkcs12 import StoreError, read_store
-from tests.reliability.fuzzing import examples
-from tests.reliability.harness import time_limit
-from tests.tls.conftest import KEYTOOL, keytool_merge
+from tests.support.faults import time_limit
+from tests.support.fuzzing import examples
+from tests.support.pki import KEYTOOL, keytool_merge
 
 pytestmark = pytest.mark.timeout(time_limit())
 

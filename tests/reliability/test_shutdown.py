@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from ssekd.broker import Broker, start_broker
-from tests.conftest import Daemon, start_daemon
-from tests.reliability.harness import (
+from tests.support.daemon import Daemon, start_daemon
+from tests.support.faults import (
     SeqProducer,
     StreamPool,
     create_topic,
@@ -34,6 +34,8 @@ PARTITIONS = 3
 EXIT_WITHIN = 5.0
 
 
+@pytest.mark.broker
+@pytest.mark.daemon
 def test_sigterm_with_open_streams_then_resume_by_id(daemons: list[Daemon], tmp_path: Path,
                                                      kafka_broker: Broker) -> None:
     count = sized(300, 1000)
@@ -84,6 +86,7 @@ def test_sigterm_with_open_streams_then_resume_by_id(daemons: list[Daemon], tmp_
     assert restarted is not None and not tracebacks(restarted.output()), restarted.output()
 
 
+@pytest.mark.daemon
 def test_sigterm_while_the_broker_is_frozen(daemons: list[Daemon], tmp_path: Path) -> None:
     """Stopping must not wait on Kafka: with the broker frozen (SIGSTOP, so its sockets stay
     open and say nothing) the daemon still exits 0 within 5 s."""

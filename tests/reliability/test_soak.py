@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from ssekd.broker import Broker
-from tests.conftest import Daemon
-from tests.reliability.harness import (
+from tests.support.daemon import Daemon
+from tests.support.faults import (
     SeqProducer,
     StreamPool,
     create_topic,
@@ -46,6 +46,8 @@ def slope(points: list[tuple[float, float]]) -> float:
     return sum((x - mx) * (y - my) for x, y in points) / var if var else 0.0
 
 
+@pytest.mark.broker
+@pytest.mark.daemon
 def test_soak(daemons: list[Daemon], tmp_path: Path, kafka_broker: Broker) -> None:
     clients = sized(100, 1000)
     duration = seconds(20)

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 from ssekd.progress import ProgressId
-from tests.reliability.harness import long_seconds
+from tests.support.faults import long_seconds
 
 WWW = Path(__file__).resolve().parents[2] / "www"
 

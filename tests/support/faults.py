@@ -24,7 +24,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from ssekd.broker import free_port
-from tests.conftest import Daemon, start_daemon
+from tests.support.daemon import Daemon, start_daemon
 
 # -- how long and how big ----------------------------------------------------------------------
 
