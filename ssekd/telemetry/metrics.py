@@ -243,6 +243,14 @@ class Metrics:
             inst = self._instruments[key] = make()
         return inst  # type: ignore[return-value]  # same key, same kind: made by `make`
 
+    def forget(self, label: str, value: str) -> None:
+        """Stop exporting every series labelled `label=value` (a topic the cache dropped): a
+        client naming topic after topic must not grow the metrics, and the scrape, without end.
+        An instrument still held keeps counting unexported; asked for again, a series starts
+        from zero, which Prometheus reads as a counter reset."""
+        for key in [k for k in self._instruments if (label, value) in k[2]]:
+            del self._instruments[key]
+
     # -- configuration (engine) -----------------------------------------------------------------
 
     def configure(self, namespace: str, selected: Sequence[str] | None,

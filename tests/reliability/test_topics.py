@@ -23,6 +23,7 @@ from ssekd.bindings.sse_kafka.proxy import RouteHandle, SseKafkaProxy, SseKafkaR
 from ssekd.broker import Broker, free_port
 from ssekd.patterns import Pattern
 from ssekd.telemetry.events import EventLog
+from ssekd.telemetry.metrics import Metrics
 from tests.support.broker import Kafka
 from tests.support.daemon import Daemon, start_daemon
 from tests.support.sse import SseClient
@@ -355,3 +356,23 @@ def test_the_tail_consumer_backs_off_for_missing_topics_gives_up_and_unassigns_d
     client.unconsume("cs", "kept")
     tail._apply_changes(consumer)
     assert consumer.unassigned == [("kept", 0), ("kept", 1)] and "kept" not in tail._assigned
+
+
+def test_a_dropped_topic_leaves_no_metric_series_behind() -> None:
+    """Junk topic names come and go: their series must go with them, or the metrics (and every
+    scrape) grow with each name a client ever tried."""
+    clock = MemoryReactorClock()
+    metrics = Metrics()
+    server, _ = _server(clock, idle_timeout=1.0, metrics=metrics)
+    proxy = SseKafkaProxy("sse_kafka", _proxy(server).routes, {"cache": server}, EventLog("t"),
+                          metrics=metrics)  # type: ignore[dict-item]
+    _open(proxy, "/events/junk-1").close()
+    _open(proxy, "/events/keep").close()
+    assert any(("topic", "junk-1") in key[2] for key in metrics._instruments)
+    metrics.counter("sse.kafka.filtered", "sse_kafka", topic="keep").value += 1
+    clock.advance(0.5)
+    _open(proxy, "/events/keep")  # read again: not idle
+    clock.advance(0.6)
+    assert "junk-1" not in server.topics and "keep" in server.topics
+    assert not any(("topic", "junk-1") in key[2] for key in metrics._instruments)
+    assert metrics.counter("sse.kafka.filtered", "sse_kafka", topic="keep").value == 1

@@ -194,6 +194,7 @@ class CacheServer(Service):
         self.idle_timeout = idle_timeout
         self.missing_topic_retries = missing_topic_retries
         self.catch_up_bytes = catch_up_bytes
+        self.metrics = metrics
         if metrics is not None:
             metrics.reader(binding, "cache", self.figures)
 
@@ -256,6 +257,8 @@ class CacheServer(Service):
             return  # already dropped
         del self.topics[cache.topic]
         self.client.unconsume(self.binding, cache.topic)
+        if self.metrics is not None:
+            self.metrics.forget("topic", cache.topic)
         self.event("BINDING_KAFKA_TOPIC_DROPPED", f"{cache.topic}: {why}")
 
     def subscribe(self, topic: str, encoder: EventEncoder, sink: EventSink,
