@@ -32,12 +32,6 @@ PARTITIONS = 2
 CACHE = 2000
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "start_positions places a stream without an id at log.historical_start(p), which eviction "
-    "has already moved when a burst larger than the cache arrived between the stream's open "
-    "and the cache hearing of every partition; a partition the cache did not know when the "
-    "stream opened should start at its origin (read back from Kafka), which needs the "
-    "subscription to note the partitions known at open (subscription.py + start.py)"))
 @pytest.mark.broker
 @pytest.mark.daemon
 def test_stream_opened_before_a_burst_gets_all_of_it(daemons: list[Daemon], tmp_path: Path,

@@ -125,3 +125,17 @@ def test_the_next_second_prints_again() -> None:
     assert log.flush(timeout=5)
     names = [line.split("] ")[1] for line in out.getvalue().splitlines()]
     assert names == ["X -", "X -", "EVENTS_SUPPRESSED 3 more X suppressed", "X again"]
+
+
+def test_sinks_get_what_is_printed_so_a_flood_is_bounded_there_too() -> None:
+    now = [1000.2]
+    log = EventLog("ns", clock=lambda: now[0], stdout=io.StringIO(), max_per_second=3)
+    got: list[tuple[float, str, str, str, str]] = []
+    log.sinks.append(lambda *event: got.append(event))
+    for i in range(10):
+        log.emit("tcp0", "BINDING_TCP_REFUSED", f"peer {i}\x1b")
+    now[0] = 1001.5
+    log.tick()
+    assert got == [(1000.2, "ns", "tcp0", "BINDING_TCP_REFUSED", f"peer {i}\\x1b")
+                   for i in range(3)] + \
+        [(1001.5, "ns", "tcp0", "EVENTS_SUPPRESSED", "7 more BINDING_TCP_REFUSED suppressed")]

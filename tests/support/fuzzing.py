@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from ssekd.progress import ProgressId
 from tests.support.faults import long_seconds
+from tests.support.streamd import WWW_FILES
 
 WWW = Path(__file__).resolve().parents[2] / "www"
 
@@ -45,18 +46,7 @@ bindings:
       - when: [{{headers: {{":path": "/www/*"}}}}]
         exit: files_map
     exit: sse
-  files_map:
-    type: http-filesystem
-    kind: proxy
-    routes:
-      - when: [{{path: "/www/{{path}}"}}]
-        exit: files
-        with: {{path: "${{params.path}}"}}
-  files:
-    type: filesystem
-    kind: server
-    options: {{location: {www}}}
-  sse:
+""" + WWW_FILES + """  sse:
     type: sse
     kind: server
     exit: sse_kafka

@@ -7,10 +7,14 @@ docs/protocol.md about where a stream begins is in this one function:
 
 - a listed partition of a last event id resumes at its offset, even one older than the cache
   holds (the subscription then reads it from Kafka); a listed partition the topic does not have
-  is ignored;
-- any other partition starts at the cache's historical start (all it holds, or the whole
-  current state of a compacted topic), also for `since` (the catch-up then passes over records
-  older than it) and for an id that does not decode;
+  is ignored; an offset past the end the cache has reached belongs to a partition the broker
+  lost (restarted empty): it starts over like an unlisted one, and the caller reports it;
+- any other partition starts at the cache's historical start as it was when the stream opened
+  (all it held, or the whole current state of a compacted topic), also for `since` (the catch-up
+  then passes over records older than it) and for an id that does not decode. A partition the
+  cache had not heard of yet starts where the cache began reading it: records that arrived
+  between the open and the placement are the stream's even when the cache evicted them since
+  (read back from Kafka);
 - a stream that says nothing on a `defaultOffset: live` topic starts at the end each partition
   had when it opened, so it joins the tail at once; a partition whose end the cache had not
   reached yet starts where the cache reached it.
@@ -46,22 +50,37 @@ class Start:
 
 class StartPositions(NamedTuple):
     """The next offset to read in each partition `start_positions` could place; `complete`
-    is False while some partition waits for the cache to reach its end (ask again then)."""
+    is False while some partition waits for the cache to reach its end (ask again then).
+    `past_end` maps each partition whose last-event-id offset lay past the partition's end to
+    that offset (started over instead, for the caller to report)."""
 
     positions: dict[int, int]
     complete: bool
+    past_end: dict[int, int] = {}
 
 
-def live_ends(log: TopicLog) -> dict[int, int]:
-    """The end of each partition whose end the cache has reached: taken when a stream opens,
-    for `start_positions` to start a live stream there."""
-    return {p: part.next for p, part in log.partitions.items() if part.live_from is not None}
+class AtOpen(NamedTuple):
+    """What the cache held when a stream opened, for `start_positions` to place it by then.
+
+    `ends`: the end of each partition whose end the cache had reached (a live stream starts
+    there). `starts`: the historical start of each partition the cache knew (a stream that asks
+    for history starts there, however much the cache evicted before it could be placed).
+    """
+
+    ends: dict[int, int]
+    starts: dict[int, int]
+
+
+def at_open(log: TopicLog) -> AtOpen:
+    """Taken when a stream opens (before the cache may know every partition)."""
+    ends = {p: part.next for p, part in log.partitions.items() if part.live_from is not None}
+    return AtOpen(ends, {p: log.historical_start(p) for p in log.partitions})
 
 
 def start_positions(start: Start, live_topic: bool, log: TopicLog,
-                    ends_at_open: Mapping[int, int]) -> StartPositions | None:
+                    opened: AtOpen) -> StartPositions | None:
     """Where a stream asking `start` of a topic (`defaultOffset: live` when `live_topic`)
-    starts in each partition the cache knows of, given `live_ends(log)` from when it opened.
+    starts in each partition the cache knows of, given `at_open(log)` from when it opened.
 
     None until the cache has heard of every partition of the topic (a record or its end), so
     a stream's first id already covers all of them and none is read from a guessed position.
@@ -72,17 +91,21 @@ def start_positions(start: Start, live_topic: bool, log: TopicLog,
     live = live_topic and not start.has_id and start.since_ms is None
     resume = start.resume or {}
     positions: dict[int, int] = {}
+    past_end: dict[int, int] = {}
     complete = True
     for p, part in log.partitions.items():
         at = resume.get(p)
+        if at is not None and part.live_from is not None and at > part.next:
+            past_end[p] = at
+            at = None
         if at is not None:
             positions[p] = at
         elif not live:
-            positions[p] = log.historical_start(p)
-        elif p in ends_at_open:
-            positions[p] = ends_at_open[p]
+            positions[p] = opened.starts.get(p, part.origin)
+        elif p in opened.ends:
+            positions[p] = opened.ends[p]
         elif part.live_from is not None:
             positions[p] = part.live_from
         else:
             complete = False
-    return StartPositions(positions, complete)
+    return StartPositions(positions, complete, past_end)

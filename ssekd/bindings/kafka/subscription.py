@@ -30,7 +30,7 @@ from twisted.internet.defer import Deferred
 
 from ssekd.bindings.kafka.client import FetchResult, HistoryBusy
 from ssekd.bindings.kafka.message import Message
-from ssekd.bindings.kafka.start import Start, StartPositions, live_ends, start_positions
+from ssekd.bindings.kafka.start import AtOpen, Start, StartPositions, at_open, start_positions
 from ssekd.bindings.kafka.topic_log import TopicLog
 from ssekd.progress import ProgressState
 
@@ -94,6 +94,9 @@ class Owner(Protocol):
               max_bytes: int) -> Deferred[FetchResult]: ...
 
     def history_unavailable(self, partition: int, offset: int, error: str | None) -> None: ...
+
+    def past_end(self, partition: int, offset: int) -> None:
+        """A last event id asked for `offset`, past the partition's end: started over."""
 
     def reached_tail(self, s: Subscription) -> None:
         """`s` read everything: from now on it gets the batches of a tail group."""
@@ -162,8 +165,9 @@ class Subscription:
     __slots__ = (
         "__weakref__",
         "_call",
+        "_at_open",
         "_cursor",
-        "_ends_at_open",
+        "_epoch",
         "_fetching",
         "at_tail",
         "catch_up",
@@ -182,8 +186,8 @@ class Subscription:
         self.encoder = encoder
         self.sink = sink
         self.start = start
-        #: The cache's partition ends when the stream opened, until it is placed everywhere.
-        self._ends_at_open: dict[int, int] | None = live_ends(owner.log)
+        #: What the cache held when the stream opened, until it is placed everywhere.
+        self._at_open: AtOpen | None = at_open(owner.log)
         #: Filled by `start_positions` once the cache knows the topic's partitions.
         self.progress = ProgressState()
         fresh = not start.has_id
@@ -198,6 +202,8 @@ class Subscription:
         #: Next `seq` of the cache's log to read while catching up, valid while the progress
         #: moved only by reading the log in order (None: found again from the positions).
         self._cursor: int | None = None
+        #: Moves when a partition starts over, so a history read asked before is not used.
+        self._epoch = 0
 
     # -- the stream's side ---------------------------------------------------------------------
 
@@ -233,6 +239,18 @@ class Subscription:
         if self._call is None and not self.closed and not self.paused and not self._fetching:
             self._call = self.owner.reactor.callLater(0, self._step)
 
+    def restart(self, partition: int, offset: int) -> None:
+        """Read `partition` from `offset` again: the broker lost it and it starts over there
+        (called by the cache, which finds the subscriptions placed in it)."""
+        if self.closed:
+            return
+        self._leave_tail()
+        self.progress.set(partition, offset)
+        self._cursor = None
+        self._epoch += 1
+        self._fetching = False  # a history read in flight is of the lost records: ignored
+        self.schedule()
+
     def _cancel_call(self) -> None:
         if self._call is not None:
             if self._call.active():
@@ -249,21 +267,24 @@ class Subscription:
     def _place(self, log: TopicLog) -> StartPositions | None:
         """Give the partitions the stream has no position in yet their start (None: the cache
         cannot tell yet, nothing placed)."""
-        ends = self._ends_at_open
-        placed = start_positions(self.start, self.owner.live, log, ends or {})
+        opened = self._at_open or AtOpen({}, {})
+        placed = start_positions(self.start, self.owner.live, log, opened)
         if placed is None:
             return None
         progress = self.progress
+        new = [p for p in placed.positions if p not in progress.offsets]
         if not progress.offsets:  # the first placement: one token layout, not one per `set`
             self.progress = ProgressState(placed.positions)
-            self._cursor = None
         else:
-            for p, pos in placed.positions.items():
-                if p not in progress.offsets:
-                    progress.set(p, pos)
-                    self._cursor = None
+            for p in new:
+                progress.set(p, placed.positions[p])
+        if new:
+            self._cursor = None
+        for p in new:
+            if p in placed.past_end:
+                self.owner.past_end(p, placed.past_end[p])
         if placed.complete:
-            self._ends_at_open = None  # every partition has its position: not needed again
+            self._at_open = None  # every partition has its position: not needed again
         return placed
 
     def _step(self) -> None:
@@ -298,10 +319,12 @@ class Subscription:
     def _fetch(self, p: int, pos: int) -> None:
         self._fetching = True
         d = self.owner.fetch(p, pos, FETCH_BATCH, self.owner.catch_up_bytes)
-        d.addCallback(self._fetched, p, pos)
-        d.addErrback(self._fetch_failed)
+        d.addCallback(self._fetched, p, pos, self._epoch)
+        d.addErrback(self._fetch_failed, self._epoch)
 
-    def _fetched(self, result: FetchResult, p: int, pos: int) -> None:
+    def _fetched(self, result: FetchResult, p: int, pos: int, epoch: int) -> None:
+        if epoch != self._epoch:
+            return  # asked before the partition started over (restart scheduled a step)
         self._fetching = False
         self._cursor = None
         if self.closed:
@@ -323,7 +346,9 @@ class Subscription:
         self._call = None
         self.schedule()
 
-    def _fetch_failed(self, failure: Any) -> None:
+    def _fetch_failed(self, failure: Any, epoch: int) -> None:
+        if epoch != self._epoch:
+            return
         self._fetching = False
         if self.closed:
             return

@@ -15,7 +15,7 @@ Everything here runs on the reactor thread.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from ssekd.bindings.kafka.message import Message
@@ -89,9 +89,12 @@ def _offset(m: Message) -> int:
 class TopicLog:
     """The cache of one topic."""
 
-    def __init__(self, topic: str, bounds: CacheBounds, compacted: bool = False) -> None:
+    def __init__(self, topic: str, bounds: CacheBounds, compacted: bool = False,
+                 oversized: Callable[[Message], None] | None = None) -> None:
         self.topic = topic
         self.bounds = bounds
+        #: Told of each record evicted for being larger than `max_bytes` on its own.
+        self.oversized = oversized
         self.compacted = compacted
         self.partitions: dict[int, PartitionLog] = {}
         #: Partition count from the broker's metadata, when known (to reject ids naming others).
@@ -103,6 +106,8 @@ class TopicLog:
         self._arrival: list[Message] = []
         self._first = 0
         self._latest: dict[tuple[int, bytes], Message] = {}
+        #: The highest `seq` of a record `rewind` took out (reads below it must filter).
+        self._rewound_seq = 0
 
     # -- writing (from the consumer's batches) -------------------------------------------------
 
@@ -115,8 +120,9 @@ class TopicLog:
     def append(self, messages: Iterable[Message], now: float) -> list[Message]:
         """Add records fetched from Kafka; return those that are new (in order), then evict.
 
-        A record at an offset the log already passed (a re-fetch after the consumer reconnects)
-        is dropped here, so subscribers never see it twice.
+        A record at an offset the log already passed (a re-fetch: after a broker stalls,
+        responses to a fetch and to its retry may both arrive) is dropped here, so subscribers
+        never see it twice. A partition the broker lost comes through `rewind` instead.
         """
         fresh: list[Message] = []
         for m in messages:
@@ -148,6 +154,14 @@ class TopicLog:
         self.evict(now)
         return fresh
 
+    def loaded(self) -> bool:
+        """Whether the consumer has reached the end of every partition once (readiness)."""
+        count = self.partition_count
+        if count is None:
+            return False
+        parts = self.partitions
+        return all(p in parts and parts[p].live_from is not None for p in range(count))
+
     def reached_end(self, p: int, next_offset: int) -> None:
         """The consumer reached the end of partition `p`; `next_offset` came with fetched data."""
         part = self.partition(p, next_offset)
@@ -157,6 +171,28 @@ class TopicLog:
         part.next = max(part.next, next_offset)
         if part.live_from is None:
             part.live_from = part.next
+
+    def rewind(self, p: int, origin: int) -> None:
+        """Partition `p` starts again at `origin`, below where the log reached it.
+
+        The broker lost the partition (restarted empty, or an unclean leader election) and the
+        tail consumer reads it again from what the broker now has. What the log held of `p`
+        belongs to the lost incarnation: those records are taken out (marked replaced, so reads
+        pass over them and eviction drops them) and `p` starts empty at `origin`.
+        """
+        old = self.partitions.get(p)
+        if old is None:
+            return
+        for m in old.records[old.head:]:
+            if m.replaced:
+                continue
+            m.replaced = True
+            self.count -= 1
+            self.bytes -= m.size
+            if m.key is not None and self._latest.get((p, m.key)) is m:
+                del self._latest[(p, m.key)]
+        self.partitions[p] = PartitionLog(p, origin)
+        self._rewound_seq = self.seq
 
     def evict(self, now: float) -> None:
         """Drop the oldest records until the log is within its bounds."""
@@ -174,6 +210,8 @@ class TopicLog:
             if not over and (self.compacted or not m.timestamp or m.timestamp >= oldest_ms):
                 break
             first += 1
+            if m.size > b.max_bytes and self.oversized is not None:
+                self.oversized(m)
             part = self.partitions[m.partition]
             self._advance_head(part, m)
             self.count -= 1
@@ -257,14 +295,15 @@ class TopicLog:
         # a cursor below the oldest record: what was evicted there was either processed or
         # made the caller read from Kafka first (its position fell below the partition start)
         cursor = max(cursor, arrival[first].seq)
-        everything = all(p in positions for p in self.partitions)
+        everything = all(p in positions for p in self.partitions) and not self.compacted
+        rewound = self._rewound_seq
         while True:
             i = first + cursor - arrival[first].seq
             chunk = arrival[i:i + limit]
             if max_bytes is not None:
                 chunk = _within(chunk, max_bytes)
             cursor += len(chunk)
-            if not chunk or (everything and not self.compacted):
+            if not chunk or (everything and chunk[0].seq > rewound):
                 return chunk, cursor
             chunk = [m for m in chunk if not m.replaced and m.partition in positions]
             if chunk:

@@ -112,3 +112,71 @@ def test_a_new_topic_beyond_max_topics_is_refused() -> None:
         raise AssertionError("a third topic must be refused")
     server.topic("events")  # bootstrap topics are always followed
     assert client.consumed == ["a", "b", "events"]
+
+
+def _values(sink: Sink) -> list[str]:
+    data = b"".join(sink.writes).decode()
+    return [line[5:] for line in data.split("\n") if line.startswith("data:")]
+
+
+def test_a_partition_the_broker_lost_starts_over_for_every_stream() -> None:
+    """The broker restarted empty: the consumer reads the partition again, from offset 0.
+    Streams at the tail, paused, or waiting for a history read all go on with the new records;
+    none waits for the lost incarnation's offsets, none gets a stale history read."""
+    clock = MemoryReactorClock()
+    client = FakeClient()
+    events = EventLog("t")
+    server = CacheServer(clock, client, "cache", events,  # type: ignore[arg-type]
+                         bounds=CacheBounds(max_messages=5))
+    cache = server.topic("t")
+    cache.on_metadata(1, False)
+    cache.on_end(0, 0)
+    sinks = [Sink() for _ in range(3)]
+    tail, paused, reading = (cache.subscribe(KafkaEventEncoder("t"), s, Start()) for s in sinks)
+    clock.advance(0)
+    cache.on_records(_msgs(0, 0, 3))
+    paused.pause()
+    reading.pause()
+    cache.on_records(_msgs(0, 3, 10))  # past the 5-record cache: `reading` needs Kafka
+    reading.resume()
+    clock.advance(0)
+    assert [(p, o) for p, o, _ in client.fetches] == [(0, 3)]
+    cache.on_rewind(0, 0)  # the consumer found the partition's end below 13
+    cache.on_records([Message(0, o, None, b"new%d" % o) for o in range(2)])  # the rebirth
+    client.fetches[0][2].callback(FetchResult(_msgs(0, 3, 5), None))  # of the lost records
+    paused.resume()
+    for _ in range(4):
+        clock.advance(0)
+    old = [f"v{o}" for o in range(3)]
+    assert _values(sinks[0]) == old + [f"v{o}" for o in range(3, 13)] + ["new0", "new1"]
+    assert _values(sinks[1]) == old + ["new0", "new1"]
+    assert _values(sinks[2]) == old + ["new0", "new1"]
+    cache.on_records([Message(0, 2, None, b"new2")])
+    assert all(_values(s)[-1] == "new2" for s in sinks)
+    assert len(cache.groups) == 1 and set(cache.group_of) == {tail, paused, reading}
+    (reset,) = [line for line in events.recent if "BINDING_KAFKA_PARTITION_RESET" in line]
+    assert "partition 0: offsets start again at 0 (the cache had reached 13); 3 streams" in reset
+
+
+def test_a_stream_placed_past_the_end_starts_over_once_the_end_is_known() -> None:
+    """A last event id given while the cache was still reading the partition: once the cache
+    reaches the end and the id lies past it, the stream starts the partition over."""
+    clock = MemoryReactorClock()
+    events = EventLog("t")
+    server = CacheServer(clock, FakeClient(), "cache", events)  # type: ignore[arg-type]
+    cache = server.topic("t")
+    cache.on_metadata(1, False)
+    cache.on_records(_msgs(0, 0, 3))
+    sink = Sink()
+    s = cache.subscribe(KafkaEventEncoder("t"), sink, Start(resume={0: 50}))
+    clock.advance(0)
+    assert s.progress.offsets == {0: 50} and _values(sink) == []
+    cache.on_records(_msgs(0, 3, 2))
+    cache.on_end(0, 5)
+    for _ in range(3):
+        clock.advance(0)
+    assert _values(sink) == [f"v{o}" for o in range(5)]
+    assert any("BINDING_KAFKA_LAST_EVENT_ID_PAST_END" in line and "offset 50 is past the end 5"
+               in line for line in events.recent)
+    cache.on_records(_msgs(0, 5, 1))
+    assert _values(sink)[-1] == "v5"

@@ -10,7 +10,7 @@ from twisted.internet.testing import MemoryReactorClock
 
 from ssekd.bindings.kafka.client import FetchResult
 from ssekd.bindings.kafka.message import Message
-from ssekd.bindings.kafka.start import Start, StartPositions, live_ends, start_positions
+from ssekd.bindings.kafka.start import AtOpen, Start, StartPositions, at_open, start_positions
 from ssekd.bindings.kafka.subscription import Subscription
 from ssekd.bindings.kafka.topic_log import CacheBounds, TopicLog
 from ssekd.bindings.sse_kafka.encoder import KafkaEventEncoder
@@ -32,11 +32,13 @@ def _log(ends: dict[int, int], max_messages: int = 1000, compacted: bool = False
 
 
 def _place(start: Start, log: TopicLog, live_topic: bool = False,
-           ends_at_open: dict[int, int] | None = None) -> StartPositions:
-    placed = start_positions(start, live_topic, log,
-                             live_ends(log) if ends_at_open is None else ends_at_open)
+           opened: AtOpen | None = None) -> StartPositions:
+    placed = start_positions(start, live_topic, log, at_open(log) if opened is None else opened)
     assert placed is not None
     return placed
+
+
+NOTHING = AtOpen({}, {})
 
 
 # -- start_positions -----------------------------------------------------------------------------
@@ -58,9 +60,9 @@ def test_no_id_on_a_compacted_topic_starts_at_the_beginning_of_the_topic() -> No
 
 def test_no_id_on_a_live_topic_starts_at_the_end_and_so_at_the_tail() -> None:
     log = _log({0: 20, 1: 3})
-    ends = live_ends(log)
+    opened = at_open(log)
     log.append(_msgs(0, 20, 2), now=0)  # arrived after the stream opened: it gets them
-    assert _place(Start(), log, live_topic=True, ends_at_open=ends) == \
+    assert _place(Start(), log, live_topic=True, opened=opened) == \
         StartPositions({0: 20, 1: 3}, complete=True)
     assert _place(Start(), log, live_topic=True).positions == \
         {p: part.next for p, part in log.partitions.items()}, "opened now: at the tail"
@@ -71,23 +73,23 @@ def test_a_live_stream_waits_for_partitions_whose_end_the_cache_has_not_reached(
     log.partition_count = 2
     log.append(_msgs(0, 0, 5) + _msgs(1, 0, 5), now=0)
     log.reached_end(0, 5)
-    ends = live_ends(log)
-    assert ends == {0: 5}
-    assert _place(Start(), log, True, ends) == StartPositions({0: 5}, complete=False)
+    opened = at_open(log)
+    assert opened.ends == {0: 5}
+    assert _place(Start(), log, True, opened) == StartPositions({0: 5}, complete=False)
     log.append(_msgs(1, 5, 2), now=0)
     log.reached_end(1, 7)
     log.append(_msgs(1, 7, 1), now=0)  # after the cache reached the end: the stream gets it
-    assert _place(Start(), log, True, ends) == StartPositions({0: 5, 1: 7}, complete=True)
+    assert _place(Start(), log, True, opened) == StartPositions({0: 5, 1: 7}, complete=True)
 
 
 def test_nothing_is_placed_until_the_cache_knows_every_partition() -> None:
     log = TopicLog("t", CacheBounds())
-    assert start_positions(Start(resume={0: 1}), False, log, {}) is None  # no metadata yet
+    assert start_positions(Start(resume={0: 1}), False, log, NOTHING) is None  # no metadata yet
     log.partition_count = 2
     log.append(_msgs(0, 0, 3), now=0)
-    assert start_positions(Start(resume={0: 1}), False, log, {}) is None  # p1 not heard of
+    assert start_positions(Start(resume={0: 1}), False, log, NOTHING) is None  # p1 not heard of
     log.reached_end(1, 0)
-    assert start_positions(Start(resume={0: 1}), False, log, {}) == \
+    assert start_positions(Start(resume={0: 1}), False, log, NOTHING) == \
         StartPositions({0: 1, 1: 0}, complete=True)
 
 
@@ -226,3 +228,40 @@ def test_pause_at_the_tail_and_close_are_reported() -> None:
     owner.run()
     s.close()
     assert owner.reports == ["tail", "left", "tail", "gone"]
+
+
+# -- a partition the broker lost, and eviction before a stream is placed -------------------------
+
+def test_a_last_id_past_the_end_starts_the_partition_over_and_says_so() -> None:
+    """An offset past the end the cache reached is of an incarnation the broker lost."""
+    log = _log({0: 20, 1: 3}, max_messages=10)
+    placed = _place(Start(resume={0: 15, 1: 100}), log)
+    assert placed.positions == {0: 15, 1: 0} and placed.past_end == {1: 100}
+
+
+def test_a_last_id_past_what_a_cold_cache_reached_is_kept() -> None:
+    """Until the cache reaches the end it cannot tell; the cache checks again when it does."""
+    log = TopicLog("t", CacheBounds())
+    log.partition_count = 1
+    log.append(_msgs(0, 0, 5), now=0)
+    placed = _place(Start(resume={0: 100}), log)
+    assert placed.positions == {0: 100} and placed.past_end == {}
+
+
+def test_a_partition_heard_of_after_the_open_starts_where_the_cache_began() -> None:
+    """Records that arrived between the open and the placement are the stream's, even those
+    the cache evicted meanwhile (the subscription reads them from Kafka)."""
+    log = TopicLog("t", CacheBounds(max_messages=10))
+    log.partition_count = 2
+    log.append(_msgs(0, 0, 4), now=0)
+    opened = at_open(log)
+    log.append(_msgs(0, 4, 20) + _msgs(1, 0, 20), now=0)  # a burst: evicts most of both
+    assert log.partitions[0].start > 4 and log.partitions[1].start > 0
+    assert _place(Start(), log, opened=opened).positions == {0: 0, 1: 0}
+
+
+def test_a_live_stream_is_not_moved_back_by_the_start_at_open() -> None:
+    log = _log({0: 20})
+    opened = at_open(log)
+    log.append(_msgs(0, 20, 5), now=0)
+    assert _place(Start(), log, live_topic=True, opened=opened).positions == {0: 20}

@@ -65,3 +65,35 @@ def test_catch_up_cursor_reads_arrival_order_in_slices() -> None:
     log.append(_msgs(1, 5, 60), now=0)
     records, _ = log.read_from({0: 11, 1: 0, 2: 3}, 1, 5)
     assert records[0] is log.partitions[1].records[log.partitions[1].head]
+
+
+def test_loaded_once_every_partition_has_reached_its_end() -> None:
+    """What readiness waits for: the end of every partition the metadata names, empty or not."""
+    log = TopicLog("t", CacheBounds())
+    assert not log.loaded()  # no metadata yet
+    log.partition_count = 2
+    log.reached_end(0, 5)
+    assert not log.loaded()
+    log.reached_end(1, 0)
+    assert log.loaded()
+
+
+def test_a_rewound_partition_starts_empty_and_its_old_records_are_gone() -> None:
+    """The broker lost partition 0 (restarted empty): the consumer reads it again from offset 0.
+    Records below what the log reached are re-fetches and dropped, until the rewind; then
+    they are new, and the lost incarnation's records are gone from every read."""
+    log = TopicLog("t", CacheBounds())
+    log.append(_msgs(0, 0, 5) + _msgs(1, 0, 5), now=0)
+    assert log.append(_msgs(0, 3, 2), now=0) == [], "a re-fetch"
+    log.rewind(0, 0)
+    fresh = log.append(_msgs(0, 0, 2), now=0)
+    assert [m.offset for m in fresh] == [0, 1]
+    assert log.count == 7 and log.partitions[0].start == 0 and log.partitions[0].next == 2
+    got = log.read({0: 0, 1: 0}, 100)
+    assert [(m.partition, m.offset, m.seq > 10) for m in got] == \
+        [(1, o, False) for o in range(5)] + [(0, 0, True), (0, 1, True)]
+    log.rewind(1, 0)  # partition 1 lost too, and nothing written to it since
+    log.reached_end(1, 0)
+    assert log.count == 2 and log.partitions[1].live_from == 0
+    log.evict(now=0)
+    assert [m.offset for m in log.read({0: 0, 1: 0}, 100)] == [0, 1]
