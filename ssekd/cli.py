@@ -1,4 +1,5 @@
-"""The `ssekd` command: `check` a config and print its graph, `run` the daemon in the foreground.
+"""The `ssekd` command: `check` a config and print its graph, `run` the daemon in the foreground,
+print its AsyncAPI document (`asyncapi`).
 
 `twistd ssekd --config FILE` is the daemon's entry point (twistd's own options: --pidfile,
 --logfile, -n); `ssekd run` is a shortcut for `twistd -n ssekd`.
@@ -10,7 +11,7 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ssekd.bindings.api import Role
@@ -45,7 +46,8 @@ def graph_lines(config: Config, registry: Registry) -> list[str]:
     def label(name: str) -> str:
         b = config.bindings[name]
         summary = registry.kind(b).summary
-        extra = f" {summary(b.options)}" if summary is not None else ""
+        said = summary(b.options) if summary is not None else ""
+        extra = f" {said}" if said else ""
         return f"{name} ({b.type} {b.kind}{extra})"
 
     def chain(name: str, prefix: str, indent: str) -> None:
@@ -117,6 +119,44 @@ def check(args: argparse.Namespace) -> int:
     return 0
 
 
+def asyncapi(args: argparse.Namespace) -> int:
+    """Print the config's AsyncAPI 3.0 document; schemas in a registry are fetched (this is a
+    command, not the reactor). A registry that cannot answer leaves that payload out, with a
+    warning on stderr."""
+    import time
+
+    from ssekd import asyncapi as api_doc
+    from ssekd.catalogs import build_catalogs
+    from ssekd.catalogs.catalog import Catalog, CatalogUnavailable, Schema, SchemaNotFound
+    from ssekd.catalogs.models import ModelConfig
+
+    try:
+        config = load_config(Path(args.config), discover())
+        catalogs = build_catalogs(config, _WallClock(time.time))
+    except ConfigError as e:
+        for issue in e.issues:
+            print(issue, file=sys.stderr)
+        return 1
+
+    def schema_of(catalog: Catalog, model: ModelConfig) -> Schema | None:
+        try:
+            return api_doc.fetched_schema(catalog, model)
+        except (SchemaNotFound, CatalogUnavailable) as e:
+            print(f"warning: {e}; its payload is left out", file=sys.stderr)
+            return None
+
+    doc = api_doc.document(config, catalogs, schema_of)
+    print(api_doc.to_json(doc) if args.json else api_doc.to_yaml(doc), end="")
+    return 0
+
+
+class _WallClock:
+    """The clock a catalog reads (`seconds()`), outside a reactor."""
+
+    def __init__(self, now: Callable[[], float]) -> None:
+        self.seconds = now
+
+
 class _NoReactor:
     """`check` builds the graph without a running reactor; nothing may be scheduled."""
 
@@ -128,7 +168,8 @@ def run(args: argparse.Namespace) -> int:
     # The twistd beside this Python, so `.venv/bin/ssekd run` works without an activated venv.
     twistd = str(Path(sys.executable).with_name("twistd"))
     argv = [twistd, "-n", "ssekd", "--config", args.config] + \
-        (["--watch"] if args.watch else [])
+        (["--watch"] if args.watch else []) + \
+        (["--workers", args.workers] if args.workers else [])
     os.execv(twistd, argv)
     return 1  # pragma: no cover
 
@@ -145,12 +186,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--print-schema", action="store_true",
                    help="print the JSON Schema ssekd validates against")
     p.set_defaults(func=check)
+    p = sub.add_parser("asyncapi", help="print the config's AsyncAPI 3.0 document")
+    p.add_argument("--config", "-c", default="etc/zilla.yaml")
+    p.add_argument("--json", action="store_true", help="JSON instead of YAML")
+    p.set_defaults(func=asyncapi)
     p = sub.add_parser("produce", help="write demo records to a topic (for the demo page)",
                        add_help=False)
     p.set_defaults(func=None)
     p = sub.add_parser("run", help="run the daemon in the foreground (twistd -n ssekd)")
     p.add_argument("--config", "-c", default="etc/zilla.yaml")
     p.add_argument("--watch", action="store_true")
+    p.add_argument("--workers", help="processes serving the same sockets: a number or auto")
     p.set_defaults(func=run)
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["produce"]:  # its options belong to ssekd.produce

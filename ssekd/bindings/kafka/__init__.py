@@ -12,7 +12,9 @@ cache_server options (docs/protocol.md, plus ssekd's cache bounds):
 - `catch-up-bytes` (default 64 KiB): what a stream catching up encodes per step, so a client
   that reads nothing holds one step, not the whole history;
 - `cache: {max-messages, max-bytes, max-age}` per topic, defaults 100000 messages, 67108864
-  bytes (64 MiB), 3600 seconds (age by record timestamp; not applied to compacted topics).
+  bytes (64 MiB), 3600 seconds (age by record timestamp; not applied to compacted topics);
+- `topics[].value` / `.key`: Zilla's models (`ssekd.catalogs.models`), checked once per record
+  as it enters the cache (`gate.RecordGate`).
 
 client options: `servers`, `sasl`, and `properties`, librdkafka consumer properties passed as
 they are (e.g. `fetch.wait.max.ms: 10` for low latency against a broker that does not answer a
@@ -28,6 +30,7 @@ from typing import Any
 from ssekd.bindings.api import (
     BindingType,
     BuildContext,
+    Connector,
     Exit,
     KindSpec,
     Role,
@@ -38,10 +41,18 @@ from ssekd.bindings.kafka.cache import (
     CacheClient,
     CacheServer,
 )
-from ssekd.bindings.kafka.client import DEFAULT_MAX_HISTORY_READS, ClientSettings, KafkaClient
+from ssekd.bindings.kafka.client import (
+    DEFAULT_MAX_HISTORY_READS,
+    ClientSettings,
+    KafkaClient,
+    refused_property,
+)
 from ssekd.bindings.kafka.missing_topics import DEFAULT_GIVE_UP_AFTER
 from ssekd.bindings.kafka.subscription import DEFAULT_CATCH_UP_BYTES
 from ssekd.bindings.kafka.topic_log import CacheBounds
+from ssekd.catalogs.catalog import Catalog
+from ssekd.catalogs.models import FieldModel, ModelConfig, TopicModel, local_problem
+from ssekd.config.errors import ConfigError
 from ssekd.config.model import Binding
 
 __all__ = ["BINDING"]
@@ -68,12 +79,93 @@ def bootstrap_topics(options: Mapping[str, Any]) -> list[str]:
     return [str(t) for t in options.get("bootstrap", ())]
 
 
+def _model_schema(part: str) -> dict[str, Any]:
+    """Zilla's model config, for a topic's record values or keys."""
+    converted = "delivered as JSON" if part == "value" else \
+        "checked only (filters and key ids use the key's bytes)"
+    return {
+        "type": "object", "additionalProperties": False, "required": ["model"],
+        "x-ssekd-default": "none",
+        "description": f"What every record's {part} must be. A record whose {part} does not "
+                       f"satisfy it is not delivered to any stream (checked once, as it enters "
+                       f"the cache); it is counted in `kafka.cache.invalid` and reported by a "
+                       f"`BINDING_KAFKA_RECORD_INVALID` event (one per topic per second at "
+                       f"most), and event ids still move past it. Tombstones and null keys "
+                       f"are not checked.",
+        "properties": {
+            "model": {"enum": ["json", "avro", "string"],
+                      "description": "`json`: a JSON document valid against a JSON Schema; "
+                                     "`avro`: Avro binary - Confluent's wire format (byte 0, "
+                                     "the schema id, the record) with a `schema-registry` "
+                                     "catalog, plain with a local one; `string`: UTF-8 text."},
+            "view": {"const": "json",
+                     "x-ssekd-default": "none (the Avro bytes)",
+                     "description": f"For `avro`: the decoded record is {converted}."},
+            "catalog": {
+                "type": "object", "minProperties": 1, "maxProperties": 1,
+                "x-ssekd-default": "none (required by json and avro)",
+                "description": "The catalog (by name, under `catalogs`) and the one schema in "
+                               "it that this model uses: `{catalog: [{subject: S, version: "
+                               "latest}]}`, or `id: N` (a registry schema id) instead of "
+                               "`subject`, or `strategy: topic` (the subject "
+                               f"`<topic>-{part}`). `version` is `latest` (the default, "
+                               "following new versions after `cache-ttl`) or a number. "
+                               "Confluent wire-format records are checked against the "
+                               "schema of the id they carry.",
+                "additionalProperties": {
+                    "type": "array", "minItems": 1, "maxItems": 1,
+                    "x-expected": "a list of exactly one schema (ssekd uses one per model)",
+                    "items": {
+                        "type": "object", "additionalProperties": False,
+                        "minProperties": 1,
+                        "properties": {
+                            "subject": {"type": "string", "minLength": 1,
+                                        "description": "The subject whose schema is used."},
+                            "id": {"type": "integer", "minimum": 0,
+                                   "description": "A registry schema id, instead of a "
+                                                  "subject."},
+                            "strategy": {"const": "topic",
+                                         "description": f"The subject is `<topic>-{part}` "
+                                                      f"(Confluent's TopicNameStrategy)."},
+                            "version": {"anyOf": [{"const": "latest"},
+                                                  {"type": "integer", "minimum": 1}],
+                                        "default": "latest",
+                                        "x-expected": "latest or a version number",
+                                        "description": "Which version of the subject; "
+                                                       "`latest` follows new versions "
+                                                       "(`cache-ttl`)."}}}}}}}
+
+
+def _check_way_out(ctx: BuildContext, binding: Binding) -> None:
+    """The exit (a tcp client) only names the way out: `servers` say where the client connects
+    and librdkafka makes the connections, so an address or TLS given there would be ignored."""
+    if binding.exit is None:
+        return
+    out = ctx.exit(binding.exit, Connector)
+    if out.address is not None or out.secure:
+        what = "a tls client" if out.secure else "options.host and port"
+        where: tuple[str | int, ...] = ("bindings", binding.exit) + (() if out.secure
+                                                                    else ("options",))
+        raise ConfigError([ctx.issue(where,
+                                     f"{what} on the exit of kafka client {binding.name!r} "
+                                     f"would be ignored: the kafka client connects to its "
+                                     f"`servers` itself; give its exit a tcp client without "
+                                     f"options")])
+
+
 def _build_client(ctx: BuildContext, binding: Binding) -> KafkaClient:
+    _check_way_out(ctx, binding)
     opts = binding.options
     settings = ClientSettings(servers=servers(opts),
                               sasl=opts.get("sasl"), properties=dict(opts.get("properties", {})),
                               max_history_reads=int(opts.get("max-history-reads",
                                                              DEFAULT_MAX_HISTORY_READS)))
+    refused = refused_property(settings)
+    if refused is not None:
+        key, reason = refused
+        path: tuple[str | int, ...] = ("bindings", binding.name, "options", "properties")
+        raise ConfigError([ctx.issue(path + ((key,) if key else ()),
+                                     f"expected properties librdkafka accepts: {reason}")])
     return KafkaClient(ctx.reactor, settings, binding.name,
                        lambda name, detail: ctx.events.emit(binding.name, name, detail))
 
@@ -94,7 +186,49 @@ def _build_cache_server(ctx: BuildContext, binding: Binding) -> CacheServer:
                        missing_topic_retries=int(opts.get("missing-topic-retries",
                                                           DEFAULT_GIVE_UP_AFTER)),
                        catch_up_bytes=int(opts.get("catch-up-bytes", DEFAULT_CATCH_UP_BYTES)),
-                       metrics=ctx.metrics)
+                       metrics=ctx.metrics, models=_models(ctx, binding))
+
+
+def _models(ctx: BuildContext, binding: Binding) -> dict[str, TopicModel]:
+    """A `TopicModel` per topic with a `value` or `key` model. A model naming a catalog that
+    does not exist, or a local schema that is missing or does not compile, is a config error
+    now; a registry is only asked once the binding starts."""
+    models: dict[str, TopicModel] = {}
+    issues = []
+    for i, topic in enumerate(binding.options.get("topics", ())):
+        name = str(topic["name"])
+        fields: dict[str, FieldModel] = {}
+        for part in ("value", "key"):
+            spec = topic.get(part)
+            if spec is None:
+                continue
+            path = ("bindings", binding.name, "options", "topics", i, part)
+            config = ModelConfig.parse(name, part, spec)
+            catalog: Catalog | None = ctx.catalogs.get(config.catalog) if config.catalog \
+                else None
+            if config.model != "string" and config.catalog is None:
+                issues.append(ctx.issue(path, f"a {config.model} model needs a `catalog` with "
+                                              f"its schema"))
+                continue
+            if config.catalog is not None and catalog is None:
+                issues.append(ctx.issue((*path, "catalog", config.catalog),
+                                        f"no catalog {config.catalog!r} under `catalogs`"))
+                continue
+
+            def report(event: str, detail: str, where: str = f"{name} {part}") -> None:
+                ctx.events.emit(binding.name, event, f"{where}: {detail}")
+
+            field = FieldModel(config, catalog, ctx.reactor, report, convert=part == "value")
+            problem = local_problem(field)
+            if problem is not None:
+                issues.append(ctx.issue((*path, "catalog", str(config.catalog)), problem))
+                continue
+            fields[part] = field
+        if fields:
+            models[name] = TopicModel(name, fields.get("value"), fields.get("key"))
+    if issues:
+        raise ConfigError(issues)
+    return models
 
 
 def _build_cache_client(ctx: BuildContext, binding: Binding) -> CacheClient:
@@ -130,7 +264,9 @@ BINDING = BindingType("kafka", {
                                                  "default": "historical",
                                                  "description": "Where a stream without a last "
                                                                 "event id starts: all the cache "
-                                                                "holds, or the end."}}}},
+                                                                "holds, or the end."},
+                               "value": _model_schema("value"),
+                               "key": _model_schema("key")}}},
             "max-topics": {"type": "integer", "minimum": 1, "default": DEFAULT_MAX_TOPICS,
                            "x-ssekd-addition": True,
                            "description": "Topics followed at most (bootstrap topics always "
@@ -203,7 +339,9 @@ BINDING = BindingType("kafka", {
                            "additionalProperties": {
                                "type": ["string", "integer", "number", "boolean"]},
                            "description": "librdkafka consumer properties, applied last as they "
-                                          "are (e.g. `fetch.wait.max.ms`)."},
+                                          "are (e.g. `fetch.wait.max.ms`). One librdkafka "
+                                          "refuses (unknown, bad value, missing file) is a "
+                                          "config error at start."},
             "max-history-reads": {"type": "integer", "minimum": 1,
                                   "default": DEFAULT_MAX_HISTORY_READS, "x-ssekd-addition": True,
                                   "description": "Reads of records older than a cache (one per "

@@ -16,13 +16,14 @@ cannot hold it for ever.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from twisted.application.service import Service
 from twisted.internet.defer import Deferred
 
 from ssekd.bindings.kafka.client import FetchResult, KafkaClient
+from ssekd.bindings.kafka.gate import InvalidReport, RecordGate
 from ssekd.bindings.kafka.message import Message
 from ssekd.bindings.kafka.missing_topics import DEFAULT_GIVE_UP_AFTER
 from ssekd.bindings.kafka.start import Start
@@ -34,8 +35,10 @@ from ssekd.bindings.kafka.subscription import (
     TailGroup,
 )
 from ssekd.bindings.kafka.topic_log import CacheBounds, TopicLog
+from ssekd.catalogs.models import TopicModel
+from ssekd.health import Check
 from ssekd.progress import ProgressState
-from ssekd.telemetry.metrics import Metrics, Reading
+from ssekd.telemetry.metrics import Counter, Metrics, Reading
 
 #: Topics one cache_server follows at most, unless `max-topics` says otherwise.
 DEFAULT_MAX_TOPICS = 100
@@ -47,15 +50,28 @@ class TopicLimitReached(Exception):
     """A stream asked for one more topic than `max-topics` allows."""
 
 
+class SchemaUnavailable(Exception):
+    """The topic's model cannot check records yet (its catalog has not answered): streams are
+    refused for now, as its records could not be shown to be valid. `retry_after`: seconds
+    until the catalog is asked again, when known."""
+
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
 class TopicCache:
     """The log of one topic plus everyone reading it; fed by the client's tail consumer."""
 
     def __init__(self, server: CacheServer, topic: str, bounds: CacheBounds,
-                 live: bool) -> None:
+                 live: bool, gate: RecordGate | None = None) -> None:
         self.server = server
         self.reactor = server.reactor
         self.topic = topic
-        self.log = TopicLog(topic, bounds)
+        self.log = TopicLog(topic, bounds, oversized=self._oversized)
+        #: When the last `BINDING_KAFKA_RECORD_TOO_LARGE` was said, and how many since.
+        self._oversized_at = float("-inf")
+        self._oversized_since = 0
         #: defaultOffset: live - new streams without an id start at the end.
         self.live = live
         self.groups: dict[Any, TailGroup] = {}
@@ -65,6 +81,8 @@ class TopicCache:
         self.lagging: set[Subscription] = set()
         #: The timer that drops this topic, armed while no subscription reads it.
         self.idle_call: Any = None
+        #: The topic's model, checking records before they enter the log (None: no model).
+        self.gate = gate
 
     # -- fed by the kafka client (reactor thread) ----------------------------------------------
 
@@ -75,6 +93,12 @@ class TopicCache:
         self._wake()
 
     def on_records(self, records: list[Message]) -> None:
+        if self.gate is not None:
+            self.gate.records(records)  # calls _add with the records that pass, in order
+        else:
+            self._add(records)
+
+    def _add(self, records: list[Message]) -> None:
         fresh = self.log.append(records, self.reactor.seconds())
         if fresh and self.groups:
             for g in list(self.groups.values()):
@@ -86,8 +110,59 @@ class TopicCache:
         self._wake()
 
     def on_end(self, partition: int, next_offset: int) -> None:
-        self.log.reached_end(partition, next_offset)
+        if self.gate is not None:
+            self.gate.then(self._end, partition, next_offset)  # after the records before it
+        else:
+            self._end(partition, next_offset)
+
+    def _end(self, partition: int, next_offset: int) -> None:
+        log = self.log
+        part = log.partitions.get(partition)
+        first_end = part is None or part.live_from is None
+        log.reached_end(partition, next_offset)
+        if first_end:
+            self._restart_past_end(partition)
         self._wake()
+
+    def on_rewind(self, partition: int, origin: int) -> None:
+        """The broker lost `partition` (restarted empty): the tail consumer reads it again from
+        `origin`. The cache forgets the lost records, and every stream placed in the partition
+        starts it over there, so none waits for offsets of the lost incarnation and none misses
+        the new one's records. (Behind the records a model's gate still holds, as they came.)"""
+        if self.gate is not None:
+            self.gate.then(self._rewind, partition, origin)
+        else:
+            self._rewind(partition, origin)
+
+    def _rewind(self, partition: int, origin: int) -> None:
+        part = self.log.partitions.get(partition)
+        if part is None:
+            return
+        reached = part.next
+        self.log.rewind(partition, origin)
+        placed = [s for s in self.subscriptions() if self._position(s, partition) is not None]
+        self.server.event("BINDING_KAFKA_PARTITION_RESET",
+                          f"{self.topic} partition {partition}: offsets start again at {origin} "
+                          f"(the cache had reached {reached}); {len(placed)} streams start over")
+        for s in placed:
+            s.restart(partition, origin)
+        self._wake()
+
+    def _oversized(self, m: Message) -> None:
+        """A record larger than the cache's `max-bytes` leaves the cache as it comes: streams at
+        the tail got it, later ones read it from Kafka. Said at most once a second per topic,
+        so a producer of such records cannot flood the log."""
+        now = self.reactor.seconds()
+        if now - self._oversized_at < 1.0:
+            self._oversized_since += 1
+            return
+        more = f" ({self._oversized_since} more since the last report)" \
+            if self._oversized_since else ""
+        self._oversized_at, self._oversized_since = now, 0
+        self.server.event("BINDING_KAFKA_RECORD_TOO_LARGE",
+                          f"{self.topic} partition {m.partition} offset {m.offset}: {m.size} "
+                          f"bytes, over the cache's max-bytes {self.log.bounds.max_bytes}; "
+                          f"streams at the tail got it, later ones read it from Kafka{more}")
 
     def on_missing(self) -> None:
         self.server.missing(self)
@@ -140,11 +215,40 @@ class TopicCache:
 
     def fetch(self, partition: int, offset: int, limit: int,
               max_bytes: int) -> Deferred[FetchResult]:
-        return self.server.client.fetch(self.topic, partition, offset, limit, max_bytes)
+        d = self.server.client.fetch(self.topic, partition, offset, limit, max_bytes)
+        gate = self.gate
+        if gate is not None:
+            d.addCallback(gate.check_history,
+                          lambda at: self.fetch(partition, at, limit, max_bytes))
+        return d
 
     def history_unavailable(self, partition: int, offset: int, error: str | None) -> None:
         self.server.event("BINDING_KAFKA_HISTORY_UNAVAILABLE",
                           f"{self.topic} partition {partition} offset {offset}: {error}")
+
+    def past_end(self, partition: int, offset: int) -> None:
+        end = self.log.partitions[partition].next
+        self.server.event("BINDING_KAFKA_LAST_EVENT_ID_PAST_END",
+                          f"{self.topic} partition {partition}: offset {offset} is past the end "
+                          f"{end} (the broker lost the partition?); the stream starts it over")
+
+    # -- partitions the broker lost (reactor thread) ------------------------------------------------
+
+    def _position(self, s: Subscription, partition: int) -> int | None:
+        g = self.group_of.get(s)
+        return (g.progress if g is not None else s.progress).offsets.get(partition)
+
+    def _restart_past_end(self, partition: int) -> None:
+        """The cache reached the end of `partition` for the first time: a stream placed past it
+        (a last event id of an incarnation the broker lost, given before the end was known)
+        starts the partition over instead of waiting for offsets that may never come."""
+        end = self.log.partitions[partition].next
+        start = self.log.historical_start(partition)
+        for s in self.subscriptions():
+            at = self._position(s, partition)
+            if at is not None and at > end:
+                self.past_end(partition, at)
+                s.restart(partition, start)
 
     def _drop_group(self, g: TailGroup) -> None:
         for k, v in list(self.groups.items()):
@@ -181,7 +285,8 @@ class CacheServer(Service):
                  idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
                  missing_topic_retries: int = DEFAULT_GIVE_UP_AFTER,
                  catch_up_bytes: int = DEFAULT_CATCH_UP_BYTES,
-                 metrics: Metrics | None = None) -> None:
+                 metrics: Metrics | None = None,
+                 models: Mapping[str, TopicModel] | None = None) -> None:
         self.reactor = reactor
         self.client = client
         self.binding = binding
@@ -197,12 +302,16 @@ class CacheServer(Service):
         self.metrics = metrics
         if metrics is not None:
             metrics.reader(binding, "cache", self.figures)
+        #: Per topic with a `value` or `key` model: what its records must be.
+        self.models = dict(models or {})
 
     def event(self, name: str, detail: str) -> None:
         self.events.emit(self.binding, name, detail)
 
     def startService(self) -> None:
         super().startService()
+        for model in self.models.values():
+            model.resolve()  # catalogs answer before the first stream, when they can
         for topic in self.bootstrap:
             self.topic(topic)
 
@@ -215,6 +324,9 @@ class CacheServer(Service):
                                         f"(max-topics); not starting {name}")
             live = name in self.live_topics
             cache = self.topics[name] = TopicCache(self, name, self.bounds, live)
+            model = self.models.get(name)
+            if model is not None:
+                cache.gate = self._gate(cache, model)
             boot = name in self.bootstrap
             self.client.consume(self.binding, name, cache, from_end=live and not boot,
                                 give_up_after=None if boot else self.missing_topic_retries)
@@ -261,9 +373,21 @@ class CacheServer(Service):
             self.metrics.forget("topic", cache.topic)
         self.event("BINDING_KAFKA_TOPIC_DROPPED", f"{cache.topic}: {why}")
 
+    def _gate(self, cache: TopicCache, model: TopicModel) -> RecordGate:
+        counter = self.metrics.counter("kafka.cache.invalid", self.binding, topic=cache.topic) \
+            if self.metrics is not None else Counter()
+        return RecordGate(model, InvalidReport(cache.topic, self.reactor, self.event, counter),
+                          cache._add)
+
     def subscribe(self, topic: str, encoder: EventEncoder, sink: EventSink,
                   start: Start) -> Subscription:
-        return self.topic(topic).subscribe(encoder, sink, start)
+        cache = self.topic(topic)
+        if cache.gate is not None and not cache.gate.ready:
+            model = cache.gate.model
+            raise SchemaUnavailable(f"{topic}: the schema of its model is not available "
+                                    f"({model.problem or 'still being fetched'})",
+                                    model.next_try_in)
+        return cache.subscribe(encoder, sink, start)
 
     def figures(self) -> Iterable[Reading]:
         """Per topic (never per stream): its cache's size, oldest record age, readers, and the
@@ -287,10 +411,23 @@ class CacheServer(Service):
             yield "kafka.consumer.lag", {"topic": topic, "partition": str(partition)}, \
                 float(behind)
 
+    def readiness(self) -> Iterable[Check]:
+        """Ready once the consumer reaches a broker and every bootstrap topic is loaded to its
+        end: before that, a new client here would get an incomplete history (or nothing)."""
+        tail = self.client.tails.get(self.binding)
+        if tail is not None and tail.connected is False:
+            yield Check(self.binding, False, "no Kafka broker reachable")
+        for name in self.bootstrap:
+            cache = self.topics.get(name)
+            loaded = cache is not None and cache.log.loaded()
+            yield Check(f"{self.binding}/{name}", loaded, "loaded" if loaded else "loading")
+
     def stopService(self) -> None:
         super().stopService()
         for cache in self.topics.values():
             self.busy(cache)  # no idle timer outlives the service
+        for model in self.models.values():
+            model.stop()  # nor a catalog retry
 
 
 class CacheClient:
