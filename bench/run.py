@@ -2,8 +2,8 @@
 bench/results/<name>.json; a summary of all of them goes to bench/results/all.json.
 
 Run one alone with `.venv/bin/python bench/<name>.py`; choose some with
-`bench/run.py static fanout`; `--quick` (`make bench QUICK=1`) gives the benchmarks that have one
-their short mode.
+`bench/run.py static fanout`; `--quick` (`make bench`, as opposed to `make bench FULL=1`) runs
+only the benchmarks that have a short mode, in that mode.
 """
 
 from __future__ import annotations
@@ -20,15 +20,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import RESULTS
 
 #: In the order they run. Each module has `main() -> dict`.
-BENCHES = ["static", "fanout", "slow_clients", "tls", "spark_snapshot", "jwt_guard"]
-#: The benchmarks that take `--quick`.
-QUICK = {"fanout", "jwt_guard"}
+BENCHES = ["static", "fanout", "slow_clients", "tls", "spark_snapshot", "jwt_guard", "relay",
+           "models", "workers"]
+#: The benchmarks that take `--quick`. (relay runs short unless FULL=1 is in the environment.)
+QUICK = {"fanout", "jwt_guard", "relay", "models", "workers"}
+#: What `--quick` runs: those, and the ones that are short unless FULL=1 says otherwise.
+SHORT = QUICK | {"slow_clients"}
 
 
 def main(argv: list[str]) -> int:
     quick = "--quick" in argv
     argv = [a for a in argv if a != "--quick"]
-    chosen = argv or [b for b in BENCHES if (Path(__file__).parent / f"{b}.py").exists()]
+    chosen = argv or [b for b in BENCHES if (Path(__file__).parent / f"{b}.py").exists()
+                      and (not quick or b in SHORT)]
     summary: dict[str, object] = {}
     failed = []
     for name in chosen:

@@ -14,14 +14,21 @@ binding owns two threads, each owning one `confluent_kafka.Consumer` from creati
   them all taken is told `HistoryBusy` and asks again a little later (it waits without a queue
   that could grow with the number of streams).
 
-Batches cross to the reactor with `reactor.callFromThread`; the reactor thread never waits on
-Kafka. When the broker is down at start or goes away, the threads retry with back-off and say so
-in events; librdkafka keeps the fetch positions, so consumption resumes at the next offset.
+Batches cross to the reactor through one `_Inbox` per topic: the thread appends what it
+fetched and schedules one `reactor.callFromThread` only when none is pending, so whatever arrives
+while the reactor is busy (writing the previous batch to a thousand streams) reaches it as one
+batch - encoded once, one write per stream - and a reactor with nothing to do gets each batch at
+once. The reactor thread never waits on Kafka; the tail thread waits for the reactor only when
+an inbox holds `MAX_PENDING` records already (a topic read from its beginning faster than the
+reactor can take it). When the broker is down at start or goes away, the threads retry with
+back-off and say so in events; librdkafka keeps the fetch positions, so consumption resumes at
+the next offset.
 """
 
 from __future__ import annotations
 
 import queue
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -36,18 +43,21 @@ from confluent_kafka import (
     KafkaException,
     TopicPartition,
 )
+from confluent_kafka import Message as KafkaRecord
 from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]
 from twisted.application.service import Service
 from twisted.internet.defer import Deferred, fail
 from twisted.logger import Logger
 
-from ssekd.bindings.kafka.message import Message, from_confluent
+from ssekd.bindings.kafka.message import Message, from_confluent, from_confluent_batch
 from ssekd.bindings.kafka.missing_topics import MissingTopics
 
 _log = Logger()
 
 #: Records taken from librdkafka per `consume` call (one batch handed to the reactor).
 BATCH = 1000
+#: Records an inbox holds at most before the tail thread waits for the reactor to take them.
+MAX_PENDING = 20 * BATCH
 #: Seconds between measurements of the consumer lag (local calls only: no broker round trip).
 LAG_INTERVAL = 1.0
 #: History reads queued or running at once, unless the client's options say otherwise.
@@ -66,6 +76,9 @@ class TopicSink(Protocol):
     def on_records(self, records: list[Message]) -> None: ...
 
     def on_end(self, partition: int, next_offset: int) -> None: ...
+
+    def on_rewind(self, partition: int, origin: int) -> None:
+        """The broker lost the partition: it is read again from `origin` (records follow)."""
 
     def on_missing(self) -> None:
         """The topic was looked for too often without being found: it is no longer consumed."""
@@ -152,6 +165,31 @@ class ClientSettings:
         setting (`security.*`, `ssl.*`, `sasl.*`), so it reaches a TLS or SASL cluster too."""
         return {k: v for k, v in consumer.items()
                 if k == "bootstrap.servers" or k.startswith(("security.", "ssl.", "sasl."))}
+
+
+def refused_property(settings: ClientSettings) -> tuple[str | None, str] | None:
+    """Why librdkafka refuses the consumer config these settings make, if it does: the property
+    its message names (when it is one of `properties`) and the message, values hidden.
+
+    librdkafka checks properties only when a client is made with them; the consumer thread
+    would then die at start. A consumer made here without servers (it connects to nothing)
+    lets a bad property stop the daemon before it listens, as any config error does.
+    """
+    conf = settings.consumer_config("ssekd-check")
+    conf.pop("bootstrap.servers", None)
+    conf["log_level"] = 0
+    try:
+        consumer = Consumer(conf)
+    except (KafkaException, ValueError, TypeError) as e:
+        reason = str(e.args[0].str() if e.args and isinstance(e.args[0], KafkaError) else e)
+        secrets = [*settings.properties.values(), *(settings.sasl or {}).values()]
+        for value in {str(v) for v in secrets if len(str(v)) >= 3}:
+            reason = reason.replace(value, "…")
+        named = [k for k in settings.properties
+                 if re.search(rf"(?<![\w.]){re.escape(k)}(?![\w.])", reason)]
+        return (named[0] if named else None), reason
+    _close(consumer)
+    return None
 
 
 def _close(consumer: Any) -> None:
@@ -262,6 +300,62 @@ class _KafkaThread(threading.Thread):
         self.stopping.set()
 
 
+class _Inbox:
+    """What the tail thread handed over for one topic and the reactor has not taken yet: the
+    sink's calls in order, records of consecutive batches merged into one `on_records`."""
+
+    __slots__ = ("_merging", "calls", "changed", "records", "scheduled", "sink")
+
+    def __init__(self, sink: TopicSink) -> None:
+        self.sink = sink
+        self.changed = threading.Condition()
+        #: (sink method, args) in the order the thread made them
+        self.calls: list[tuple[Callable[..., None], tuple[Any, ...]]] = []
+        self.records = 0
+        self.scheduled = False
+        #: the records list of the last queued `on_records` call, which later batches join
+        self._merging: list[Message] = []
+
+    def put(self, reactor: Any, method: Callable[..., None], *args: Any) -> None:
+        """Queue a call of the sink (tail thread)."""
+        with self.changed:
+            self.calls.append((method, args))
+            self._schedule(reactor)
+
+    def put_records(self, reactor: Any, records: list[Message]) -> None:
+        """Queue `on_records`, merged into the last call when that is `on_records` too."""
+        with self.changed:
+            calls = self.calls
+            if calls and calls[-1][1] and calls[-1][1][0] is self._merging:
+                self._merging.extend(records)
+            else:
+                self._merging = records
+                calls.append((self.sink.on_records, (self._merging,)))
+            self.records += len(records)
+            self._schedule(reactor)
+
+    def _schedule(self, reactor: Any) -> None:
+        if not self.scheduled:
+            self.scheduled = True
+            reactor.callFromThread(self.take)
+
+    def wait_room(self, stopping: threading.Event) -> None:
+        """Wait (tail thread) while the reactor has `MAX_PENDING` records still to take."""
+        with self.changed:
+            while self.records >= MAX_PENDING and not stopping.is_set():
+                self.changed.wait(0.1)
+
+    def take(self) -> None:
+        """Make every queued call (reactor thread)."""
+        with self.changed:
+            calls, self.calls = self.calls, []
+            self.records = 0
+            self.scheduled = False
+            self.changed.notify_all()
+        for method, args in calls:
+            method(*args)
+
+
 @dataclass(frozen=True)
 class _Follow:
     """How the tail consumer follows one topic."""
@@ -269,6 +363,10 @@ class _Follow:
     sink: TopicSink
     from_end: bool
     give_up_after: int | None
+    inbox: _Inbox = field(init=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "inbox", _Inbox(self.sink))
 
 
 class TailConsumer(_KafkaThread):
@@ -289,6 +387,13 @@ class TailConsumer(_KafkaThread):
         #: replaces the whole dict (one reference swap), so the reactor reads it without a lock.
         self.lag: dict[tuple[str, int], int] = {}
         self._next_lag = 0.0
+        #: Partitions whose end the last measurement found below the next offset to read.
+        self._lost: list[tuple[str, int]] = []
+
+    @property
+    def connected(self) -> bool | None:
+        """Whether the consumer reaches a broker: None until it has tried (readiness)."""
+        return self._connected
 
     def _apply_changes(self, consumer: Any) -> bool:
         """Take the topics to follow or drop; True when one was added (metadata is due)."""
@@ -300,7 +405,11 @@ class TailConsumer(_KafkaThread):
                 return added
             if follow is None:
                 self._drop(consumer, topic)
-            elif topic not in self._follows:
+            elif topic not in self._follows or self._follows[topic].sink is not follow.sink:
+                if topic in self._follows:
+                    # a cache_server rebuilt by a reload takes the topic over with an empty
+                    # cache: it is read again from the start (or the end, when live) for it
+                    self._drop(consumer, topic)
                 self._follows[topic] = follow
                 added = True
 
@@ -343,6 +452,7 @@ class TailConsumer(_KafkaThread):
                 if time.monotonic() >= self._next_lag:
                     self._next_lag = time.monotonic() + LAG_INTERVAL
                     self.lag = self._measure_lag(consumer)
+                    self._restart_lost(consumer)
                 first = consumer.poll(0.1)
                 if first is None:
                     continue
@@ -364,7 +474,7 @@ class TailConsumer(_KafkaThread):
                     self.client.event("BINDING_KAFKA_TOPIC_UNKNOWN", topic)
                 if self._unknown.missing(topic, now, follow.give_up_after):
                     self._drop(consumer, topic)
-                    self.client.reactor.callFromThread(follow.sink.on_missing)
+                    follow.inbox.put(self.client.reactor, follow.sink.on_missing)
                 continue
             self._unknown.forget(topic)  # found: no longer due for a look
             count = len(tmeta.partitions)
@@ -372,7 +482,7 @@ class TailConsumer(_KafkaThread):
             if count == had:
                 continue
             compacted = self._compacted(admin, topic) if had == 0 else None
-            self.client.reactor.callFromThread(follow.sink.on_metadata, count, compacted)
+            follow.inbox.put(self.client.reactor, follow.sink.on_metadata, count, compacted)
             start = OFFSET_END if (had == 0 and follow.from_end) else OFFSET_BEGINNING
             for p in sorted(tmeta.partitions):
                 if p >= had:
@@ -386,13 +496,17 @@ class TailConsumer(_KafkaThread):
     def _measure_lag(self, consumer: Any) -> dict[tuple[str, int], int]:
         """Per assigned partition: the high watermark the last fetch brought (librdkafka's
         cached figure; the fetched one is right even on tansu) minus the next offset to hand
-        to the cache. Partitions with either figure unknown yet are left out."""
+        to the cache. Partitions with either figure unknown yet are left out.
+
+        A partition whose high watermark is below the offset the cache already reached is
+        noted in `_lost` for `_restart_lost`."""
         tps = [TopicPartition(t, p) for t, n in self._assigned.items() for p in range(n)]
         try:
             positions = consumer.position(tps)
         except KafkaException:
             return self.lag
         lag: dict[tuple[str, int], int] = {}
+        self._lost = []
         for tp in positions:
             try:
                 _, high = consumer.get_watermark_offsets(tp, cached=True)
@@ -402,8 +516,42 @@ class TailConsumer(_KafkaThread):
             nxt = tp.offset if tp.offset >= 0 else self._next.get(key)
             if high is None or high < 0 or nxt is None:
                 continue
+            reached = self._next.get(key)
+            if reached is not None and high < reached:
+                self._lost.append(key)
             lag[key] = max(0, high - nxt)
         return lag
+
+    def _restart_lost(self, consumer: Any) -> None:
+        """Read again from its beginning each partition whose end fell below the offset the
+        cache reached: the broker lost it (restarted empty, an unclean leader election).
+
+        The end is asked of the broker again first (the cached figure may be old). A broker
+        that says the consumer's offset is out of range makes librdkafka go back by itself
+        (`auto.offset.reset`), one that does not (tansu) leaves it waiting past the end; either
+        way the records that come then are below what the cache reached and it would drop them
+        as re-fetches. So the consumer is sent to the beginning, and the cache told first to
+        start the partition over there (`TopicSink.on_rewind`)."""
+        lost, self._lost = self._lost, []
+        for topic, p in lost:
+            follow = self._follows.get(topic)
+            reached = self._next.get((topic, p))
+            if follow is None or reached is None:
+                continue
+            tp = TopicPartition(topic, p)
+            try:
+                low, high = consumer.get_watermark_offsets(tp, timeout=2.0)
+                if high >= reached:
+                    continue  # the cached end was old
+                consumer.seek(TopicPartition(topic, p, low))
+            except KafkaException as e:
+                self.client.event("BINDING_KAFKA_ERROR", f"{topic} partition {p}: {e}")
+                continue
+            self.client.event("BINDING_KAFKA_PARTITION_LOST",
+                              f"{topic} partition {p}: its end {high} is below the offset "
+                              f"{reached} already read; reading it again from {low}")
+            self._next[(topic, p)] = low
+            follow.inbox.put(self.client.reactor, follow.sink.on_rewind, p, low)
 
     def _compacted(self, admin: Any, topic: str) -> bool:
         try:
@@ -422,20 +570,27 @@ class TailConsumer(_KafkaThread):
         GIL the reactor needs while it converts, so the loop is kept to the bare conversion)."""
         by_topic: dict[str, list[Message]] = {}
         ends: list[tuple[str, int, int]] = []
-        topic: str | None = None
-        msgs: list[Message] = []
-        for r in records:
-            if r.error() is not None:
+        error: Any = KafkaRecord.error
+        topic_of: Any = KafkaRecord.topic
+        good = [r for r in records if error(r) is None]
+        if len(good) != len(records):
+            for r in records:
                 err = r.error()
+                if err is None:
+                    continue
                 if err.code() == KafkaError._PARTITION_EOF:
                     ends.append((r.topic(), r.partition(), r.offset()))
                 else:
                     self.client.event("BINDING_KAFKA_FETCH_ERROR", f"{r.topic()}: {err.str()}")
-                continue
-            if r.topic() != topic:  # records come in runs of one topic partition
-                topic = r.topic()
-                msgs = by_topic.setdefault(topic, [])
-            msgs.append(from_confluent(r))
+        if good:
+            topics = set(map(topic_of, good))
+            if len(topics) == 1:  # the common case: one topic
+                by_topic[topics.pop()] = from_confluent_batch(good)
+            else:
+                runs: dict[str, list[Any]] = {}
+                for r in good:
+                    runs.setdefault(topic_of(r), []).append(r)
+                by_topic = {t: from_confluent_batch(rs) for t, rs in runs.items()}
         reactor = self.client.reactor
         follows = self._follows
         for topic, msgs in by_topic.items():
@@ -443,13 +598,20 @@ class TailConsumer(_KafkaThread):
             if follow is None:
                 continue  # dropped while librdkafka still held some of its records
             # a partition's records are in offset order: the last one of each sets its next
+            # (unless a re-fetch brought records the cache already has)
+            nxt = self._next
             for p, last in {m.partition: m.offset for m in msgs}.items():
-                self._next[(topic, p)] = last + 1
-            reactor.callFromThread(follow.sink.on_records, msgs)
+                if last >= nxt.get((topic, p), 0):
+                    nxt[(topic, p)] = last + 1
+            follow.inbox.put_records(reactor, msgs)
         for topic, p, off in ends:
             follow = follows.get(topic)
             if follow is not None:
-                reactor.callFromThread(follow.sink.on_end, p, off)
+                follow.inbox.put(reactor, follow.sink.on_end, p, off)
+        for topic in by_topic:
+            follow = follows.get(topic)
+            if follow is not None:
+                follow.inbox.wait_room(self.stopping)
 
     def _on_error(self, err: Any) -> None:
         code = err.code()

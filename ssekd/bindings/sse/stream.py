@@ -9,7 +9,8 @@ On an HTTP/1.1 chunked response a write goes straight to the connection's transp
 pre-framed chunk (framed once per batch for every stream, `SseServer.chunk`) instead of through
 `Request.write`, which re-checks the response state and hands the transport four pieces per
 call: at a thousand streams per batch that per-write cost was most of the fan-out. The transport
-is the same one `Request.write` would reach, so its buffer still pauses this producer.
+is the same one `Request.write` would reach, so its buffer still pauses this producer; on
+plain TCP the chunk is sent at once when nothing is queued for the connection (`eager`).
 
 A stream opened with credentials holds their `Lease` (docs/protocol.md): `challenge` seconds before it
 expires the stream gets `event:challenge`; a renewal moves both deadlines; at the expiry itself
@@ -24,7 +25,6 @@ EventSource treats the reset like any dropped connection and reconnects with its
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, Protocol
 
 from twisted.internet.interfaces import IPushProducer
@@ -32,6 +32,7 @@ from twisted.web.server import Request
 from zope.interface import implementer
 
 from ssekd.bindings.api import Lease, StreamHandle
+from ssekd.bindings.sse.eager import eager, send_now
 from ssekd.bindings.sse.stats import SseStats
 from ssekd.bindings.sse.wire import CHALLENGE, KEEPALIVE
 
@@ -63,7 +64,8 @@ class SseStream:
         "_challenge_call",
         "_expiry_call",
         "_lease",
-        "_send",
+        "_eager",
+        "_transport",
         "_stall",
         "_timer",
         "done",
@@ -85,8 +87,10 @@ class SseStream:
         self._timer: Any = None
         #: Ends the stream if it stays paused for max-lag (armed while paused).
         self._stall: Any = None
-        #: The HTTP/1.1 connection's `transport.write`, once the response is chunked.
-        self._send: Callable[[bytes], None] | None = None
+        #: The HTTP/1.1 connection's transport, once the response is chunked, and whether it
+        #: is written with `send_now`.
+        self._transport: Any = None
+        self._eager = False
         self._lease = lease
         self._challenge_call: Any = None
         self._expiry_call: Any = None
@@ -99,7 +103,8 @@ class SseStream:
         self.request.write(first)  # sends the headers: Twisted decides on chunking here
         transport: Any = getattr(getattr(self.request, "channel", None), "transport", None)
         if getattr(self.request, "chunked", False) and transport is not None:
-            self._send = transport.write
+            self._transport = transport
+            self._eager = eager(transport)
         self.last_write = self.server.clock.seconds()
         self._arm(self.server.max_idle)
         if self._lease is not None:
@@ -114,12 +119,15 @@ class SseStream:
         self.written += len(data)
         self.server.stats.data_sent.value += len(data)
         self.last_write = self.server.clock.seconds()
-        send = self._send
-        if send is None:
+        transport = self._transport
+        if transport is None:
             self.request.write(data)
         else:
             self.request.sentLength += len(data)  # what Request.write counts, for the access log
-            send(self.server.chunk(data))
+            if self._eager:
+                send_now(transport, self.server.chunk(data))
+            else:
+                transport.write(self.server.chunk(data))
 
     def end(self) -> None:
         """Finish the response with a 200 that ends: the browser reconnects with its last id."""

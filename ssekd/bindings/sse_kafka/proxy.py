@@ -12,7 +12,8 @@ A topic that comes from the request (a `${...}` in `with.topic`) must not be one
 internal topics - names starting with `_` (`__consumer_offsets`, `_schemas`), Kafka Connect's
 `connect-configs`/`-offsets`/`-status`, and the binding's `internal-topics`: those are 404 unless
 a route names them literally, so a `/{topic}` route cannot be used to read them. A cache that
-follows as many topics as it may answers `TryLater` (a 200 that ends, so browsers come back).
+follows as many topics as it may answers `TryLater` (a 200 that ends, so browsers come back),
+and so does a topic whose model's schema its catalog has not given yet (a registry that is down).
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ from datetime import UTC, datetime
 from typing import Any, Protocol, runtime_checkable
 from urllib.parse import unquote
 
-from ssekd.bindings.api import EventSink, Guard, HttpContext, StreamRequest, TryLater
-from ssekd.bindings.kafka.cache import TopicLimitReached
+from ssekd.bindings.api import EventSink, Guard, StreamRequest, TryLater, refuse_unauthorized
+from ssekd.bindings.kafka.cache import SchemaUnavailable, TopicLimitReached
 from ssekd.bindings.kafka.start import Start
 from ssekd.bindings.kafka.subscription import EventEncoder, Subscription
 from ssekd.bindings.sse_kafka.encoder import Filter, KafkaEventEncoder
@@ -166,15 +167,9 @@ class SseKafkaProxy:
     def _open(self, route: SseKafkaRoute, params: dict[str, str], request: StreamRequest,
               sink: EventSink) -> RouteHandle | int | TryLater:
         if route.guarded:
-            context = request.context or HttpContext(self.name)
-            denied = context.authorize(route.guarded)
-            if denied is not None:
-                guard, refusal = denied
-                if not refusal.reported and guard in self.guards:
-                    self.guards[guard].report(f"{request.describe}: {refusal.reason}")
-                if refusal.status == 503:
-                    return TryLater(refusal.reason, refusal.retry_after)
-                return refusal.status
+            refused = refuse_unauthorized(request, self.name, route.guarded, self.guards)
+            if refused is not None:
+                return refused
         identities = request.context.identities() if request.context is not None else {}
         w = route.with_ or {}
         template = str(w.get("topic", DEFAULT_TOPIC))
@@ -218,6 +213,13 @@ class SseKafkaProxy:
             # Passes as idle topics are dropped: the browser is told to come back (docs/protocol.md).
             self.events.emit(self.name, "BINDING_SSE_KAFKA_TOPIC_LIMIT", f"{request.describe}: {e}")
             return TryLater("topics followed at their limit (max-topics)")
+        except SchemaUnavailable as e:
+            # The catalog (a schema registry) is down or still answering: come back later.
+            self.events.emit(self.name, "BINDING_SSE_KAFKA_SCHEMA_UNAVAILABLE",
+                             f"{request.describe}: {e}")
+            # come back once the catalog was asked again (at least a second from now)
+            wait = None if e.retry_after is None else max(1.0, e.retry_after)
+            return TryLater("the topic's schema is not available yet", wait)
 
     def _count_resume(self, start: Start, cache: Cache, topic: str) -> None:
         """Where a stream that came back resumes: the cache holds every position its id names,
