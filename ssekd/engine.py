@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from twisted.application.service import IService, MultiService
+from twisted.application.service import IService, MultiService, Service
 from twisted.internet import defer
 from twisted.internet.interfaces import IAddress, IListeningPort, IProtocol, IReactorTCP
 from twisted.internet.protocol import ServerFactory
@@ -35,14 +35,18 @@ from ssekd.bindings.api import (
     ListenSpec,
     R,
     Reactor,
+    ReadinessSource,
 )
 from ssekd.bindings.registry import Registry, discover
+from ssekd.catalogs import Catalog, build_catalogs, catalogs_stamp
 from ssekd.config.errors import ConfigError, ConfigIssue
 from ssekd.config.load import load_config
 from ssekd.config.model import Binding, Config
 from ssekd.guards import GuardTypes
 from ssekd.guards import discover as discover_guards
-from ssekd.telemetry import prometheus
+from ssekd.health import Check, Health
+from ssekd.sockets import family_of, listening_socket
+from ssekd.telemetry import otlp, prometheus
 from ssekd.telemetry.events import EventLog, stdout_stream
 from ssekd.telemetry.metrics import Metrics, known_names, label_name, matches
 from ssekd.vaults import open_vault
@@ -51,6 +55,11 @@ log = Logger()
 
 #: Where engine-level events are reported (they belong to no binding).
 ENGINE = "ssekd"
+#: Connections the kernel queues for `accept` per listening socket (capped by net.core.somaxconn).
+#: Twisted's default of 50 drops the SYNs of a thousand browsers reconnecting at once (after a
+#: deploy or a network blip), and each waits for its SYN to be retried: 1, 3, 7 s... (measured:
+#: 1,000 streams resuming at once took 9-12 s instead of half a second).
+LISTEN_BACKLOG = 4096
 
 
 class GraphBuilder:
@@ -68,6 +77,7 @@ class GraphBuilder:
         self.metrics: Metrics = engine.metrics
         self.registry = engine.registry
         self.guard_types = engine.guard_types
+        self.health: Health = engine.health
         self._previous = previous
         self._built: dict[str, object] = {}
         self._reused: set[str] = set()
@@ -78,6 +88,14 @@ class GraphBuilder:
         self._failed: set[str] = set()
         #: Stat of each vault's store files, taken once per build (compared on reload).
         self.store_stamps = store_stamps(config)
+        #: The config's schema catalogs (local schema files are read here).
+        self.catalogs: dict[str, Catalog] = build_catalogs(config, self.reactor)
+        if previous is not None:  # a registry's answers (and what it fetches) carry over
+            for name, entry in config.catalogs.items():
+                if entry.get("type") == "schema-registry" and name in previous.catalogs and \
+                        previous.config.catalogs.get(name) == entry:
+                    self.catalogs[name] = previous.catalogs[name]
+        self.catalogs_stamp = catalogs_stamp(config, self.catalogs)
 
     def issue(self, path: tuple[str | int, ...], message: str) -> ConfigIssue:
         return self.config.issue(path, message)
@@ -185,6 +203,12 @@ class GraphBuilder:
             return None
         if not guard_names(binding) <= self.reused_guards:
             return None  # a changed guard: the binding must check tokens with the new one
+        if reads_catalogs(binding) and prev.catalogs_stamp != self.catalogs_stamp:
+            return None  # its models must check records with the new schemas
+        if binding.options.get("asyncapi") and \
+                (prev.config.bindings, prev.config.guards) != \
+                (self.config.bindings, self.config.guards):
+            return None  # its AsyncAPI document describes the whole config
         if binding.vault and (prev.config.vaults.get(binding.vault) !=
                               self.config.vaults.get(binding.vault) or
                               prev.store_stamps.get(binding.vault) !=
@@ -259,6 +283,14 @@ def exit_path(binding: Binding, target: str) -> tuple[str | int, ...]:
     return base
 
 
+def reads_catalogs(binding: Binding) -> bool:
+    """Whether a binding's runtime holds schemas from the catalogs: a kafka cache_server with
+    topic models, or an http server serving the AsyncAPI document."""
+    topics = binding.options.get("topics") or ()
+    return bool(binding.options.get("asyncapi")) or \
+        any(isinstance(t, dict) and (t.get("value") or t.get("key")) for t in topics)
+
+
 def guard_names(binding: Binding) -> set[str]:
     """The guards a binding names: in `options.authorization` and in its routes' `guarded`."""
     names = set(binding.options.get("authorization") or {})
@@ -296,6 +328,13 @@ class Graph:
     reused_guards: set[str] = field(default_factory=set)
     #: The prometheus exporters' sockets (not a binding's).
     exporter_specs: list[ListenSpec] = field(default_factory=list)
+    #: The config's catalogs, and their `catalogs_stamp` (compared on reload).
+    catalogs: dict[str, Catalog] = field(default_factory=dict)
+    catalogs_stamp: tuple[object, ...] = ()
+    #: The otlp exporters (services), by exporter name.
+    exporters: dict[str, otlp.OtlpExporter] = field(default_factory=dict)
+    #: Otlp exporters carried over from before a reload (their config did not change).
+    reused_exporters: set[str] = field(default_factory=set)
 
     def listen_specs(self) -> list[ListenSpec]:
         specs: list[ListenSpec] = list(self.exporter_specs)
@@ -309,12 +348,20 @@ class Graph:
         found = {n: r for n, r in self.runtimes.items() if IService.providedBy(r)}
         found.update({f"guards.{n}": g for n, g in self.guards.items()
                       if IService.providedBy(g)})
+        found.update({f"exporters.{n}": e for n, e in self.exporters.items()})
         return found
+
+    def readiness(self) -> list[Check]:
+        """Every readiness check of the graph's runtimes (a Kafka cache's, for one)."""
+        return [c for r in self.runtimes.values() if isinstance(r, ReadinessSource)
+                for c in r.readiness()]
 
     def kept(self, service_name: str) -> bool:
         """Whether the service of that name was carried over from before a reload."""
         if service_name.startswith("guards."):
             return service_name.removeprefix("guards.") in self.reused_guards
+        if service_name.startswith("exporters."):
+            return service_name.removeprefix("exporters.") in self.reused_exporters
         return service_name in self.reused
 
 
@@ -337,8 +384,17 @@ class Engine(MultiService):
                  registry: Registry | None = None,
                  environ: Mapping[str, str] | None = None,
                  guard_types: GuardTypes | None = None,
-                 events: EventLog | None = None, print_events: bool = True) -> None:
+                 events: EventLog | None = None, print_events: bool = True,
+                 inherited: Mapping[tuple[str, int], int] | None = None,
+                 worker: int | None = None) -> None:
+        """`inherited` and `worker` are for a worker process (see `ssekd.workers`): the
+        sockets its parent opened, by configured (host, port), to adopt rather than open; and
+        its number. A worker leaves the prometheus exporters to its parent, which sums the
+        workers' pages, and opens a port that appears on reload with SO_REUSEPORT, so that
+        every worker can hold one."""
         super().__init__()
+        self.inherited = dict(inherited or {})
+        self.worker = worker
         #: an IReactorTCP and `api.Reactor` (a MemoryReactorClock in tests)
         self.reactor = reactor
         self.config_path = config_path
@@ -354,6 +410,8 @@ class Engine(MultiService):
         self._ticker = LoopingCall(self.events.tick)
         self._ticker.clock = reactor
         self.metrics = Metrics()
+        self.health = Health(reactor)
+        self.health.checks = lambda: self.graph.readiness() if self.graph is not None else ()
         # Build the first graph now, so a bad config fails before twistd daemonizes or listens.
         config = load_config(config_path, self.registry, environ)
         self._configure_events(config)
@@ -378,11 +436,6 @@ class Engine(MultiService):
         telemetry_issues = telemetry_problems(config)
         if telemetry_issues:
             raise ConfigError(telemetry_issues)
-        unsupported = [config.issue(("catalogs", c), "catalogs are not supported yet by this "
-                                    "version of ssekd (no binding reads one); remove the "
-                                    "catalog") for c in config.catalogs]
-        if unsupported:
-            raise ConfigError(unsupported)
         ctx = GraphBuilder(self, config, previous)
         issues: list[ConfigIssue] = []
         for name in config.guards:
@@ -402,9 +455,36 @@ class Engine(MultiService):
             raise ConfigError(issues)
         exporters = [ListenSpec(e.host, e.port, prometheus.site(self.metrics, e, self.reactor))
                      for e in prometheus.endpoints((x.type, x.options)
-                                                   for x in config.telemetry.exporters.values())]
+                                                   for x in config.telemetry.exporters.values())
+                     if self.worker is None]
+        pushers, reused = self._otlp_exporters(config, previous)
         return Graph(config, dict(ctx.built), set(ctx.reused), ctx.store_stamps,
-                     dict(ctx.guards), set(ctx.reused_guards), exporters)
+                     dict(ctx.guards), set(ctx.reused_guards), exporters, ctx.catalogs,
+                     ctx.catalogs_stamp, pushers, reused)
+
+    def _otlp_exporters(self, config: Config, previous: Graph | None
+                        ) -> tuple[dict[str, otlp.OtlpExporter], set[str]]:
+        """The otlp exporters of `config`; one whose options and attributes are unchanged is
+        kept from before a reload (its threads and its failure state go on)."""
+        found: dict[str, otlp.OtlpExporter] = {}
+        reused: set[str] = set()
+        attributes = config.telemetry.attributes
+        for s in otlp.specs([(x.name, x.type, x.options)
+                             for x in config.telemetry.exporters.values()]):
+            old = previous.exporters.get(s.name) if previous is not None else None
+            if old is not None and old.spec == s and old.attributes == attributes:
+                found[s.name] = old
+                reused.add(s.name)
+            else:
+                found[s.name] = otlp.OtlpExporter(s, self.metrics, self.events, self.reactor,
+                                                  attributes)
+        return found, reused
+
+    @property
+    def built(self) -> Graph | None:
+        """The graph built from the config and not started yet: a supervisor of workers reads
+        the sockets it wants, and never starts it."""
+        return self._pending
 
     # -- service lifecycle ----------------------------------------------------------------
 
@@ -421,7 +501,9 @@ class Engine(MultiService):
         assert graph is not None, "Engine started twice"
         super().startService()  # when privilegedStartService was skipped, _activate listens
         self._activate(graph, previous=None)
-        self.events.emit(ENGINE, "ENGINE_STARTED", f"{self.config_path} pid {os.getpid()}")
+        who = f" worker {self.worker}" if self.worker is not None else ""
+        self.events.emit(ENGINE, "ENGINE_STARTED", f"{self.config_path} pid {os.getpid()}{who}")
+        self.health.start()
         self._ticker.start(1.0, now=False).addErrback(self._log_failure, "event summaries")
 
     def _activate(self, graph: Graph, previous: Graph | None) -> None:
@@ -435,6 +517,14 @@ class Engine(MultiService):
         for name, service in graph.services().items():
             if graph.kept(name) and old_services.get(name) is service:
                 continue
+            clash: Service | None = self.namedServices.get(service.name) \
+                if service.name else None
+            if clash is not None and clash is not service:
+                # the rebuilt runtime of the same binding has the same service name: the old
+                # one leaves first (in this reactor turn too), or adding the new one fails
+                old_services = {n: s for n, s in old_services.items() if s is not clash}
+                defer.maybeDeferred(clash.disownServiceParent).addErrback(
+                    self._log_failure, f"stopping {name}")
             service.setServiceParent(self)
         self.graph = graph
         kept = {id(s) for s in graph.services().values()}
@@ -454,8 +544,7 @@ class Engine(MultiService):
                     self._ports[key][1].target = spec.factory
                     continue
                 switch = SwitchFactory(spec.factory)
-                reactor: IReactorTCP = self.reactor
-                port = reactor.listenTCP(spec.port, switch, interface=spec.host)
+                port = self._open(key, switch)
                 self._ports[key] = (port, switch)
                 opened.append(key)
                 self.events.emit(ENGINE, "ENGINE_LISTENING", f"{spec.host}:{spec.port}")
@@ -469,6 +558,28 @@ class Engine(MultiService):
             port.stopListening()
             self.events.emit(ENGINE, "ENGINE_CLOSED", f"{key[0]}:{key[1]}")
 
+    def _open(self, key: tuple[str, int], factory: SwitchFactory) -> IListeningPort:
+        """Listen on `key`: adopt the parent's socket in a worker, else open one."""
+        fd = self.inherited.pop(key, None)
+        if fd is not None:
+            try:
+                port: IListeningPort = self.reactor.adoptStreamPort(fd, family_of(fd), factory)
+            finally:
+                # the port holds its own copy: once it stops listening, no descriptor of this
+                # process may keep the socket open, or the kernel would queue connections there
+                os.close(fd)
+            return port
+        if self.worker is not None:
+            sock = listening_socket(key[0], key[1], reuse_port=True)
+            try:
+                adopted: IListeningPort = self.reactor.adoptStreamPort(sock.fileno(),
+                                                                       sock.family, factory)
+            finally:
+                sock.close()  # the port holds its own copy
+            return adopted
+        reactor: IReactorTCP = self.reactor
+        return reactor.listenTCP(key[1], factory, interface=key[0], backlog=LISTEN_BACKLOG)
+
     def listening_ports(self) -> dict[tuple[str, int], int]:
         """Configured (host, port) -> the port actually bound (differs when configured 0)."""
         return {k: int(getattr(p.getHost(), "port", 0)) for k, (p, _) in self._ports.items()}
@@ -476,6 +587,7 @@ class Engine(MultiService):
     def stopService(self) -> defer.Deferred[None]:
         if self._ticker.running:
             self._ticker.stop()
+        self.health.stop()
         ports = [p for p, _ in self._ports.values()]
         self._ports.clear()
         stops = [defer.maybeDeferred(p.stopListening) for p in ports]

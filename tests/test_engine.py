@@ -173,3 +173,40 @@ def test_a_reload_that_cannot_listen_starts_nothing(tmp_path: Path) -> None:
     assert engine.listening_ports() == {("127.0.0.1", 7001): 7001}
     assert any("CONFIG_RELOAD_FAILED CannotListenError" in line and ":80" in line
                for line in engine.events.recent), engine.events.recent
+
+
+def test_listening_sockets_queue_a_reconnect_storm(tmp_path: Path) -> None:
+    """A thousand browsers reconnecting at once must find room in the accept queue: with
+    Twisted's default backlog of 50 their SYNs were dropped and retried seconds later."""
+    from ssekd.engine import LISTEN_BACKLOG
+
+    _, _, reactor = setup(tmp_path)
+    assert LISTEN_BACKLOG >= 1024
+    assert [p[2] for p in reactor.tcpServers] == [LISTEN_BACKLOG, LISTEN_BACKLOG]
+
+
+def _named(ctx: Any, b: Any) -> FilesService:
+    service = FilesService()
+    service.setName(b.name)  # as the sse server and the kafka cache_server name theirs
+    return service
+
+
+NAMED = Registry({**discover().types, "svc": BindingType("svc", {"server": KindSpec(
+    role=Role.FILES, build=_named, options={"type": "object"})})})
+
+
+def test_a_rebuilt_service_takes_over_its_predecessors_name(tmp_path: Path) -> None:
+    """A binding that runs as a named service and is rebuilt by a reload (its config changed)
+    replaces the old one: the old stops, the new runs, under the same name."""
+    config = tmp_path / "zilla.yaml"
+    config.write_text(SERVICE_CONFIG.format(ports="[7001]", n=1))
+    engine = Engine(config, reactor=MemoryReactorClock(), registry=NAMED, events=EventLog("t"),
+                    print_events=False)
+    engine.startService()
+    old = engine.graph.runtimes["svc0"]  # type: ignore[union-attr]
+    config.write_text(SERVICE_CONFIG.format(ports="[7001]", n=2))
+    assert engine.reload(), engine.events.recent
+    new = engine.graph.runtimes["svc0"]  # type: ignore[union-attr]
+    assert isinstance(old, FilesService) and isinstance(new, FilesService) and new is not old
+    assert list(engine) == [new] and engine.getServiceNamed("svc0") is new
+    assert new.running and not old.running

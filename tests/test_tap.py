@@ -1,17 +1,23 @@
 """`tap.makeService` in this process on a memory reactor: what twistd gets, when the sockets
-open, and the config watcher driven by the clock instead of by waiting."""
+open, the config watcher driven by the clock instead of by waiting, and SIGTERM's drain: readiness
+turns 503 at once, the reactor stops when the drain time is up (a second SIGTERM stops it at
+once), and without a drain time at once."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from twisted.application.service import IServiceCollection
 from twisted.internet.testing import MemoryReactorClock
 
+from ssekd.config.model import EngineOptions
 from ssekd.engine import Engine
-from ssekd.tap import WatchConfig, makeService
+from ssekd.health import Health
+from ssekd.tap import DrainOnTerm, WatchConfig, makeService
+from ssekd.telemetry.events import EventLog
 
 CONFIG = """\
 name: t
@@ -141,3 +147,32 @@ def test_a_bad_config_exits_1_and_says_where(tmp_path: Path,
     assert exited.value.code == 1
     err = capsys.readouterr().err
     assert f"{config}:3: bindings.tcp0: expected an exit or routes with exits" in err, err
+
+
+def drainer(drain: float) -> tuple[DrainOnTerm, MemoryReactorClock, Health]:
+    clock = MemoryReactorClock()
+    health = Health(clock)
+    config = SimpleNamespace(engine=EngineOptions(drain=drain))
+    engine = SimpleNamespace(reactor=clock, health=health, events=EventLog("test"),
+                             graph=SimpleNamespace(config=config))
+    return DrainOnTerm(engine), clock, health  # type: ignore[arg-type]  # the parts it reads
+
+
+def test_readiness_first_then_the_streams_end_after_the_drain_time() -> None:
+    drain, clock, health = drainer(5.0)
+    drain.terminate()
+    assert health.draining and not clock.hasStopped
+    clock.advance(4.9)
+    assert not clock.hasStopped
+    clock.advance(0.1)
+    assert clock.hasStopped
+
+
+def test_a_second_sigterm_or_no_drain_time_stops_at_once() -> None:
+    drain, clock, health = drainer(5.0)
+    drain.terminate()
+    drain.terminate()
+    assert clock.hasStopped
+    drain, clock, health = drainer(0.0)
+    drain.terminate()
+    assert clock.hasStopped and not health.draining

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import resource
 import subprocess
 import sys
@@ -16,6 +17,9 @@ from tests.support.wait import wait_until
 
 TWISTD = str(Path(sys.executable).with_name("twistd"))
 SSEKD = str(Path(sys.executable).with_name("ssekd"))
+#: `SSEKD_TEST_WORKERS=2 pytest ...` runs every daemon the tests start with that many workers
+#: (unless a test chooses its own `--workers`).
+WORKERS = os.environ.get("SSEKD_TEST_WORKERS")
 
 
 @dataclass
@@ -39,9 +43,22 @@ class Daemon:
     def stop(self, timeout: float = 10.0) -> int:
         return stop_process(self.process, timeout)
 
-    def wait_output(self, text: str, timeout: float = 10.0) -> None:
-        wait_until(lambda: text in self.output(), timeout,
-                   what=lambda: f"{text!r} not in daemon output:\n{self.output()}")
+    def wait_output(self, text: str, timeout: float = 10.0, count: int = 1) -> None:
+        """Wait until `text` is in the output (`count` times: once per worker, say)."""
+        wait_until(lambda: self.output().count(text) >= count, timeout,
+                   what=lambda: f"{text!r} not {count} time(s) in daemon output:\n"
+                                f"{self.output()}")
+
+    def worker_pids(self) -> dict[int, int]:
+        """Worker number -> pid of the workers running now (from the parent's events)."""
+        pids: dict[int, int] = {}
+        for line in self.output().splitlines():
+            m = re.search(r"ENGINE_WORKER_(STARTED|DIED|STOPPED) worker (\d+) pid (\d+)", line)
+            if m and m.group(1) == "STARTED":
+                pids[int(m.group(2))] = int(m.group(3))
+            elif m:
+                pids.pop(int(m.group(2)), None)
+        return pids
 
 
 def start_daemon(config: Path, env: Mapping[str, str] | None = None,
@@ -60,8 +77,11 @@ def start_daemon(config: Path, env: Mapping[str, str] | None = None,
     out = open(log, "wb")  # noqa: SIM115 - handed to the child, closed just below
     proc_env = dict(os.environ)
     proc_env.update(env or {})
+    args = list(extra_args or [])
+    if WORKERS and "--workers" not in args:
+        args += ["--workers", WORKERS]
     process = subprocess.Popen(
-        [TWISTD, "-n", "--pidfile=", "ssekd", "--config", str(config), *(extra_args or [])],
+        [TWISTD, "-n", "--pidfile=", "ssekd", "--config", str(config), *args],
         stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=proc_env,
         cwd=config.parent, preexec_fn=limit_fds if nofile is not None else None,
     )

@@ -1,0 +1,76 @@
+"""Liveness and readiness of one ssekd process, for load balancers and orchestrators.
+
+Liveness answers "is the reactor turning": the answer is written by the reactor, so a daemon
+whose reactor is stuck gives none and the probe times out; the body also says how late the last
+heartbeat ran, which shows a reactor that turns but slowly.
+
+Readiness answers "should a balancer send new clients here": not while draining (after SIGTERM,
+see `ssekd.tap`), and not before every Kafka cache has its broker connection and its bootstrap
+topics loaded to their end. A daemon that would send a new client an empty history, or nothing,
+is better skipped by the balancer in favour of one that can serve it.
+
+Both are for machines, not browsers: a plain `503` is the right refusal here (the SSE rule of
+answering temporary refusals with a `retry:` stream is for EventSource clients).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from twisted.internet.task import LoopingCall
+
+#: Seconds between the reactor heartbeats that measure its lateness.
+HEARTBEAT = 1.0
+
+
+@dataclass(frozen=True)
+class Check:
+    """What one part of the daemon says about being ready."""
+
+    name: str
+    ready: bool
+    detail: str
+
+
+class Health:
+    """The state both health answers read. One per process, owned by the engine."""
+
+    def __init__(self, reactor: Any) -> None:
+        self.reactor = reactor
+        #: Set on SIGTERM when `engine.drain` is above 0: readiness is 503 from then on.
+        self.draining = False
+        #: Collects the readiness checks of the running graph (the engine sets it).
+        self.checks: Callable[[], Iterable[Check]] = lambda: ()
+        self._beat = LoopingCall(self._tick)
+        self._beat.clock = reactor
+        self._last = 0.0  # set at start: `ssekd check` builds an engine on no real reactor
+        #: Seconds the last heartbeat ran behind its schedule.
+        self.lag = 0.0
+
+    def start(self) -> None:
+        if not self._beat.running:
+            self._last = self.reactor.seconds()
+            self._beat.start(HEARTBEAT, now=False)
+
+    def stop(self) -> None:
+        if self._beat.running:
+            self._beat.stop()
+
+    def _tick(self) -> None:
+        now = self.reactor.seconds()
+        self.lag = max(0.0, now - self._last - HEARTBEAT)
+        self._last = now
+
+    def liveness(self) -> tuple[bool, dict[str, object]]:
+        return True, {"status": "live", "lag_ms": round(self.lag * 1000.0, 1)}
+
+    def readiness(self) -> tuple[bool, dict[str, object]]:
+        checks = list(self.checks())
+        failing = {c.name: c.detail for c in checks if not c.ready}
+        if self.draining:
+            return False, {"status": "draining"}
+        if failing:
+            return False, {"status": "not ready", "waiting": failing}
+        return True, {"status": "ready"}

@@ -1,0 +1,44 @@
+"""Listening sockets made by hand, for the worker processes that share them.
+
+Twisted's `listenTCP` opens and listens in one call; a supervisor that hands its sockets to
+worker processes (and a worker that opens one beside its siblings) needs the socket itself,
+then lets each worker's reactor adopt it (`adoptStreamPort`).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+
+#: Connections the kernel queues per socket before workers accept them. Twisted's default (50)
+#: is for one process accepting as fast as it can; many clients reconnecting at once to a few
+#: busy workers need more room.
+BACKLOG = 4096
+
+
+def listening_socket(host: str, port: int, reuse_port: bool = False) -> socket.socket:
+    """A non-blocking socket listening on (host, port), as `listenTCP` would open it, plus
+    SO_REUSEPORT when several processes each open their own on the same port."""
+    family, kind, proto, _, address = socket.getaddrinfo(
+        host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind(address)
+        sock.listen(BACKLOG)
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def family_of(fd: int) -> socket.AddressFamily:
+    """The address family of the socket open on `fd` (which stays open)."""
+    probe = socket.socket(fileno=os.dup(fd))
+    try:
+        return probe.family
+    finally:
+        probe.close()

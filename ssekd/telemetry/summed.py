@@ -1,0 +1,146 @@
+"""The metrics page of a daemon that runs worker processes: the sum of the workers' pages.
+
+Each worker keeps its metrics as plain numbers bumped by its reactor (see
+`ssekd.telemetry.metrics`) and serves them on a private Unix socket; the parent, which owns the
+configured exporter port, reads every worker's page when it is scraped and adds them up, so one
+scrape describes the whole daemon as one process would.
+
+Why summing in the parent rather than the alternatives: prometheus-client's multiprocess mode
+keeps every value in a memory-mapped file, which puts a file write on the hot path of every
+stream's write and cannot carry the gauges read by callbacks at scrape time (cache sizes,
+consumer lag); per-worker labels would multiply the series by the worker count and make every
+query need a `sum by`, while workers are an implementation detail of one daemon. A counter of
+a worker that restarts starts again from 0, which `rate()` reads as a counter reset, as it
+would for a restarted daemon.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.metrics_core import Metric
+from prometheus_client.parser import text_string_to_metric_families
+from twisted.internet import defer
+from twisted.internet.endpoints import UNIXClientEndpoint
+from twisted.python.failure import Failure
+from twisted.web import http
+from twisted.web.client import Agent, readBody
+from twisted.web.resource import Resource
+from twisted.web.server import NOT_DONE_YET, Request
+
+#: Samples that are points in time or limits, where a sum means nothing: the earliest is kept.
+EARLIEST = ("process_start_time_seconds", "process_max_fds")
+#: Seconds a worker has to answer the parent before its page is left out of a scrape.
+WORKER_TIMEOUT = 5.0
+
+
+def add_up(pages: list[str]) -> list[Metric]:
+    """The families of every page, each sample the sum over the pages (the minimum for
+    timestamps and limits). Order is first-seen, which keeps a histogram's buckets in order."""
+    families: dict[str, Metric] = {}
+    values: dict[str, dict[tuple[str, tuple[tuple[str, str], ...]], float]] = {}
+    for page in pages:
+        for family in text_string_to_metric_families(page):
+            if family.name not in families:
+                families[family.name] = Metric(family.name, family.documentation, family.type,
+                                               family.unit)
+            seen = values.setdefault(family.name, {})
+            for s in family.samples:
+                key = (s.name, tuple(sorted(s.labels.items())))
+                old = seen.get(key)
+                if old is None:
+                    seen[key] = s.value
+                elif s.name.endswith("_created") or s.name in EARLIEST:
+                    seen[key] = min(old, s.value)
+                else:
+                    seen[key] = old + s.value
+    for name, family in families.items():
+        for (sample, labels), value in values[name].items():
+            family.add_sample(sample, dict(labels), value)
+    return list(families.values())
+
+
+class _Fixed:
+    """A collector that yields families already added up."""
+
+    def __init__(self, families: list[Metric]) -> None:
+        self.families = families
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self.families)
+
+
+def render(pages: list[str], accept: str) -> tuple[bytes, str]:
+    """The sum of `pages` in the format `accept` asks for: (body, content type)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Fixed(add_up(pages)))
+    encode, content_type = choose_encoder(accept)
+    return encode(registry), content_type
+
+
+class _UnixSockets:
+    """Agent endpoint factory: the URI's host names the worker's socket (by index)."""
+
+    def __init__(self, reactor: Any, sockets: Callable[[], list[str]]) -> None:
+        self.reactor = reactor
+        self.sockets = sockets
+
+    def endpointForURI(self, uri: Any) -> UNIXClientEndpoint:  # noqa: N802 - Twisted's name
+        return UNIXClientEndpoint(self.reactor, self.sockets()[int(uri.host.decode()[1:])],
+                                  timeout=WORKER_TIMEOUT)
+
+
+class SummedPage(Resource):
+    """The parent's exporter page: GET every worker's page, answer their sum."""
+
+    isLeaf = True
+
+    def __init__(self, reactor: Any, sockets: Callable[[], list[str]], path: str) -> None:
+        super().__init__()
+        self.reactor = reactor
+        self.sockets = sockets
+        self.path = path.encode("utf-8")
+        self.agent = Agent.usingEndpointFactory(reactor, _UnixSockets(reactor, sockets))
+
+    def render(self, request: Request) -> bytes | int:
+        req: Any = request  # twisted.web is untyped for mypy
+        if req.path != self.path:
+            req.setResponseCode(http.NOT_FOUND)
+            return b""
+        if req.method not in (b"GET", b"HEAD"):
+            req.setResponseCode(http.NOT_ALLOWED)
+            req.setHeader(b"Allow", b"GET, HEAD")
+            return b""
+        gone: list[bool] = []
+        req.notifyFinish().addBoth(lambda _: gone.append(True))
+        reads = [self._read(i) for i in range(len(self.sockets()))]
+        done = defer.gatherResults(reads)
+        done.addCallback(self._answer, req, gone)
+        done.addErrback(self._failed, req, gone)
+        return NOT_DONE_YET
+
+    def _read(self, index: int) -> defer.Deferred[str]:
+        d: defer.Deferred[Any] = self.agent.request(b"GET", f"http://w{index}/metrics".encode())
+        d.addCallback(readBody)
+        d.addCallback(lambda body: body.decode("utf-8"))
+        # a worker being restarted is left out of this scrape rather than failing it
+        d.addErrback(lambda _: "")
+        d.addTimeout(WORKER_TIMEOUT, self.reactor, onTimeoutCancel=lambda *_: "")
+        return d
+
+    def _answer(self, pages: list[str], req: Any, gone: list[bool]) -> None:
+        accept = req.getHeader(b"accept")
+        body, content_type = render(pages, accept.decode("latin-1") if accept else "")
+        req.setHeader(b"Content-Type", content_type.encode("latin-1"))
+        req.setHeader(b"Cache-Control", b"no-store")
+        if not gone:  # the scraper may have given up meanwhile
+            req.write(body)
+            req.finish()
+
+    def _failed(self, failure: Failure, req: Any, gone: list[bool]) -> None:
+        if not gone:
+            req.setResponseCode(http.INTERNAL_SERVER_ERROR)
+            req.finish()

@@ -1,0 +1,327 @@
+"""`twistd ssekd --workers N`: one parent process and N workers serving the same sockets.
+
+One ssekd process uses one core (one reactor, one GIL). With workers, the parent opens the
+listening sockets of the config (before twistd drops privileges, like a single daemon), then
+starts N copies of `twistd -n ssekd` that inherit them and adopt them.
+
+Each worker gets its own socket per port, all bound with SO_REUSEPORT, so the kernel spreads
+new connections evenly over the workers by a hash of their addresses. One socket shared by all
+would not: every worker's reactor wakes for it and the first one accepts up to a hundred
+connections in a row, so a burst of clients lands on whichever worker woke first. The parent
+keeps every worker's sockets; while a worker is dead its sockets are shut down (they leave the
+group, keeping their port), so new connections go to the living workers, and its replacement
+adopts the same sockets listening again (no rebinding, so ports under 1024 work after `--uid`).
+
+Each worker has its own Kafka
+consumers and cache: event ids are Kafka positions, so a client whose worker dies reconnects
+to any other worker (or any other daemon) and resumes exactly where it was.
+
+The parent does no streaming. It supervises (a worker that dies is started again, with an
+event), forwards SIGHUP (each worker reloads; the parent closes the sockets the new config
+dropped, and a port the new config adds is opened by each worker with SO_REUSEPORT), and on
+SIGTERM forwards it and exits once every worker has stopped. It serves the configured
+prometheus exporters itself, with the sum of the workers' metrics (`ssekd.telemetry.summed`).
+
+Workers are new processes (`spawnProcess` of the same twistd), not forks: a fork of a process
+that already runs threads and a reactor would inherit their state half-way.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from twisted.application.service import Service
+from twisted.internet import defer, protocol
+from twisted.internet.interfaces import IListeningPort
+from twisted.python.failure import Failure
+
+from ssekd.engine import ENGINE, Engine
+from ssekd.sockets import BACKLOG, listening_socket
+from ssekd.telemetry import prometheus
+from ssekd.telemetry.prometheus import ExporterSite
+from ssekd.telemetry.summed import SummedPage
+
+#: Seconds before a worker that died is started again; doubled while it keeps dying young.
+RESTART_DELAY = 0.5
+MAX_RESTART_DELAY = 10.0
+#: A worker that ran this long before dying was healthy: its restart is not delayed.
+HEALTHY_RUN = 10.0
+#: Seconds a worker has past `engine.drain` to stop after SIGTERM before it is killed.
+STOP_GRACE = 30.0
+
+#: How the parent runs twistd again for a worker, with the same interpreter and plugins.
+TWISTD = "from twisted.scripts.twistd import run; run()"
+
+
+def resolve_count(value: str | int | None, configured: int) -> int:
+    """The number of workers: `--workers` (a number or `auto`) over `engine.workers` (0 means
+    auto); auto is the number of cores this process may run on."""
+    if value is None:
+        n = configured
+    elif str(value) == "auto":
+        n = 0
+    else:
+        n = int(value)
+    if n == 0:
+        return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
+            else (os.cpu_count() or 1)
+    return n
+
+
+def format_inherited(fds: Mapping[tuple[str, int], int]) -> str:
+    """`host:port=fd,...`, the `--inherit` argument of a worker."""
+    return ",".join(f"{h}:{p}={fd}" for (h, p), fd in fds.items())
+
+
+def parse_inherited(text: str) -> dict[tuple[str, int], int]:
+    found: dict[tuple[str, int], int] = {}
+    for item in filter(None, text.split(",")):
+        address, _, fd = item.rpartition("=")
+        host, _, port = address.rpartition(":")
+        found[(host, int(port))] = int(fd)
+    return found
+
+
+class WorkerProcess(protocol.ProcessProtocol):
+    """One worker as the parent sees it: it reports when the process has ended."""
+
+    def __init__(self, supervisor: Supervisor, index: int) -> None:
+        self.supervisor = supervisor
+        self.index = index
+        self.started = supervisor.reactor.seconds()
+        #: The process id, kept: Twisted forgets it once the process has ended.
+        self.pid: int | None = None
+
+    def processEnded(self, reason: Failure) -> None:  # noqa: N802 - Twisted's name
+        self.supervisor.ended(self, reason)
+
+
+class Supervisor(Service):
+    """The parent of the workers (see the module's docstring)."""
+
+    def __init__(self, engine: Engine, count: int, worker_args: list[str]) -> None:
+        self.engine = engine
+        self.reactor: Any = engine.reactor
+        self.events = engine.events
+        self.count = count
+        #: Arguments after `ssekd` every worker gets (`--config`, `--watch`...).
+        self.worker_args = worker_args
+        #: Per configured (host, port), one socket per worker (index 1 at 0).
+        self.sockets: dict[tuple[str, int], list[socket.socket]] = {}
+        self.exporters: dict[tuple[str, int], IListeningPort] = {}
+        self.workers: dict[int, WorkerProcess] = {}
+        self.processes: dict[int, Any] = {}
+        self.delays: dict[int, float] = {}
+        self.stopping = False
+        self.all_stopped: defer.Deferred[None] | None = None
+        self.rundir = ""
+        self.drain = 0.0
+
+    # -- sockets --------------------------------------------------------------------------
+
+    def privilegedStartService(self) -> None:
+        super().privilegedStartService()
+        graph = self.engine.built
+        assert graph is not None
+        self.drain = graph.config.engine.drain
+        for spec in graph.listen_specs():
+            if spec in graph.exporter_specs:
+                continue
+            key = (spec.host, spec.port)
+            if key not in self.sockets:
+                probe = listening_socket(spec.host, spec.port, reuse_port=True)
+                # every socket bound to an explicit port (configured 0: the one the probe got),
+                # so that one shut down for a dead worker keeps its port to listen again
+                bound = probe.getsockname()[1]
+                self.sockets[key] = [listening_socket(spec.host, bound, reuse_port=True)
+                                     for _ in range(self.count)]
+                probe.close()
+                self.events.emit(ENGINE, "ENGINE_LISTENING", f"{spec.host}:{spec.port}")
+        self._serve_exporters(graph.config)
+        # Twisted installs its SIGTERM handler only once the reactor runs; a SIGTERM before
+        # that would kill the parent at once and leave its workers running
+        signal.signal(signal.SIGTERM,
+                      lambda signum, frame: self.reactor.callFromThread(self.reactor.stop))
+        self._install_sighup()
+
+    def _serve_exporters(self, config: Any) -> None:
+        wanted = {(e.host, e.port): e for e in prometheus.endpoints(
+            (x.type, x.options) for x in config.telemetry.exporters.values())}
+        for key in [k for k in self.exporters if k not in wanted]:
+            self.exporters.pop(key).stopListening()
+        for key, endpoint in wanted.items():
+            if key in self.exporters:
+                continue
+            site = ExporterSite(SummedPage(self.reactor, self.metric_sockets, endpoint.path),
+                                reactor=self.reactor)
+            site.displayTracebacks = False
+            site.noisy = False
+            self.exporters[key] = self.reactor.listenTCP(endpoint.port, site,
+                                                         interface=endpoint.host)
+
+    @property
+    def config_path(self) -> Path:
+        return self.engine.config_path
+
+    def metric_sockets(self) -> list[str]:
+        """The Unix sockets of the workers' own metrics pages, one per running worker."""
+        return [self._metrics_path(i) for i in sorted(self.workers)]
+
+    def _metrics_path(self, index: int) -> str:
+        return os.path.join(self.rundir, f"worker-{index}.sock")
+
+    # -- workers --------------------------------------------------------------------------
+
+    def startService(self) -> None:
+        super().startService()
+        self.rundir = tempfile.mkdtemp(prefix="ssekd-workers-")
+        self.events.emit(ENGINE, "ENGINE_STARTED",
+                         f"{self.engine.config_path} pid {os.getpid()} with {self.count} workers")
+        for i in range(1, self.count + 1):
+            self.spawn(i)
+
+    def spawn(self, index: int) -> None:
+        if self.stopping:
+            return
+        fds = {key: socks[index - 1].fileno() for key, socks in self.sockets.items()}
+        for socks in self.sockets.values():  # shut down while its previous worker was dead
+            socks[index - 1].listen(BACKLOG)
+        path = self._metrics_path(index)
+        if os.path.exists(path):
+            os.unlink(path)
+        args = [sys.executable, "-c", TWISTD, "-n", "--pidfile=", "ssekd", *self.worker_args,
+                "--worker", str(index), "--inherit", format_inherited(fds),
+                "--metrics-socket", path]
+        child_fds: dict[int, int | str] = {0: 0, 1: 1, 2: 2}
+        child_fds.update({fd: fd for fd in fds.values()})
+        worker = WorkerProcess(self, index)
+        self.workers[index] = worker
+        # The worker starts with SIGHUP ignored (an ignored signal stays ignored across exec)
+        # until it installs its reload handler: a reload forwarded while it is still starting
+        # must not kill it (it reads the config on disk as it starts anyway).
+        handler = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        try:
+            self.processes[index] = self.reactor.spawnProcess(
+                worker, sys.executable, args, env=dict(os.environ), childFDs=child_fds)
+        finally:
+            signal.signal(signal.SIGHUP, handler)
+        worker.pid = self.processes[index].pid
+        self.events.emit(ENGINE, "ENGINE_WORKER_STARTED", f"worker {index} pid {worker.pid}")
+
+    def ended(self, worker: WorkerProcess, reason: Failure) -> None:
+        index = worker.index
+        if self.workers.get(index) is not worker:
+            return
+        del self.workers[index]
+        self.processes.pop(index)
+        status = getattr(reason.value, "status", None)
+        how = describe_exit(status)
+        if self.stopping:
+            # nobody will accept on its sockets again: close them, so the kernel stops
+            # queueing connections there while the other workers finish
+            for socks in self.sockets.values():
+                socks[index - 1].close()
+            self.events.emit(ENGINE, "ENGINE_WORKER_STOPPED", f"worker {index} pid {worker.pid} "
+                                                              f"{how}")
+            if not self.workers and self.all_stopped is not None:
+                d, self.all_stopped = self.all_stopped, None
+                d.callback(None)
+            return
+        # until its replacement runs, no connection may wait on its sockets: shut down, they
+        # leave the kernel's SO_REUSEPORT group (keeping their port), and the other workers
+        # get every new connection
+        for socks in self.sockets.values():
+            try:
+                socks[index - 1].shutdown(socket.SHUT_RD)
+            except OSError:
+                pass  # not listening
+        ran = self.reactor.seconds() - worker.started
+        delay = 0.0 if ran >= HEALTHY_RUN else \
+            min(MAX_RESTART_DELAY, max(RESTART_DELAY, self.delays.get(index, 0.0) * 2))
+        self.delays[index] = delay
+        self.events.emit(ENGINE, "ENGINE_WORKER_DIED",
+                         f"worker {index} pid {worker.pid} {how}; starting it again in "
+                         f"{delay:g} s")
+        self.reactor.callLater(delay, self.spawn, index)
+
+    # -- signals --------------------------------------------------------------------------
+
+    def _install_sighup(self) -> None:
+        signal.signal(signal.SIGHUP,
+                      lambda signum, frame: self.reactor.callFromThread(self.reload))
+
+    def reload(self) -> None:
+        """Close the sockets the new config dropped, serve its exporters, and let every
+        worker reload. A config that does not load changes nothing here: the workers say why."""
+        try:
+            # built as a worker would (without the exporters) only to read its sockets; its
+            # services never start
+            fresh = Engine(self.engine.config_path, self.reactor, print_events=False,
+                           worker=0)
+        except Exception:  # a ConfigError, an unreadable vault...: the workers report it
+            fresh = None
+        if fresh is not None and fresh.built is not None:
+            graph = fresh.built
+            self.drain = graph.config.engine.drain
+            wanted = {(s.host, s.port) for s in graph.listen_specs()}
+            for key in [k for k in self.sockets if k not in wanted]:
+                for s in self.sockets.pop(key):
+                    s.close()
+                self.events.emit(ENGINE, "ENGINE_CLOSED", f"{key[0]}:{key[1]}")
+            try:
+                self._serve_exporters(graph.config)
+            except Exception as e:
+                self.events.emit(ENGINE, "CONFIG_RELOAD_FAILED", f"{type(e).__name__}: {e}")
+        for process in self.processes.values():
+            process.signalProcess("HUP")
+
+    def stopService(self) -> defer.Deferred[None]:
+        super().stopService()
+        self.stopping = True
+        for port in self.exporters.values():
+            port.stopListening()
+        self.exporters.clear()
+        d: defer.Deferred[None] = defer.Deferred()
+        if self.workers:
+            self.all_stopped = d
+            for process in self.processes.values():
+                process.signalProcess("TERM")
+            grace = self.drain + STOP_GRACE
+            killer = self.reactor.callLater(grace, self._kill_all)
+            d.addBoth(lambda r: (killer.active() and killer.cancel(), r)[1])
+        else:
+            d.callback(None)
+        d.addCallback(lambda _: self._cleanup())
+        d.addCallback(lambda _: self.events.emit(ENGINE, "ENGINE_STOPPED", "-"))
+        d.addCallback(lambda _: self.events.flush(timeout=5.0))
+        return d.addCallback(lambda _: None)
+
+    def _kill_all(self) -> None:
+        for index, process in self.processes.items():
+            self.events.emit(ENGINE, "ENGINE_WORKER_KILLED",
+                             f"worker {index} pid {process.pid}: still running after SIGTERM")
+            process.signalProcess("KILL")
+
+    def _cleanup(self) -> None:
+        for socks in self.sockets.values():
+            for s in socks:
+                s.close()
+        self.sockets.clear()
+        shutil.rmtree(self.rundir, ignore_errors=True)
+
+
+def describe_exit(status: int | None) -> str:
+    """`exited 0`, `killed by SIGKILL`... from a wait status."""
+    if status is None:
+        return "ended"
+    if os.WIFSIGNALED(status):
+        return f"killed by {signal.Signals(os.WTERMSIG(status)).name}"
+    return f"exited {os.WEXITSTATUS(status)}"
