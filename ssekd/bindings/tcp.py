@@ -1,6 +1,7 @@
 """tcp: `server` owns listening sockets and routes each accepted connection by local port and
 peer address (docs/config-reference.md), within its connection limits (`connection_limits`); `client` is the
-outbound side toward Kafka and is only validated here."""
+outbound side: it connects to its `host` and `port` for an http client, and names the way out of a
+kafka client (whose `servers` say where)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from twisted.internet.address import IPv4Address, IPv6Address
+from twisted.internet.endpoints import HostnameEndpoint
 from twisted.internet.interfaces import IAddress, IProtocol
 
 from ssekd.bindings._schemas import PORT, PORTS
@@ -184,27 +186,57 @@ def _build_server(ctx: BuildContext, binding: Binding) -> TcpServer:
                      limits, ctx.events)
 
 
+#: Seconds an outbound connection may take to be established before it counts as failed.
+CONNECT_TIMEOUT = 10.0
+
+
 class TcpClient:
-    """The outbound side: the kafka client binding's bootstrap servers say where it connects."""
+    """The outbound side: connects to `options.host`/`port` (an http client's upstream), or -
+    without them - only names the way out of a kafka client, whose `servers` say where."""
 
-    def __init__(self, binding: Binding) -> None:
-        self.binding = binding
+    secure = False
+
+    def __init__(self, name: str, reactor: Any, address: tuple[str, int] | None) -> None:
+        self.name = name
+        self.reactor = reactor
+        self.address = address
+
+    def endpoint(self) -> Any:
+        """A `HostnameEndpoint`: the name is resolved off the reactor thread, IPv4 and IPv6."""
+        if self.address is None:
+            raise ValueError(f"tcp client {self.name!r} has no options.host and options.port")
+        host, port = self.address
+        return HostnameEndpoint(self.reactor, host, port, timeout=CONNECT_TIMEOUT)
 
 
-_CLIENT_REFUSAL = ("a tcp client has no options or routes in ssekd: the kafka client's "
-                   "`servers` say where it connects; remove them")
+_CLIENT_ROUTES_REFUSAL = ("a tcp client has no routes in ssekd: `options.host` and `port` say "
+                          "where it connects; remove them")
 
 
 def _build_client(ctx: BuildContext, binding: Binding) -> TcpClient:
-    """A tcp client carries no behaviour; options or routes given to it would be ignored, so
-    they are refused rather than silently accepted."""
+    """Routes given to a tcp client would be ignored, so they are refused rather than silently
+    accepted; `host` and `port` come together or not at all."""
     base: tuple[str | int, ...] = ("bindings", binding.name)
-    issues = [ctx.issue(base + ("options", key), _CLIENT_REFUSAL) for key in binding.options]
     if binding.routes:
-        issues.append(ctx.issue(base + ("routes",), _CLIENT_REFUSAL))
-    if issues:
-        raise ConfigError(issues)
-    return TcpClient(binding)
+        raise ConfigError([ctx.issue(base + ("routes",), _CLIENT_ROUTES_REFUSAL)])
+    options = binding.options
+    if ("host" in options) != ("port" in options):
+        missing = "port" if "host" in options else "host"
+        raise ConfigError([ctx.issue(base + ("options",),
+                                     f"expected `{missing}` beside "
+                                     f"`{'host' if missing == 'port' else 'port'}`: a tcp client "
+                                     f"connects to one host and port")])
+    address = None
+    if "host" in options:
+        try:
+            ports = expand_ports(options["port"])
+        except ValueError as e:
+            raise ConfigError([ctx.issue(base + ("options", "port"), f"expected {e}")]) from e
+        if len(ports) != 1:
+            raise ConfigError([ctx.issue(base + ("options", "port"),
+                                         "expected one port: a tcp client connects to one")])
+        address = (str(options["host"]), ports[0])
+    return TcpClient(binding.name, ctx.reactor, address)
 
 _WHEN = {"type": "object", "additionalProperties": False, "properties": {
     "port": {**PORTS, "description": "Local port(s) the connection arrived on."},
@@ -230,14 +262,17 @@ BINDING = BindingType("tcp", {
     ),
     "client": KindSpec(
         role=Role.OUTBOUND, build=_build_client, when=_WHEN,
+        summary=lambda o: f"{o['host']}:{o.get('port', '?')}" if "host" in o else "",
         options={"type": "object", "additionalProperties": False,
-                 "description": "The outbound side toward Kafka, as in Zilla's example config. It has "
-                                "no behaviour of its own (the kafka client's `servers` say where "
-                                "it connects), so options and routes given to it are refused.",
+                 "description": "The outbound side. Behind an http client it connects to `host` "
+                                "and `port`; behind a kafka client (Zilla's example config) it "
+                                "takes no options, since the kafka client's `servers` say where "
+                                "it connects. Routes are refused.",
                  "properties": {
-                     "host": {"type": "string", "description": "Host to connect to. Refused "
-                                                             "by ssekd (see above)."},
-                     "port": {**PORT, "description": "Port to connect to. Refused by ssekd "
-                                                     "(see above)."}}},
+                     "host": {"type": "string", "minLength": 1, "x-ssekd-default": "none",
+                              "description": "Host name or address to connect to (resolved "
+                                             "without blocking; IPv4 and IPv6)."},
+                     "port": {**PORT, "x-ssekd-default": "none",
+                              "description": "Port to connect to, with `host`."}}},
     ),
 })

@@ -38,6 +38,7 @@ from twisted.protocols.tls import TLSMemoryBIOFactory, TLSMemoryBIOProtocol
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
+from ssekd.bindings import tls_client
 from ssekd.bindings._schemas import STRING_LIST
 from ssekd.bindings.api import (
     BindingType,
@@ -460,6 +461,7 @@ BINDING = BindingType("tls", {
                                                            "(case-insensitive)."},
             "alpn": {"type": "string", "description": "Pattern for the negotiated ALPN protocol."}}},
     ),
+    "client": tls_client.KIND,
 })
 
 __all__ = ["BINDING", "TlsServer", "build_context", "certificate_names"]

@@ -15,6 +15,9 @@ Two things keep event lines from hurting traffic:
   counted, and one `EVENTS_SUPPRESSED` line (`N more NAME suppressed`) follows when the second
   is over. A flood of refused connections or bad tokens thus costs a bounded number of lines.
   `recent` still records every event.
+
+Other exporters (OTLP's log records) subscribe to the events through `sinks`: they get the lines
+that are printed, after the flood limit, so a flood costs them no more than it costs stdout.
 """
 
 from __future__ import annotations
@@ -41,6 +44,10 @@ MAX_PER_SECOND = 100
 QUEUE_LINES = 10_000
 #: Where the log's own lines (drops) are reported; the engine's binding name.
 OWN_BINDING = "ssekd"
+
+#: Told of every event that is printed: (time, namespace, binding, name, detail); called on the
+#: reactor thread, so it must only hand the event on, never wait.
+Sink = Callable[[float, str, str, str, str], None]
 
 
 def format_time(epoch: float) -> str:
@@ -151,10 +158,13 @@ class EventLog:
         self._writer = writer or StdoutWriter()
         self._windows: dict[tuple[str, str], _Window] = {}
         self._dropped = 0
+        #: Exporters that take the events too (see `Sink`).
+        self.sinks: list[Sink] = []
 
     def emit(self, binding: str, name: str, detail: str = "-") -> str:
         now = self.clock()
-        line = self._line(now, binding, name, clean(detail))
+        detail = clean(detail)
+        line = self._line(now, binding, name, detail)
         self.recent.append(line)
         second = int(now)
         window = self._windows.get((binding, name))
@@ -168,6 +178,7 @@ class EventLog:
         else:
             window.printed += 1
             self._out(line)
+            self._publish(now, binding, name, detail)
         return line
 
     def tick(self) -> None:
@@ -194,11 +205,16 @@ class EventLog:
 
     def _summarize(self, binding: str, name: str, window: _Window, now: float) -> None:
         if window.suppressed:
-            line = self._line(now, binding, "EVENTS_SUPPRESSED",
-                              f"{window.suppressed} more {name} suppressed")
+            detail = f"{window.suppressed} more {name} suppressed"
+            line = self._line(now, binding, "EVENTS_SUPPRESSED", detail)
             window.suppressed = 0
             self.recent.append(line)
             self._out(line)
+            self._publish(now, binding, "EVENTS_SUPPRESSED", detail)
+
+    def _publish(self, now: float, binding: str, name: str, detail: str) -> None:
+        for sink in self.sinks:
+            sink(now, self.namespace, binding, name, detail)
 
     def _report_drops(self, now: float, timeout: float = 0.0) -> bool:
         """Queue the line that says how many lines were dropped; False while still full."""

@@ -91,6 +91,9 @@ METRICS: Mapping[str, MetricDef] = _defs(
               "holds, by its timestamp.", "seconds", labels=("topic",)),
     MetricDef("kafka.cache.subscribers", "gauge", "Streams reading a topic's cache.",
               labels=("topic",)),
+    MetricDef("kafka.cache.invalid", "counter", "Records a topic's model refused (not "
+              "delivered to any stream; counted once, as they enter the cache).",
+              labels=("topic",)),
     MetricDef("kafka.consumer.lag", "gauge", "Records of a partition not yet consumed: "
               "high watermark minus next offset.", labels=("topic", "partition")),
     MetricDef("sse.kafka.subscribers", "gauge", "Streams open per sse-kafka route.",

@@ -1,13 +1,26 @@
-"""http server binding (docs/config-reference.md): routing by pseudo-headers, CORS, limits,
-HTTP/1.1 and h2."""
+"""http bindings (docs/config-reference.md): the server (routing by pseudo-headers, CORS, limits,
+HTTP/1.1 and h2) and the client (HTTP/1.1 requests to one upstream, for an sse client)."""
 
 from __future__ import annotations
 
 from ssekd.bindings._schemas import STRING_LIST
-from ssekd.bindings.api import BindingType, BuildContext, Exit, HttpBinding, KindSpec, Role
+from ssekd.bindings.api import (
+    BindingType,
+    BuildContext,
+    Connector,
+    Exit,
+    HttpBinding,
+    KindSpec,
+    Role,
+)
+from ssekd.bindings.http.asyncapi import SCHEMA as ASYNCAPI_SCHEMA
+from ssekd.bindings.http.asyncapi import AsyncApiDocument
 from ssekd.bindings.http.authorization import Authorization, Credentials
 from ssekd.bindings.http.channel import LIMITS_SCHEMA, Limits
+from ssekd.bindings.http.client import HttpClient
 from ssekd.bindings.http.cors import AccessControl
+from ssekd.bindings.http.health import SCHEMA as HEALTH_SCHEMA
+from ssekd.bindings.http.health import HealthPaths
 from ssekd.bindings.http.routing import Condition, HeaderPattern
 from ssekd.bindings.http.server import HttpRoot, HttpRoute, HttpServer, HttpSite, HttpStats
 from ssekd.config import ConfigError
@@ -27,6 +40,12 @@ def _build(ctx: BuildContext, binding: Binding) -> HttpServer:
         )
         assert route.exit is not None
         routes.append(HttpRoute(conditions, ctx.exit(route.exit, HttpBinding), route.guarded))
+    document = options.get("asyncapi")
+    if document is not None:  # before every route: its path is the binding's own
+        path = str(document["path"])
+        routes.insert(0, HttpRoute((Condition((HeaderPattern.compile(":path", path),)),),
+                                   AsyncApiDocument(ctx.config, ctx.catalogs,
+                                                    path.endswith(".json"))))
     default = ctx.exit(binding.exit, HttpBinding) if binding.exit else None
     authorization = _authorization(ctx, binding)
     limits = Limits.from_options(options.get("limits"))
@@ -38,7 +57,8 @@ def _build(ctx: BuildContext, binding: Binding) -> HttpServer:
             "expected `allow.origins` beside `credentials: true`: with any origin allowed, "
             "every site a user visits could read these responses with the user's cookies")])
     root = HttpRoot(binding.name, routes, default, cors, ctx.events, authorization,
-                    HttpStats(ctx.metrics, binding.name, ctx.reactor))
+                    HttpStats(ctx.metrics, binding.name, ctx.reactor),
+                    HealthPaths.from_options(options.get("health"), ctx.health))
     site = HttpSite(root, limits, ctx.reactor)
     versions = tuple(options.get("versions", DEFAULT_VERSIONS))
     return HttpServer(binding.name, site, versions)
@@ -70,6 +90,32 @@ def _check_keepalive(ctx: BuildContext, binding: Binding, limits: Limits) -> Non
                 f"long; got {max_idle:g}"))
     if issues:
         raise ConfigError(issues)
+
+
+def _build_client(ctx: BuildContext, binding: Binding) -> HttpClient:
+    assert binding.exit is not None  # the schema requires it
+    base: tuple[str | int, ...] = ("bindings", binding.name)
+    options = binding.options
+    issues = []
+    for i, version in enumerate(options.get("versions", ("http/1.1",))):
+        if version != "http/1.1":
+            issues.append(ctx.issue(base + ("options", "versions", i),
+                                    f"the http client speaks HTTP/1.1 only; {version} upstreams "
+                                    f"are not supported"))
+    overrides = {str(k): str(v) for k, v in (options.get("overrides") or {}).items()}
+    for name in overrides:
+        if name.startswith(":") and name != ":authority":
+            issues.append(ctx.issue(base + ("options", "overrides", name),
+                                    f"expected `:authority` or a header name; {name} is set by "
+                                    f"the request itself"))
+    connector = ctx.exit(binding.exit, Connector)
+    if connector.address is None:
+        issues.append(ctx.issue(base + ("exit",),
+                                f"exit {binding.exit!r} of http client {binding.name!r} must say "
+                                f"where to connect: give the tcp client options.host and port"))
+    if issues:
+        raise ConfigError(issues)
+    return HttpClient(binding.name, ctx.reactor, connector, overrides)
 
 
 _CREDENTIALS = {"type": "object", "additionalProperties": False,
@@ -130,6 +176,8 @@ OPTIONS = {"type": "object", "additionalProperties": False,
                        "route; a `POST` with `Content-Type: application/x-challenge-response` "
                        "and a fresh token renews the streams it opened (`204`)."},
     "limits": LIMITS_SCHEMA,
+    "health": HEALTH_SCHEMA,
+    "asyncapi": ASYNCAPI_SCHEMA,
 }}
 
 WHEN = {"type": "object", "additionalProperties": False, "properties": {
@@ -141,8 +189,25 @@ WHEN = {"type": "object", "additionalProperties": False, "properties": {
                                "any query string), `:method`. `*` matches anything, `{name}` "
                                "captures one path segment."}}}
 
+CLIENT_OPTIONS = {"type": "object", "additionalProperties": False,
+                  "description": "Sends HTTP/1.1 requests (an sse client's upstream streams) to "
+                                 "where its exit connects: a tcp client (`http`), or a tls "
+                                 "client in front of one (`https`).",
+                  "properties": {
+    "versions": {"type": "array", "minItems": 1, "items": {"enum": ["http/1.1", "h2"]},
+                 "default": ["http/1.1"],
+                 "description": "HTTP versions spoken upstream: `http/1.1` (`h2` is refused)."},
+    "overrides": {"type": "object", "additionalProperties": {"type": "string"},
+                  "x-ssekd-default": "none",
+                  "description": "Headers set on every request; `:authority` replaces the "
+                                 "`Host` (by default the tcp client's `host:port`)."},
+}}
+
 BINDING = BindingType("http", {
     "server": KindSpec(role=Role.STREAM, build=_build, exit=Exit.REQUIRED,
                        exit_roles=(Role.HTTP,),
                        options=OPTIONS, when=WHEN),
+    "client": KindSpec(role=Role.HTTP_CLIENT, build=_build_client, exit=Exit.REQUIRED,
+                       exit_roles=(Role.OUTBOUND,), options=CLIENT_OPTIONS,
+                       summary=lambda o: str((o.get("overrides") or {}).get(":authority", ""))),
 })

@@ -32,6 +32,7 @@ from ssekd.bindings.http.authorization import Authorization, Origin, is_renewal,
 from ssekd.bindings.http.channel import BodyCountingRequest, LimitedHTTPChannel, Limits
 from ssekd.bindings.http.cors import AccessControl
 from ssekd.bindings.http.h2 import SwitchingChannelProtocol
+from ssekd.bindings.http.health import HealthPaths
 from ssekd.bindings.http.routing import Condition, head_headers, match_any, request_headers
 from ssekd.telemetry.events import EventLog
 from ssekd.telemetry.metrics import Metrics
@@ -92,9 +93,10 @@ class HttpRoot(Resource):
     def __init__(self, name: str, routes: Sequence[HttpRoute], default: HttpBinding | None,
                  cors: AccessControl, events: EventLog,
                  authorization: Authorization | None = None,
-                 stats: HttpStats | None = None) -> None:
+                 stats: HttpStats | None = None, health: HealthPaths | None = None) -> None:
         super().__init__()
         self.stats = stats
+        self.health = health
         self.name = name
         self.routes = list(routes)
         self.default = default
@@ -104,6 +106,10 @@ class HttpRoot(Resource):
 
     def render(self, request: Request) -> bytes | int:
         request.setHeader(b"server", SERVER_NAME)
+        if self.health is not None:
+            probe = self.health.answer(request)
+            if probe is not None:
+                return probe
         if self.stats is not None:
             self.stats.started(request)
         headers = request_headers(request)

@@ -1,4 +1,5 @@
-"""sse binding (kind server): text/event-stream responses for requests the http binding routes here.
+"""sse binding: kind server answers text/event-stream requests the http binding routes here; kind
+client relays upstream event streams to them (`client`, `relay`).
 
 Options: `retry` (ms, sent once at the start of each stream), `max-idle-time` (seconds without a
 write before a `:` keepalive comment; default 15, below Twisted's HTTP/2 idle timeout), and
@@ -8,7 +9,17 @@ write before a `:` keepalive comment; default 15, below Twisted's HTTP/2 idle ti
 
 from __future__ import annotations
 
-from ssekd.bindings.api import BindingType, BuildContext, Exit, KindSpec, Role, StreamSource
+from ssekd.bindings.api import (
+    BindingType,
+    BuildContext,
+    Exit,
+    HttpClientBinding,
+    KindSpec,
+    Role,
+    StreamSource,
+)
+from ssekd.bindings.sse.client import DEFAULT_MAX_UPSTREAMS, SseClient, SseClientRoute
+from ssekd.bindings.sse.relay import FeedSettings
 from ssekd.bindings.sse.server import (
     DEFAULT_MAX_IDLE,
     DEFAULT_MAX_LAG,
@@ -16,9 +27,13 @@ from ssekd.bindings.sse.server import (
     DEFAULT_TRY_LATER_RETRY,
     SseServer,
 )
+from ssekd.config import ConfigError
 from ssekd.config.model import Binding
+from ssekd.patterns import Pattern
 
-__all__ = ["BINDING", "SseServer"]
+__all__ = ["BINDING", "SseClient", "SseServer"]
+
+_DEFAULTS = FeedSettings()
 
 
 def _build(ctx: BuildContext, binding: Binding) -> SseServer:
@@ -31,6 +46,61 @@ def _build(ctx: BuildContext, binding: Binding) -> SseServer:
                      max_streams=int(limits.get("streams", DEFAULT_MAX_STREAMS)),
                      max_lag=float(limits.get("max-lag", DEFAULT_MAX_LAG)),
                      metrics=ctx.metrics)
+
+
+def _build_client(ctx: BuildContext, binding: Binding) -> SseClient:
+    opts = binding.options
+    if "requests" in opts:
+        raise ConfigError([ctx.issue(("bindings", binding.name, "options", "requests"),
+                                     "request validation is not supported by ssekd's sse "
+                                     "client; remove `requests`")])
+    routes = [SseClientRoute(tuple(Pattern.compile(str(w["path"])) for w in r.when if "path" in w),
+                             ctx.exit(r.exit, HttpClientBinding), r.guarded)
+              for r in binding.routes if r.exit is not None]
+    if binding.exit is not None:
+        routes.append(SseClientRoute((), ctx.exit(binding.exit, HttpClientBinding)))
+    guards = {g: ctx.guard(g) for r in routes for g in r.guarded}
+    settings = FeedSettings(retry=int(opts.get("retry", _DEFAULTS.retry)),
+                            idle_timeout=float(opts.get("idle-timeout", _DEFAULTS.idle_timeout)),
+                            history=int(opts.get("history", _DEFAULTS.history)),
+                            history_bytes=int(opts.get("history-bytes", _DEFAULTS.history_bytes)))
+    return SseClient(binding.name, routes, ctx.reactor, ctx.events, settings, guards,
+                     max_upstreams=int(opts.get("max-upstreams", DEFAULT_MAX_UPSTREAMS)))
+
+
+_CLIENT_OPTIONS = {
+    "type": "object", "additionalProperties": False,
+    "description": "Relays upstream event streams: every stream of the sse server in front "
+                   "asking for the same upstream URL (the http client's origin with the request's "
+                   "path and query) shares one upstream connection. The upstream is reconnected "
+                   "with its `Last-Event-ID` when it drops; recent events are kept so a browser "
+                   "reconnecting with an id resumes without a gap.",
+    "properties": {
+        "retry": {"type": "integer", "minimum": 0, "default": _DEFAULTS.retry,
+                  "description": "Milliseconds before reconnecting to an upstream that sent no "
+                                 "`retry:`; doubled after each attempt that brought no event, up "
+                                 f"to {_DEFAULTS.max_backoff:g} s."},
+        "requests": {"type": "array", "items": {"type": "object"},
+                     "description": "Zilla's request content validation. Refused by ssekd."},
+        "history": {"type": "integer", "minimum": 1, "default": _DEFAULTS.history,
+                    "x-ssekd-addition": True,
+                    "description": "Recent events kept per upstream URL, for browsers that "
+                                   "reconnect with a last event id and for new streams."},
+        "history-bytes": {"type": "integer", "minimum": 1, "default": _DEFAULTS.history_bytes,
+                          "x-ssekd-addition": True,
+                          "description": "Bytes of those events kept at most."},
+        "max-upstreams": {"type": "integer", "minimum": 1, "default": DEFAULT_MAX_UPSTREAMS,
+                          "x-ssekd-addition": True,
+                          "description": "Upstream URLs relayed at once (each a connection and "
+                                         "its events). Beyond, one nobody follows any more is "
+                                         "closed to make room, else the stream is told to come "
+                                         "back later."},
+        "idle-timeout": {"type": "number", "exclusiveMinimum": 0,
+                         "default": _DEFAULTS.idle_timeout, "x-ssekd-addition": True,
+                         "description": "Seconds without a byte from an upstream (keepalives "
+                                        "count) before its connection is given up and opened "
+                                        "again."},
+    }}
 
 
 BINDING = BindingType("sse", {
@@ -68,5 +138,14 @@ BINDING = BindingType("sse", {
                                            "last event id."},
             }},
         }},
+    ),
+    "client": KindSpec(
+        role=Role.STREAM_SOURCE, build=_build_client, exit=Exit.OPTIONAL,
+        exit_roles=(Role.HTTP_CLIENT,), options=_CLIENT_OPTIONS,
+        when={"type": "object", "additionalProperties": False, "required": ["path"],
+              "properties": {"path": {"type": "string", "pattern": "^/",
+                                      "x-expected": "a path starting with /",
+                                      "description": "Pattern for the request path (query "
+                                                     "string left out); `*` matches anything."}}},
     ),
 })

@@ -1,0 +1,121 @@
+"""sse client: relays upstream event streams to the streams of an sse server (Zilla's SSE proxy).
+
+An sse server whose exit is an sse client hands each stream here (`StreamSource.open`). The first
+route whose `when.path` matches the request path (else the binding's `exit`) names the http client
+that reaches the upstream; the upstream URL is that client's origin with the request's path and
+query (less `lastEventId`, which is the relay's business). Every stream asking for the same URL
+shares one `relay.Feed`: one upstream connection, one ring of recent events.
+
+At most `max-upstreams` URLs are relayed at once: beyond, a URL nobody follows any more is closed
+to make room, or else the new stream is told to come back later (`TryLater`). A route's
+`guarded` is checked as in sse-kafka; credentials are never sent upstream (one
+connection serves every browser, so it cannot carry one browser's token).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from urllib.parse import quote, urlencode
+
+from twisted.application.service import Service
+
+from ssekd.bindings.api import (
+    EventSink,
+    Guard,
+    HttpClientBinding,
+    StreamRequest,
+    TryLater,
+    refuse_unauthorized,
+)
+from ssekd.bindings.sse.relay import Feed, FeedSettings, Subscriber
+from ssekd.patterns import Pattern
+from ssekd.telemetry.events import EventLog, clean
+
+NO_ROUTE = "BINDING_SSE_CLIENT_NO_ROUTE"
+#: Upstream URLs relayed at once per sse client, unless `max-upstreams` says otherwise: each is
+#: a connection and a ring, and any path a route matches names one.
+DEFAULT_MAX_UPSTREAMS = 100
+
+
+@dataclass(frozen=True)
+class SseClientRoute:
+    patterns: tuple[Pattern, ...]
+    http: HttpClientBinding
+    guarded: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def matches(self, path: str) -> bool:
+        return not self.patterns or any(p.match(path) is not None for p in self.patterns)
+
+
+def upstream_target(request: StreamRequest) -> str:
+    """Path and query the upstream is asked for; the same for requests that differ only in the
+    order of their query parameters or in `lastEventId`, so they share a feed."""
+    query = sorted((k, v) for k, v in request.query.items() if k != "lastEventId")
+    return request.path + (f"?{urlencode(query, quote_via=quote)}" if query else "")
+
+
+class SseClient(Service):
+    """Runtime of an `sse` binding of kind `client`: a `StreamSource` of relayed streams; a
+    service, so that stopping the daemon (or a reload that replaces it) closes its upstream
+    connections."""
+
+    def __init__(self, name: str, routes: list[SseClientRoute], clock: object,
+                 events: EventLog, settings: FeedSettings,
+                 guards: Mapping[str, Guard] | None = None,
+                 max_upstreams: int = DEFAULT_MAX_UPSTREAMS) -> None:
+        self.name = name
+        self.binding = name  # Service.name is Optional; events need the binding's name
+        self.routes = routes
+        self.clock = clock
+        self.events = events
+        self.settings = settings
+        self.guards = dict(guards or {})
+        self.max_upstreams = max_upstreams
+        #: (http client, target) -> its feed, while open
+        self.feeds: dict[tuple[int, str], Feed] = {}
+
+    def open(self, request: StreamRequest, sink: EventSink) -> Subscriber | int | TryLater:
+        route = next((r for r in self.routes if r.matches(request.path)), None)
+        if route is None:
+            self.events.emit(self.binding, NO_ROUTE, request.describe)
+            return 404
+        if route.guarded:
+            refused = refuse_unauthorized(request, self.binding, route.guarded, self.guards)
+            if refused is not None:
+                return refused
+        target = upstream_target(request)
+        key = (id(route.http), target)
+        feed = self.feeds.get(key)
+        first = feed is None
+        if feed is None:
+            if len(self.feeds) >= self.max_upstreams and not self._make_room():
+                return TryLater(f"{len(self.feeds)} upstream URLs relayed (max-upstreams)")
+            feed = Feed(route.http, target, self.clock, self.settings,
+                        self._emit, self._forget, last_id=request.last_event_id)
+            self.feeds[key] = feed
+            feed.start()
+        return feed.subscribe(sink, request.last_event_id, first)
+
+    def _make_room(self) -> bool:
+        """Close the feed that lost its last stream longest ago (one kept for its linger), if
+        any: a URL nobody follows gives way to one somebody asks for."""
+        idle = [f for f in self.feeds.values() if not f.subscribers]
+        if not idle:
+            return False
+        min(idle, key=lambda f: f.left_at).close()
+        return True
+
+    def _emit(self, name: str, detail: str) -> None:
+        self.events.emit(self.binding, name, clean(detail))
+
+    def _forget(self, feed: Feed) -> None:
+        key = (id(feed.http), feed.target)
+        if self.feeds.get(key) is feed:
+            del self.feeds[key]
+
+    def stopService(self) -> None:
+        """Close every feed (its upstream connection and timers)."""
+        super().stopService()
+        for feed in list(self.feeds.values()):
+            feed.close()

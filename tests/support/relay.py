@@ -1,0 +1,150 @@
+"""An SSE relay (sse server -> sse client -> http client -> tcp client) in front of an upstream
+ssekd serving Kafka topics: both real daemons on loopback ports, the upstream restartable on its
+port, with a metrics page that counts the streams it serves."""
+
+from __future__ import annotations
+
+import re
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ssekd.broker import free_port
+from tests.support.daemon import Daemon, start_daemon
+from tests.support.sse import SseClient
+from tests.support.streamd import WWW, WWW_FILES, write_config
+
+RELAY_CONFIG = """\
+name: relay
+{vaults}bindings:
+  tcp:
+    type: tcp
+    kind: server
+    options: {{host: 127.0.0.1, port: {port}}}
+    exit: http
+  http:
+    type: http
+    kind: server
+    routes:
+      - when: [{{headers: {{":path": "/www/*"}}}}]
+        exit: files_map
+    exit: sse
+""" + WWW_FILES + """  sse:
+    type: sse
+    kind: server
+    exit: relay
+  relay:
+    type: sse
+    kind: client
+    options: {relay_options}
+    routes:
+      - when: [{{path: "/events/*"}}]
+        exit: upstream_http
+  upstream_http:
+    type: http
+    kind: client
+    options: {http_options}
+    exit: {http_exit}
+{tls}  upstream_tcp:
+    type: tcp
+    kind: client
+    options: {{host: 127.0.0.1, port: {upstream}}}
+telemetry:
+  exporters:
+    stdout:
+      type: stdout
+"""
+
+
+@dataclass
+class Upstream:
+    """The upstream ssekd: its config (kept, to start it again on the same ports)."""
+
+    config: Path
+    port: int
+    metrics_port: int
+    daemon: Daemon | None = None
+    started: list[Daemon] = field(default_factory=list)
+
+    def start(self) -> Daemon:
+        self.daemon = start_daemon(self.config, wait_ports=[self.port, self.metrics_port])
+        self.started.append(self.daemon)
+        return self.daemon
+
+    def kill(self) -> None:
+        assert self.daemon is not None
+        self.daemon.process.kill()
+        self.daemon.process.wait(10)
+
+    def metric(self, name: str) -> float:
+        """A sample of the upstream sse server's metrics (`stream_active_sent`, ...)."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics",
+                                    timeout=10) as r:
+            page = r.read().decode()
+        m = re.search(rf'^{name}\{{[^}}]*binding="sse"[^}}]*\}} (\S+)$', page, re.M)
+        return float(m.group(1)) if m else 0.0
+
+    def stop(self) -> None:
+        for d in self.started:
+            d.stop()
+
+
+def write_upstream(tmp: Path, bootstrap: str) -> Upstream:
+    port, metrics_port = free_port(), free_port()
+    config = write_config(tmp, bootstrap, port)
+    text = config.read_text().replace(
+        "    stdout:\n      type: stdout\n",
+        "    stdout:\n      type: stdout\n    prom:\n      type: prometheus\n      options:\n"
+        f"        endpoints: [{{scheme: http, port: {metrics_port}, path: /metrics}}]\n")
+    config.write_text(text)
+    return Upstream(config, port, metrics_port)
+
+
+@dataclass
+class Relay:
+    daemon: Daemon
+    port: int
+
+    def open(self, path: str, headers: dict[str, str] | None = None,
+             timeout: float = 10.0) -> SseClient:
+        return SseClient(self.port, path, headers, timeout)
+
+
+TLS_CLIENT = """\
+  upstream_tls:
+    type: tls
+    kind: client
+    vault: upstream_trust
+    options: {options}
+    exit: upstream_tcp
+"""
+
+TRUST_VAULT = """\
+vaults:
+  upstream_trust:
+    type: filesystem
+    options:
+      trust: {{store: {store}, type: pkcs12, password: "${{{{env.KEYSTORE_PASSWORD}}}}"}}
+"""
+
+
+def relay_config(tmp: Path, upstream_port: int, relay_options: str = "{retry: 200}",
+                 http_options: str = "{}", tls_options: str | None = None,
+                 trust_store: Path | None = None) -> tuple[Path, int]:
+    """The relay's config on a free port: its sse client's options as YAML flow text, its http
+    client's, and - for an https upstream - a tls client's, trusting `trust_store`."""
+    port = free_port()
+    config = tmp / f"relay-{port}.yaml"
+    config.write_text(RELAY_CONFIG.format(
+        port=port, upstream=upstream_port, www=str(WWW), relay_options=relay_options,
+        http_options=http_options,
+        http_exit="upstream_tls" if tls_options is not None else "upstream_tcp",
+        tls=TLS_CLIENT.format(options=tls_options) if tls_options is not None else "",
+        vaults=TRUST_VAULT.format(store=trust_store) if trust_store is not None else ""))
+    return config, port
+
+
+def start_relay(tmp: Path, upstream_port: int, env: dict[str, str] | None = None,
+                **kw: str | Path | None) -> Relay:
+    config, port = relay_config(tmp, upstream_port, **kw)  # type: ignore[arg-type]
+    return Relay(start_daemon(config, env=env, wait_ports=[port]), port)
