@@ -6,8 +6,13 @@ CONFIG ?= etc/zilla.yaml
 # Reinstall whenever pyproject.toml changes.
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 # Debian programs the tests and benchmarks drive as real clients.
-DEBS   := curl openssl wrk nghttp2-client chromium default-jre-headless prometheus
+DEBS   := curl openssl wrk nghttp2-client chromium default-jre-headless prometheus haproxy
 PYTEST_ARGS ?=
+# The official AsyncAPI JSON Schemas (npm `@asyncapi/specs`), which the generated AsyncAPI
+# documents are validated against in the tests. Kept inside the venv folder (ignored, cleaned).
+ASYNCAPI_SPECS_VERSION := 6.11.1
+NODE_DIR      := $(VENV)/node
+ASYNCAPI_SPECS := $(NODE_DIR)/node_modules/@asyncapi/specs/schemas/3.0.0.json
 
 # `make test-compat`: the same suite in a second venv on the oldest Twisted pyproject.toml allows
 # (its `twisted[...]>=` floor, read from there so the two cannot disagree).
@@ -15,7 +20,7 @@ COMPAT        := .venv-compat
 TWISTED_FLOOR := $(shell sed -n 's/.*"twisted\[[a-z0-9,]*\]>=\([0-9.]*\).*/\1/p' pyproject.toml)
 COMPAT_STAMP  := $(COMPAT)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: run test test-compat bench setup system-deps check lint docs clean
+.PHONY: run test test-compat bench setup system-deps asyncapi-specs check lint docs clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -24,7 +29,7 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -q --upgrade pip
 	# Editable in "compat" mode puts the project folder on sys.path, which is how twistd
 	# finds twisted/plugins/ssekd_plugin.py.
-	$(BIN)/python -m pip install -q -e '.[dev,spark]' --config-settings editable_mode=compat
+	$(BIN)/python -m pip install -q -e '.[dev,spark,bench]' --config-settings editable_mode=compat
 	rm -f $(VENV)/.installed-*
 	touch $@
 
@@ -39,11 +44,24 @@ system-deps:
 	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q --no-install-recommends $$missing; \
 	fi
 
+# npm comes with Node.js from nodejs.org/NodeSource, and is Debian's own `npm` package otherwise.
+asyncapi-specs: $(ASYNCAPI_SPECS)
+
+$(ASYNCAPI_SPECS):
+	@command -v npm >/dev/null 2>&1 || { \
+	  echo "installing Debian package: npm"; \
+	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	  $$SUDO apt-get update -q && \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q --no-install-recommends npm; }
+	npm install --no-audit --no-fund --silent --prefix $(NODE_DIR) \
+	  @asyncapi/specs@$(ASYNCAPI_SPECS_VERSION)
+	test -f $@
+
 # Serve etc/zilla.yaml in the foreground: dev TLS key, dev broker and demo producer as needed.
 run: setup
 	$(BIN)/python -m ssekd.dev --dev-broker --dev-tokens --config $(CONFIG)
 
-test: setup system-deps
+test: setup system-deps asyncapi-specs
 	SPARK_LOCAL_IP=127.0.0.1 $(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 $(COMPAT)/bin/python:
@@ -52,7 +70,7 @@ $(COMPAT)/bin/python:
 $(COMPAT_STAMP): pyproject.toml | $(COMPAT)/bin/python
 	@test -n "$(TWISTED_FLOOR)" || { echo "no twisted>= floor found in pyproject.toml"; exit 1; }
 	$(COMPAT)/bin/python -m pip install -q --upgrade pip
-	$(COMPAT)/bin/python -m pip install -q -e '.[dev,spark]' 'twisted[tls,http2]==$(TWISTED_FLOOR)' \
+	$(COMPAT)/bin/python -m pip install -q -e '.[dev,spark,bench]' 'twisted[tls,http2]==$(TWISTED_FLOOR)' \
 	  --config-settings editable_mode=compat
 	rm -f $(COMPAT)/.installed-*
 	touch $@
@@ -61,14 +79,16 @@ $(COMPAT_STAMP): pyproject.toml | $(COMPAT)/bin/python
 # tests are left out (the spark/ jobs do not use Twisted), except test_serving: it serves the
 # jobs' output through the daemon. A -k expression matches markers and names alike, which lets
 # one run drop the marker but keep that file (-m alone cannot).
-test-compat: $(COMPAT_STAMP) system-deps
+test-compat: $(COMPAT_STAMP) system-deps asyncapi-specs
 	@$(COMPAT)/bin/python -c 'import twisted; print("Twisted", twisted.__version__)'
 	SPARK_LOCAL_IP=127.0.0.1 $(COMPAT)/bin/python -m pytest -q -p no:cacheprovider \
 	  -k 'not spark or test_serving' $(PYTEST_ARGS)
 
-# `make bench QUICK=1`: the short mode of the benchmarks that have one.
+# `make bench`: the quick versions (fan-out beside the baseline bridge, jwt guard, workers; a few
+# minutes); `make bench FULL=1`: every benchmark in full (fan-out to 10,000 clients, 1M-record
+# topic, 50,000 idle streams, ...).
 bench: setup system-deps
-	$(BIN)/python bench/run.py $(if $(QUICK),--quick)
+	FULL=$(FULL) $(BIN)/python bench/run.py $(if $(FULL),,--quick)
 
 check: setup
 	$(BIN)/ssekd check --config $(CONFIG)

@@ -39,6 +39,12 @@ def ensure_topic(bootstrap: str, topic: str, partitions: int = 3, timeout: float
             time.sleep(0.5)
 
 
+def reading(rng: random.Random, key: str, seq: int) -> dict[str, object]:
+    """One demo value; etc/schemas/events.json is its JSON Schema (etc/zilla.yaml checks it)."""
+    return {"key": key, "temperature": round(rng.uniform(15, 30), 1), "seq": seq,
+            "at": time.time()}
+
+
 def produce(bootstrap: str, topic: str, rate: float = 2.0, count: int | None = None,
             delete_every: int = 25, seed: int | None = None) -> int:
     """Write `count` records (forever when None) at `rate` per second; return how many."""
@@ -56,8 +62,7 @@ def produce(bootstrap: str, topic: str, rate: float = 2.0, count: int | None = N
             if delete_every and sent and sent % delete_every == 0:
                 producer.produce(topic, key=key.encode(), value=None)
             else:
-                value = {"key": key, "temperature": round(rng.uniform(15, 30), 1),
-                         "seq": sent, "at": time.time()}
+                value = reading(rng, key, sent)
                 producer.produce(topic, key=key.encode(), value=json.dumps(value).encode(),
                                  headers=[("etag", f"rev-{sent}".encode())])
             sent += 1

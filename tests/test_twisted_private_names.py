@@ -104,6 +104,7 @@ H2C_TESTS = "tests/bindings/http/test_h2c.py"
 H2_SEND = "tests/bindings/http/test_h2_send.py"
 SWITCH = "SwitchingChannelProtocol repeats Twisted's ALPN switch with our HTTP/2 class"
 LIMITS = "request limits (body size, header count, rapid reset) applied where bytes arrive"
+EAGER = "ssekd/bindings/sse/eager.py"
 BATCH = "BatchingH2Connection replaces H2Connection's data path (one write per reactor turn)"
 
 PRIVATE_NAMES: tuple[Use, ...] = (
@@ -204,6 +205,14 @@ PRIVATE_NAMES: tuple[Use, ...] = (
         f"{LIMITS}: and its path"),
     Use(f"{HTTP}:HTTPChannel._networkProducer", Kind.ATTRIBUTE, (H2PY,),
         f"{SWITCH}: the transport's producer slot, handed from HTTP/1.1 to HTTP/2"),
+    # -- twisted.internet.abstract: a TCP connection's write buffer ---------------------------
+    Use("twisted.internet.abstract:FileDescriptor._tempDataLen", Kind.ATTRIBUTE, (EAGER,),
+        "bytes written but not yet moved to the send buffer: a stream sends at once only when "
+        "this and the buffer are empty, so its bytes never overtake queued ones",
+        read_by=("twisted.internet.abstract",)),
+    Use("twisted.internet.abstract:FileDescriptor._writeDisconnected", Kind.ATTRIBUTE, (EAGER,),
+        "true once the write side is closed: nothing may be sent past Twisted then",
+        read_by=("twisted.internet.abstract",)),
     # -- twisted.internet.base: what twistd reads to re-raise the stopping signal -------------
     Use("twisted.internet.base:ReactorBase._exitSignal", Kind.ATTRIBUTE, ("ssekd/tap.py",),
         "cleared after an orderly SIGTERM stop so that twistd exits 0, not -15",
@@ -230,7 +239,13 @@ def _generic_channel() -> Any:
 
 
 #: A fresh instance of an owner class, for attributes Twisted sets per instance (on a clock).
+def _file_descriptor() -> Any:
+    from twisted.internet.abstract import FileDescriptor
+    return FileDescriptor(MemoryReactorClock())
+
+
 SAMPLES: dict[str, Callable[[], Any]] = {
+    "twisted.internet.abstract:FileDescriptor": _file_descriptor,
     f"{H2}:H2Connection": _h2_connection,
     f"{HTTP}:HTTPChannel": _http_channel,
     f"{HTTP}:_GenericHTTPChannelProtocol": _generic_channel,

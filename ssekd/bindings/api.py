@@ -16,7 +16,7 @@ config loader can import it without an import circle.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
@@ -27,6 +27,7 @@ from twisted.web.server import Request
 from ssekd.config.errors import ConfigIssue
 from ssekd.config.model import Binding, Config
 from ssekd.config.model import Guard as GuardConfig
+from ssekd.health import Check, Health
 from ssekd.telemetry.events import EventLog
 from ssekd.telemetry.metrics import Metrics
 
@@ -52,8 +53,10 @@ class Role(enum.Enum):
     #: the connection to the Kafka cluster that caches consume through (kafka client):
     #: `KafkaClientBinding`
     KAFKA_CLIENT = "kafka client"
-    #: an outbound connection's settings (tcp client): validated, no behaviour of its own
+    #: opens outbound connections (tcp client, tls client): `Connector`
     OUTBOUND = "outbound"
+    #: sends requests to one upstream HTTP server (http client): `HttpClientBinding`
+    HTTP_CLIENT = "http client"
 
     def __str__(self) -> str:
         return self.value
@@ -115,6 +118,15 @@ class BuildContext(Protocol):
         """The runtime of guard `name` (under `guards`), built once; the config loader has
         already checked that every guard a binding names exists."""
 
+    @property
+    def health(self) -> Health:
+        """The process's liveness and readiness, for bindings that answer health probes."""
+
+    @property
+    def catalogs(self) -> Mapping[str, Any]:
+        """The config's schema catalogs (`catalogs.<name>`), built once per config: each an
+        `ssekd.catalogs.catalog.Catalog` (typed loosely so that this contract stays a leaf)."""
+
 
 @dataclass(frozen=True)
 class KindSpec:
@@ -134,7 +146,7 @@ class KindSpec:
     #: Does the binding take a `vault`?
     vault: bool = False
     #: A few words on where a binding of this kind listens or connects, from its options, for
-    #: `ssekd check`'s graph (e.g. `0.0.0.0:7114`); None when there is nothing to say.
+    #: `ssekd check`'s graph (e.g. `0.0.0.0:7114`); None (or "") when there is nothing to say.
     summary: Callable[[Mapping[str, Any]], str] | None = None
     #: The (host, port) servers a binding of this kind connects to, from its options: `make run`
     #: starts the development broker on the local ones where nothing listens. None: no servers.
@@ -323,6 +335,14 @@ class HttpContext:
 
 
 @runtime_checkable
+class ReadinessSource(Protocol):
+    """A runtime that can keep the daemon out of a load balancer's rotation until it can serve
+    (a Kafka cache loading its bootstrap topics); the engine asks every one in the graph."""
+
+    def readiness(self) -> Iterable[Check]: ...
+
+
+@runtime_checkable
 class TemporaryRefusals(Protocol):
     """An http exit that answers temporary refusals its own way (an SSE stream: a `200` that
     ends at once with `retry:`, so the browser comes back instead of giving up on a `503`).
@@ -406,6 +426,24 @@ class TryLater:
     retry_after: float | None = None
 
 
+def refuse_unauthorized(request: StreamRequest, binding: str,
+                        guarded: Mapping[str, Collection[str]],
+                        guards: Mapping[str, Guard]) -> int | TryLater | None:
+    """How a stream source refuses a request its route's `guarded` does not admit: `401` or
+    `403`, or `TryLater` while a guard cannot check tokens yet (its keys not fetched); None
+    when the request may open. Each refusal is reported once, to its guard's events."""
+    context = request.context or HttpContext(binding)
+    denied = context.authorize(guarded)
+    if denied is None:
+        return None
+    guard, refusal = denied
+    if not refusal.reported and guard in guards:
+        guards[guard].report(f"{request.describe}: {refusal.reason}")
+    if refusal.status == 503:
+        return TryLater(refusal.reason, refusal.retry_after)
+    return refusal.status
+
+
 @runtime_checkable
 class StreamSource(Protocol):
     """Role STREAM_SOURCE: opens event streams for the sse binding (sse-kafka)."""
@@ -454,6 +492,41 @@ class KafkaClientBinding(Protocol):
               max_bytes: int) -> Any: ...
 
 
+# -- outbound -------------------------------------------------------------------------------------
+
+
+@runtime_checkable
+class Connector(Protocol):
+    """Role OUTBOUND: where and how an outbound connection is made (tcp client, tls client)."""
+
+    @property
+    def address(self) -> tuple[str, int] | None:
+        """The (host, port) it connects to (a tcp client's `options.host` and `port`), or None
+        when the binding using it says where (a kafka client's `servers`)."""
+
+    @property
+    def secure(self) -> bool:
+        """Whether connections are wrapped in TLS (a tls client in front of the tcp client)."""
+
+    def endpoint(self) -> Any:
+        """A Twisted `IStreamClientEndpoint` to `address`; connecting never blocks the reactor.
+        Raises `ValueError` when there is no `address`."""
+
+
+@runtime_checkable
+class HttpClientBinding(Protocol):
+    """Role HTTP_CLIENT: sends requests to one upstream HTTP server (http client)."""
+
+    @property
+    def origin(self) -> str:
+        """`scheme://host:port` of the upstream, for events and `Host`."""
+
+    def get(self, target: str, headers: Mapping[str, str]) -> Deferred[Any]:
+        """`GET target` (path and query) upstream with `headers` (after the binding's own
+        `overrides`). Fires with Twisted's `IResponse` once the response headers are in, or
+        fails; cancelling it before then aborts the connection."""
+
+
 #: The protocol each role's runtime object provides, checked when a binding is built.
 ROLE_PROTOCOLS: Mapping[Role, type] = {
     Role.LISTENER: ListenerBinding,
@@ -463,5 +536,6 @@ ROLE_PROTOCOLS: Mapping[Role, type] = {
     Role.FILES: FileServing,
     Role.KAFKA_CACHE: KafkaCache,
     Role.KAFKA_CLIENT: KafkaClientBinding,
-    Role.OUTBOUND: object,
+    Role.OUTBOUND: Connector,
+    Role.HTTP_CLIENT: HttpClientBinding,
 }

@@ -80,6 +80,16 @@ class Telemetry:
 
 
 @dataclass(frozen=True)
+class EngineOptions:
+    """`engine` (an ssekd addition): how the process runs, not what it serves."""
+
+    #: Worker processes sharing the listening sockets; 0 stands for `auto` (one per core).
+    workers: int = 1
+    #: Seconds between SIGTERM (readiness turns 503) and the end of the streams.
+    drain: float = 0.0
+
+
+@dataclass(frozen=True)
 class Config:
     """A whole zilla.yaml. `file` is where it was read; relative paths resolve from its folder."""
 
@@ -90,6 +100,7 @@ class Config:
     guards: Mapping[str, Guard] = field(default_factory=dict)
     catalogs: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     telemetry: Telemetry = field(default_factory=Telemetry)
+    engine: EngineOptions = field(default_factory=EngineOptions)
     #: The parsed file, for the line numbers of errors found after loading (not compared).
     document: Any = field(default=None, compare=False, repr=False)
 
@@ -142,6 +153,10 @@ def build_model(file: Path, data: Mapping[str, Any], document: Any = None) -> Co
         exporters={n: Exporter(n, e["type"], e.get("options", {}))
                    for n, e in tel.get("exporters", {}).items()},
     )
+    eng = data.get("engine", {})
+    workers = eng.get("workers", 1)
+    engine = EngineOptions(workers=0 if workers == "auto" else int(workers),
+                           drain=float(eng.get("drain", 0.0)))
     return Config(file=file, namespace=data.get("name", DEFAULT_NAMESPACE), bindings=bindings,
                   vaults=vaults, guards=guards, catalogs=data.get("catalogs", {}),
-                  telemetry=telemetry, document=document)
+                  telemetry=telemetry, engine=engine, document=document)

@@ -71,6 +71,26 @@ KAFKA = """\
 """
 
 
+RELAY = """\
+  sse0:
+    type: sse
+    kind: server
+    exit: relay
+  relay:
+    type: sse
+    kind: client
+    exit: up_http
+  up_http:
+    type: http
+    kind: client
+    exit: up_tcp
+  up_tcp:
+    type: tcp
+    kind: client
+    options: {host: 127.0.0.1, port: 9}
+"""
+
+
 def check(tmp_path: Path, text: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
     config = tmp_path / "zilla.yaml"
     config.write_text(text)
@@ -85,8 +105,6 @@ def line_of(text: str, needle: str) -> int:
 
 REFUSED: list[tuple[str, str, str, str, str]] = [
     # (case, config text, the line's needle, path in the message, what the message says)
-    ("catalogs", BASE + "catalogs:\n  cat0:\n    type: inline\n    options: {subjects: {}}\n",
-     "cat0:", "catalogs.cat0", "catalogs are not supported yet"),
     ("sse-kafka-exit", BASE + KAFKA.replace("    routes:\n      - when", "    exit: cc\n    "
                                             "routes:\n      - when"),
      "exit: cc", "bindings.sk.exit", "binding-level exit is never used"),
@@ -103,15 +121,66 @@ REFUSED: list[tuple[str, str, str, str, str]] = [
                                    "[{authority: example.com}]\n        exit: http0\n"),
      "authority: example.com", "bindings.tcp0.routes[0].when[0].authority",
      "tcp routes cannot match authority"),
-    ("tcp-client-options", BASE + "  out:\n    type: tcp\n    kind: client\n"
-                                  "    options: {host: kafka, port: 9092}\n",
-     "options: {host: kafka", "bindings.out.options.host", "a tcp client has no options"),
+    ("tcp-client-address-under-kafka",
+     BASE + KAFKA + "    exit: out\n  out:\n    type: tcp\n    kind: client\n"
+                    "    options: {host: kafka, port: 9092}\n",
+     "options: {host: kafka", "bindings.out.options",
+     "options.host and port on the exit of kafka client 'kc' would be ignored"),
     ("tcp-client-routes", BASE + "  out:\n    type: tcp\n    kind: client\n    routes:\n"
                                  "      - when: [{cidr: 10.0.0.0/8}]\n",
-     "routes:", "bindings.out.routes", "a tcp client has no options or routes"),
+     "routes:", "bindings.out.routes", "a tcp client has no routes"),
+    ("tcp-client-host-without-port", BASE + "  out:\n    type: tcp\n    kind: client\n"
+                                            "    options: {host: upstream}\n",
+     "options: {host: upstream}", "bindings.out.options", "expected `port` beside `host`"),
+    ("sse-client-requests", BASE + RELAY.replace("    kind: client\n    exit: up_http\n",
+                                                 "    kind: client\n    exit: up_http\n"
+                                                 "    options: {requests: [{path: /x}]}\n"),
+     "requests: [{path: /x}]", "bindings.relay.options.requests",
+     "request validation is not supported"),
+    ("http-client-h2", BASE + RELAY.replace("    exit: up_tcp\n",
+                                            "    exit: up_tcp\n    options: {versions: [h2]}\n"),
+     "versions: [h2]", "bindings.up_http.options.versions[0]", "HTTP/1.1 only"),
+    ("http-client-path-override",
+     BASE + RELAY.replace("    exit: up_tcp\n",
+                          "    exit: up_tcp\n    options: {overrides: {':path': /x}}\n"),
+     "overrides: {':path'", "bindings.up_http.options.overrides.:path",
+     "expected `:authority` or a header name"),
+    ("tls-client-trust-and-cacerts",
+     BASE + RELAY.replace("    exit: up_tcp\n", "    exit: up_tls\n  up_tls:\n    type: tls\n"
+                          "    kind: client\n    options: {trust: [ca], trustcacerts: true}\n"
+                          "    exit: up_tcp\n", 1),
+     "trustcacerts: true", "bindings.up_tls.options.trustcacerts",
+     "expected either `trust` or `trustcacerts: true`"),
+    ("kafka-exit-tls",
+     BASE + KAFKA + "    exit: out_tls\n  out_tls:\n    type: tls\n    kind: client\n"
+                    "    options: {trustcacerts: true}\n    exit: out\n  out:\n    type: tcp\n"
+                    "    kind: client\n    options: {host: kafka, port: 9093}\n",
+     "  out_tls:", "bindings.out_tls", "a tls client on the exit of kafka client 'kc'"),
     ("stdout-interval", BASE + "telemetry:\n  exporters:\n    out:\n      type: stdout\n"
                                "      options: {interval: 30}\n",
      "options: {interval: 30}", "telemetry.exporters.out.options", "interval"),
+    ("otlp-endpoint", BASE + "telemetry:\n  exporters:\n    o:\n      type: otlp\n"
+                             "      options: {interval: 5}\n",
+     "options: {interval: 5}", "telemetry.exporters.o.options", "endpoint is required"),
+    ("otlp-location", BASE + "telemetry:\n  exporters:\n    o:\n      type: otlp\n      options:\n"
+                      "        endpoint: {location: collector:4318}\n",
+     "endpoint: {location", "telemetry.exporters.o.options.endpoint.location",
+     "expected a URL such as http://otel-collector:4318"),
+    ("otlp-signals", BASE + "telemetry:\n  exporters:\n    o:\n      type: otlp\n      options:\n"
+                     "        signals: [traces]\n        endpoint: {location: http://c:4318}\n",
+     "signals: [traces]", "telemetry.exporters.o.options.signals[0]", "'metrics', 'logs'"),
+    ("otlp-interval", BASE + "telemetry:\n  exporters:\n    o:\n      type: otlp\n      options:\n"
+                      "        interval: 0\n        endpoint: {location: http://c:4318}\n",
+     "interval: 0", "telemetry.exporters.o.options.interval", "minimum of 0"),
+    ("otlp-protocol", BASE + "telemetry:\n  exporters:\n    o:\n      type: otlp\n      options:\n"
+                      "        endpoint: {protocol: grpc, location: http://c:4318}\n",
+     "endpoint: {protocol", "telemetry.exporters.o.options.endpoint.protocol",
+     "expected 'http', got 'grpc'"),
+    ("otlp-overrides", BASE + "telemetry:\n  exporters:\n    o:\n      type: otlp\n      options:\n"
+                       "        endpoint:\n          location: http://c:4318\n"
+                       "          overrides: {traces: /v1/traces}\n",
+     "overrides: {traces", "telemetry.exporters.o.options.endpoint.overrides.traces",
+     "expected one of: logs, metrics"),
     ("unknown-metric", BASE + "telemetry:\n  metrics: [stream.*, strem.active.sent]\n",
      "metrics: [stream.*", "telemetry.metrics[1]", "'strem.active.sent' matches no metric"),
     ("unknown-binding-metric", BASE.replace("    kind: server\n    exit: files_map\n",

@@ -33,16 +33,35 @@ TELEMETRY = "config/test_honesty.py::test_telemetry_metrics_attributes_and_per_b
 SIGNERS = "config/test_honesty.py::test_tls_signers_serve_the_keys_they_issued"
 SASL = "config/test_honesty.py::test_kafka_sasl_reaches_librdkafka"
 FILTERS = "bindings/sse_kafka/test_routes_filters.py"
+OTLP = "telemetry/test_otlp.py::test_receiver_gets_stream_metrics_and_events_as_log_records"
+OTLP_DOWN = "telemetry/test_otlp.py::" \
+            "test_collector_down_streaming_goes_on_one_failure_event_per_interval"
+OTLP_SIGNALS = "telemetry/test_otlp.py::" \
+               "test_signals_and_per_signal_paths_and_a_reload_that_changes_them"
 H2 = "reliability/test_h2_limits.py"
 LIMITS = "reliability/test_connections.py::test_connections_over_the_limits_are_closed_at_once"
+#: The sse client and the http/tcp/tls clients it reaches its upstream through.
+RELAY = "bindings/sse/test_sse_client.py::test_500_streams_get_every_event_once_over_one_upstream_stream"
+UPSTREAMS = "bindings/sse/test_sse_client_upstreams.py"
+BAD_UPSTREAMS = f"{UPSTREAMS}::test_bad_upstreams_are_events_and_bounded_retries_while_a_good_one_streams_on"
+HTTPS_UPSTREAM = f"{UPSTREAMS}::test_https_upstream_needs_a_trusted_certificate_for_the_name"
 STREAMS = "reliability/test_slow_clients.py::" \
           "test_on_the_wire_streams_beyond_the_limit_retry_and_silent_streams_are_reset"
+
+MODELS = "e2e/test_models.py::test_json_model_every_stream_gets_the_valid_900_and_resumes_exactly"
+AVRO = "e2e/test_models_browser.py::test_avro_from_registry_arrives_in_the_browser_as_json"
+REGISTRY_DOWN = "e2e/test_models.py::test_registry_down_at_start_refuses_streams_for_now_then_recovers"
+CATALOG_ERRORS = "catalogs/test_catalog_config.py::" \
+                 "test_bad_catalogs_and_models_are_config_errors_with_file_and_line"
+CATALOG_UNITS = "catalogs/test_models.py::test_catalog_options_from_the_config"
+KEY_MODEL = "catalogs/test_models.py::test_key_model_checks_keys_and_leaves_them_as_they_are"
+TTL = "catalogs/test_models.py::test_unknown_id_is_invalid_and_latest_follows_after_cache_ttl"
 
 COVERAGE: dict[str, str] = {
     "name": "telemetry/test_events.py::test_a_config_error_at_start_is_an_event",
     "vaults": f"{TLS}::test_seed_config_sni_and_alpn",
     "guards": JWT,
-    "catalogs": f"{REFUSED}[catalogs]",
+    "catalogs": MODELS,
     "bindings": SITE,
     "telemetry": "telemetry/test_prometheus_server.py::"
                  "test_fifty_streams_counted_then_gone_and_bytes_match",
@@ -66,8 +85,8 @@ COVERAGE: dict[str, str] = {
     "bindings.tcp/server.routes[].when[].port": f"{TLS}::test_curl_http2_and_http11_over_tls_and_h2c",
     "bindings.tcp/server.routes[].when[].cidr": "config/test_honesty.py::test_tcp_route_by_cidr",
     "bindings.tcp/server.routes[].when[].authority": f"{REFUSED}[tcp-authority]",
-    "bindings.tcp/client.options.host": f"{REFUSED}[tcp-client-options]",
-    "bindings.tcp/client.options.port": f"{REFUSED}[tcp-client-options]",
+    "bindings.tcp/client.options.host": RELAY,
+    "bindings.tcp/client.options.port": RELAY,
     "bindings.tcp/client.routes[].when[].port": f"{REFUSED}[tcp-client-routes]",
     "bindings.tcp/client.routes[].when[].cidr": f"{REFUSED}[tcp-client-routes]",
     "bindings.tcp/client.routes[].when[].authority": f"{REFUSED}[tcp-client-routes]",
@@ -128,6 +147,20 @@ COVERAGE: dict[str, str] = {
     "bindings.sse/server.options.limits.max-lag":
         "reliability/test_slow_clients.py::"
         "test_a_stream_paused_for_max_lag_is_reset_and_one_that_resumes_is_not",
+    "bindings.sse/client.options.retry": BAD_UPSTREAMS,
+    "bindings.sse/client.options.requests": f"{REFUSED}[sse-client-requests]",
+    "bindings.sse/client.options.history":
+        "bindings/sse/test_sse_client.py::test_a_stream_reconnecting_with_an_id_resumes_from_the_ring",
+    "bindings.sse/client.options.history-bytes": BAD_UPSTREAMS,
+    "bindings.sse/client.options.idle-timeout": BAD_UPSTREAMS,
+    "bindings.sse/client.options.max-upstreams": BAD_UPSTREAMS,
+    "bindings.sse/client.routes[].when[].path": f"{UPSTREAMS}::test_a_path_no_route_matches_is_404",
+    "bindings.http/client.options.versions": f"{REFUSED}[http-client-h2]",
+    "bindings.http/client.options.overrides": BAD_UPSTREAMS,
+    "bindings.tls/client.options.trust": HTTPS_UPSTREAM,
+    "bindings.tls/client.options.trustcacerts": HTTPS_UPSTREAM,
+    "bindings.tls/client.options.sni": HTTPS_UPSTREAM,
+    "bindings.tls/client.options.alpn": HTTPS_UPSTREAM,
     "bindings.sse/server.options.retry": "e2e/test_lifecycle.py::test_keepalive_and_retry",
     "bindings.sse/server.options.max-idle-time": "e2e/test_lifecycle.py::test_keepalive_and_retry",
     "bindings.sse-kafka/proxy.options.internal-topics":
@@ -205,8 +238,48 @@ COVERAGE: dict[str, str] = {
     "telemetry.exporters.<name>.options.endpoints[].port (prometheus)": TELEMETRY,
     "telemetry.exporters.<name>.options.endpoints[].path (prometheus)": TELEMETRY,
     "telemetry.exporters.<name>.options (stdout)": f"{REFUSED}[stdout-interval]",
-    "catalogs.*.type": f"{REFUSED}[catalogs]",
-    "catalogs.*.options": f"{REFUSED}[catalogs]",
+    "engine": "e2e/test_workers.py::test_one_scrape_sums_the_workers",
+    "bindings.http/server.options.health":
+        "e2e/test_health.py::test_readiness_is_503_while_the_broker_is_down_and_200_once_"
+        "bootstrap_is_loaded",
+    "bindings.http/server.options.health.liveness":
+        "bindings/http/test_health.py::test_probes_on_the_configured_paths_before_routing",
+    "bindings.http/server.options.health.readiness":
+        "bindings/http/test_health.py::test_probes_on_the_configured_paths_before_routing",
+    "catalogs.*.type": MODELS,
+    "catalogs.*.options": MODELS,
+    "catalogs.*.options (inline)": MODELS,
+    "catalogs.*.options.subjects (inline)": MODELS,
+    "catalogs.*.options.subjects.<name>.schema (inline)": MODELS,
+    "catalogs.*.options.subjects.<name>.version (inline)": CATALOG_UNITS,
+    "catalogs.*.options (filesystem)": CATALOG_UNITS,
+    "catalogs.*.options.subjects (filesystem)": CATALOG_UNITS,
+    "catalogs.*.options.subjects.<name>.path (filesystem)": f"{CATALOG_ERRORS}[missing-schema-file]",
+    "catalogs.*.options.subjects.<name>.version (filesystem)": CATALOG_UNITS,
+    "catalogs.*.options (schema-registry)": REGISTRY_DOWN,
+    "catalogs.*.options.url (schema-registry)": AVRO,
+    "catalogs.*.options.context (schema-registry)": CATALOG_UNITS,
+    "catalogs.*.options.cache-ttl (schema-registry)": TTL,
+    "catalogs.*.options.max-age (schema-registry)": CATALOG_UNITS,
+    "bindings.kafka/cache_server.options.topics[].value": MODELS,
+    "bindings.kafka/cache_server.options.topics[].value.model": MODELS,
+    "bindings.kafka/cache_server.options.topics[].value.view": AVRO,
+    "bindings.kafka/cache_server.options.topics[].value.catalog": MODELS,
+    "bindings.kafka/cache_server.options.topics[].key": KEY_MODEL,
+    "bindings.kafka/cache_server.options.topics[].key.model": KEY_MODEL,
+    "bindings.kafka/cache_server.options.topics[].key.view": KEY_MODEL,
+    "bindings.kafka/cache_server.options.topics[].key.catalog": KEY_MODEL,
+    "bindings.http/server.options.asyncapi": MODELS,
+    "bindings.http/server.options.asyncapi.path": MODELS,
+    "telemetry.exporters.<name>.options (otlp)": OTLP,
+    "telemetry.exporters.<name>.options.interval (otlp)": OTLP_DOWN,
+    "telemetry.exporters.<name>.options.signals (otlp)": OTLP_SIGNALS,
+    "telemetry.exporters.<name>.options.endpoint (otlp)": OTLP,
+    "telemetry.exporters.<name>.options.endpoint.protocol (otlp)": OTLP,
+    "telemetry.exporters.<name>.options.endpoint.location (otlp)": OTLP,
+    "telemetry.exporters.<name>.options.endpoint.overrides (otlp)": OTLP_SIGNALS,
+    "telemetry.exporters.<name>.options.endpoint.overrides.metrics (otlp)": OTLP_SIGNALS,
+    "telemetry.exporters.<name>.options.endpoint.overrides.logs (otlp)": OTLP_SIGNALS,
 }
 
 

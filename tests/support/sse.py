@@ -33,6 +33,8 @@ class SseClient:
         self._raw = b""  # bytes from the socket not yet de-chunked
         self._body = b""  # de-chunked body not yet parsed into lines
         self.comments = 0
+        #: the text of each comment line, in order
+        self.comment_lines: list[str] = []
         self.retry: int | None = None
         self.ended = False
         deadline = time.monotonic() + timeout
@@ -46,7 +48,9 @@ class SseClient:
         for h in header_lines:
             name, _, value = h.partition(":")
             self.headers[name.strip()] = value.strip()
-        self.chunked = self.headers.get("Transfer-Encoding", "").lower() == "chunked"
+        # header names are case-insensitive (uvicorn sends them in lower case)
+        self.chunked = any(k.lower() == "transfer-encoding" and v.lower() == "chunked"
+                           for k, v in self.headers.items())
 
     def _recv(self, deadline: float) -> bool:
         """Read more from the socket; False on timeout or end of stream."""
@@ -118,6 +122,7 @@ class SseClient:
                 continue
             if line.startswith(":"):
                 self.comments += 1
+                self.comment_lines.append(line[1:].strip())
                 continue
             name, _, value = line.partition(":")
             if name == "data":

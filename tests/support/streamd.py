@@ -12,21 +12,9 @@ from ssekd.broker import free_port
 from tests.support.daemon import Daemon, start_daemon
 from tests.support.sse import SseClient
 
-CONFIG = """\
-name: test
-bindings:
-  tcp:
-    type: tcp
-    kind: server
-    options: {{host: 127.0.0.1, port: {port}}}
-    exit: http
-  http:
-    type: http
-    kind: server
-    routes:
-      - when: [{{headers: {{":path": "/www/*"}}}}]
-        exit: files_map
-    exit: sse
+#: The bindings that serve `/www/*` from the folder `{www}`: a fragment of the config templates
+#: here and in the other daemon helpers, escaped for `str.format` as they are.
+WWW_FILES = """\
   files_map:
     type: http-filesystem
     kind: proxy
@@ -38,7 +26,24 @@ bindings:
     type: filesystem
     kind: server
     options: {{location: {www}}}
-  sse:
+"""
+
+CONFIG = """\
+name: test
+bindings:
+  tcp:
+    type: tcp
+    kind: server
+    options: {{host: 127.0.0.1, port: {port}}}
+    exit: http
+  http:
+    type: http
+    kind: server{http_options}
+    routes:
+      - when: [{{headers: {{":path": "/www/*"}}}}]
+        exit: files_map
+    exit: sse
+""" + WWW_FILES + """  sse:
     type: sse
     kind: server
     options: {{max-idle-time: {idle}{retry}}}
@@ -89,7 +94,7 @@ bindings:
     type: kafka
     kind: cache_server
     options:
-      cache: {{max-messages: {max_messages}, max-bytes: {max_bytes}}}
+      cache: {{max-messages: {max_messages}, max-bytes: {max_bytes}}}{bootstrap_topics}
     exit: kafka_client
   tiny_cache_client:
     type: kafka
@@ -126,8 +131,8 @@ bindings:
 telemetry:
   exporters:
     stdout:
-      type: stdout
-"""
+      type: stdout{prometheus}
+{engine}"""
 
 WWW = Path(__file__).resolve().parents[2] / "www"
 
@@ -157,12 +162,23 @@ class Streamd:
 
 def write_config(tmp: Path, bootstrap: str, port: int, idle: float = 15, retry: int | None = None,
                  max_messages: int = 100000, max_bytes: int = 64 * 1024 * 1024,
-                 live_topics: tuple[str, ...] = (), kafka_port_env: bool = False) -> Path:
+                 live_topics: tuple[str, ...] = (), kafka_port_env: bool = False,
+                 health: bool = False, prometheus_port: int | None = None,
+                 engine: str = "", bootstrap_topics: tuple[str, ...] = ()) -> Path:
+    """`health` adds the http binding's health endpoints (default paths), `prometheus_port` a
+    prometheus exporter, `engine` the `engine` section (YAML flow mapping such as
+    `{workers: 2, drain: 3}`), `bootstrap_topics` the cache's bootstrap list."""
     live = ", ".join(f"{{name: {t}, defaultOffset: live}}" for t in live_topics)
-    text = CONFIG.format(port=port, www=str(WWW), idle=idle,
+    boot = f"\n      bootstrap: [{', '.join(bootstrap_topics)}]" if bootstrap_topics else ""
+    text = CONFIG.format(bootstrap_topics=boot, port=port, www=str(WWW), idle=idle,
                          retry=f", retry: {retry}" if retry is not None else "",
                          bootstrap=bootstrap, max_messages=max_messages, max_bytes=max_bytes,
-                         live_topics=live)
+                         live_topics=live,
+                         http_options="\n    options: {health: {}}" if health else "",
+                         prometheus=(f"\n    prometheus:\n      type: prometheus\n"
+                                     f"      options: {{endpoints: [{{port: {prometheus_port}}}]}}"
+                                     if prometheus_port else ""),
+                         engine=f"engine: {engine}\n" if engine else "")
     path = tmp / f"zilla-{port}.yaml"
     path.write_text(text)
     return path
