@@ -151,11 +151,18 @@ class DrainOnTerm(Service):
     when the balancers have moved on. A second SIGTERM stops at once. Without drain, SIGTERM
     stops at once as always.
 
-    Installed once the reactor runs: Twisted installs its own SIGTERM handler as it starts."""
+    Installed before the engine opens its ports (a SIGTERM between listening and `reactor.run`
+    would otherwise kill the process with -15, leaving no ENGINE_STOPPED), and again once the
+    reactor runs: Twisted installs its own SIGTERM handler as it starts. `callFromThread` queues
+    the stop until the reactor turns."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.stopping: Any = None
+
+    def privilegedStartService(self) -> None:
+        super().privilegedStartService()
+        self._install()
 
     def startService(self) -> None:
         super().startService()
@@ -223,6 +230,8 @@ def makeService(options: Options | dict[str, Any], reactor: Any = None,
             WatchConfig(supervisor, float(options.get("watch-interval", 1.0))
                         ).setServiceParent(top)
         return top
+    if whole_process:
+        DrainOnTerm(engine).setServiceParent(top)  # first: its handler is in place before ports
     engine.setServiceParent(top)
     if options.get("metrics-socket"):
         page = prometheus.site(engine.metrics, prometheus.Endpoint("", 0, "/metrics"), reactor)
@@ -234,7 +243,6 @@ def makeService(options: Options | dict[str, Any], reactor: Any = None,
         # (measured: ~30 ms of each full collection's pause on this project's machine)
         gc.freeze()
         ReloadOnSignal(engine).setServiceParent(top)
-        DrainOnTerm(engine).setServiceParent(top)
         ExitCleanlyOnTerm(engine.reactor).setServiceParent(top)
     if options.get("watch"):
         WatchConfig(engine, float(options.get("watch-interval", 1.0))).setServiceParent(top)

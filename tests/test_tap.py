@@ -6,6 +6,8 @@ once), and without a drain time at once."""
 from __future__ import annotations
 
 import os
+import signal
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -176,3 +178,23 @@ def test_a_second_sigterm_or_no_drain_time_stops_at_once() -> None:
     drain, clock, health = drainer(0.0)
     drain.terminate()
     assert clock.hasStopped and not health.draining
+
+
+def test_a_sigterm_before_the_reactor_runs_is_queued_not_fatal() -> None:
+    """twistd opens the ports before `reactor.run` installs Twisted's handlers: a SIGTERM in
+    that gap killed the daemon with -15 (no ENGINE_STOPPED). The handler is in place from
+    privilegedStartService on, and it only queues the stop for the reactor's first turn."""
+    drain, clock, _ = drainer(0.0)
+    queued: list[Callable[[], None]] = []
+    clock.callFromThread = lambda f, *args: queued.append(f)  # type: ignore[method-assign]
+    unhandled: list[int] = []  # stands for the default action (death), which would end pytest
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: unhandled.append(signum))
+    try:
+        drain.privilegedStartService()
+        os.kill(os.getpid(), signal.SIGTERM)  # the handler runs in this thread, before the next line
+        assert queued == [drain.terminate] and not unhandled
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert not clock.hasStopped
+    queued[0]()
+    assert clock.hasStopped
