@@ -28,6 +28,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from twisted.internet.interfaces import IPushProducer
+from twisted.web.http_headers import Headers
 from twisted.web.server import Request
 from zope.interface import implementer
 
@@ -105,6 +106,7 @@ class SseStream:
         if getattr(self.request, "chunked", False) and transport is not None:
             self._transport = transport
             self._eager = eager(transport)
+        _forget_headers(self.request)
         self.last_write = self.server.clock.seconds()
         self._arm(self.server.max_idle)
         if self._lease is not None:
@@ -264,3 +266,16 @@ class SseStream:
             transport.abortConnection()
         else:  # HTTP/2 (no transport per request): RST_STREAM this stream only
             request.channel.abortConnection()
+
+
+def _forget_headers(request: Any) -> None:
+    """Drop the request's and the response's header tables once the response has started.
+
+    Everything that reads a stream's request headers (routing, CORS, credentials, the last
+    event id, metrics) has read them by now, and the response's went out with the first write,
+    but Twisted keeps both for the life of the request: about 1 KB per stream for the benchmark's
+    bare client, more for a browser's dozen headers and cookies - an eighth of what an idle stream
+    costs. They are public attributes of the request; empty tables take their place."""
+    if getattr(request, "startedWriting", False):
+        request.requestHeaders = Headers()
+        request.responseHeaders = Headers()
