@@ -60,12 +60,7 @@ class MetricsPage(Resource):
 
     def render(self, request: Request) -> bytes:
         req: Any = request  # twisted.web is untyped for mypy
-        if req.path != self.path:
-            req.setResponseCode(http.NOT_FOUND)
-            return b""
-        if req.method not in (b"GET", b"HEAD"):
-            req.setResponseCode(http.NOT_ALLOWED)
-            req.setHeader(b"Allow", b"GET, HEAD")
+        if refused(req, self.path):
             return b""
         accept = req.getHeader(b"accept")
         encode, content_type = choose_encoder(accept.decode("latin-1") if accept else "")
@@ -73,6 +68,19 @@ class MetricsPage(Resource):
         req.setHeader(b"Content-Type", content_type.encode("latin-1"))
         req.setHeader(b"Cache-Control", b"no-store")
         return body
+
+
+def refused(req: Any, path: bytes) -> bool:
+    """Answer a request for another path (`404`) or with a method other than GET and HEAD
+    (`405`): True when the metrics page must not be served."""
+    if req.path != path:
+        req.setResponseCode(http.NOT_FOUND)
+        return True
+    if req.method not in (b"GET", b"HEAD"):
+        req.setResponseCode(http.NOT_ALLOWED)
+        req.setHeader(b"Allow", b"GET, HEAD")
+        return True
+    return False
 
 
 class ExporterSite(Site):

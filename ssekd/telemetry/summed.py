@@ -31,6 +31,8 @@ from twisted.web.client import Agent, readBody
 from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET, Request
 
+from ssekd.telemetry.prometheus import refused
+
 #: Samples that are points in time or limits, where a sum means nothing: the earliest is kept.
 EARLIEST = ("process_start_time_seconds", "process_max_fds")
 #: Seconds a worker has to answer the parent before its page is left out of a scrape.
@@ -107,12 +109,7 @@ class SummedPage(Resource):
 
     def render(self, request: Request) -> bytes | int:
         req: Any = request  # twisted.web is untyped for mypy
-        if req.path != self.path:
-            req.setResponseCode(http.NOT_FOUND)
-            return b""
-        if req.method not in (b"GET", b"HEAD"):
-            req.setResponseCode(http.NOT_ALLOWED)
-            req.setHeader(b"Allow", b"GET, HEAD")
+        if refused(req, self.path):
             return b""
         gone: list[bool] = []
         req.notifyFinish().addBoth(lambda _: gone.append(True))
