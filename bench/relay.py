@@ -45,8 +45,10 @@ bindings:
 
 
 class RelaySide:
-    """The relay daemon, shaped like a `fanout.Rig` for `fanout()`: clients connect to it,
-    CPU and RSS are its own; topics and records go through the upstream's rig."""
+    """The relay daemon as the server `fanout()` measures (a `fanout.Server`'s `name`, `port`,
+    `cpu` and `rss`): clients connect to it; topics and records go through the upstream's rig."""
+
+    name = "relay"
 
     def __init__(self, rig: Rig) -> None:
         self.rig = rig
@@ -57,12 +59,6 @@ class RelaySide:
                             cwd=rig.tmp, log=rig.tmp / "relay.log")
         wait_port(self.port, self.daemon)
         self.proc = psutil.Process(self.daemon.pid)
-
-    def topic(self, name: str, partitions: int = 3) -> str:
-        return self.rig.topic(name, partitions)
-
-    def produce_at(self, topic: str, rate: float, seconds: float, pad: int = 100) -> int:
-        return self.rig.produce_at(topic, rate, seconds, pad)
 
     def cpu(self) -> float:
         t = self.proc.cpu_times()
@@ -105,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
         opened = upstream_streams(rig)
         up_cpu0 = rig.cpu()
         t0 = time.time()
-        results["relayed"] = fanout(relay, clients, rate, seconds, procs=procs)  # type: ignore[arg-type]
+        results["relayed"] = fanout(rig, clients, rate, seconds, procs=procs,
+                                    server=relay)  # type: ignore[arg-type]
         results["relayed"]["upstream_cpu_pct"] = round(100 * (rig.cpu() - up_cpu0)
                                                        / (time.time() - t0), 1)
         results["relayed"]["upstream_streams"] = upstream_streams(rig) - opened
