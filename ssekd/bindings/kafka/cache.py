@@ -31,6 +31,7 @@ from ssekd.bindings.kafka.subscription import (
     DEFAULT_CATCH_UP_BYTES,
     EventEncoder,
     EventSink,
+    SharedSteps,
     Subscription,
     TailGroup,
 )
@@ -83,6 +84,8 @@ class TopicCache:
         self.idle_call: Any = None
         #: The topic's model, checking records before they enter the log (None: no model).
         self.gate = gate
+        #: Catch-up steps encoded lately, for streams at the same place to reuse.
+        self.steps = SharedSteps()
 
     # -- fed by the kafka client (reactor thread) ----------------------------------------------
 
@@ -140,6 +143,7 @@ class TopicCache:
             return
         reached = part.next
         self.log.rewind(partition, origin)
+        self.steps.clear()  # they hold records of the lost incarnation
         placed = [s for s in self.subscriptions() if self._position(s, partition) is not None]
         self.server.event("BINDING_KAFKA_PARTITION_RESET",
                           f"{self.topic} partition {partition}: offsets start again at {origin} "

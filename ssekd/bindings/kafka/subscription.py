@@ -16,6 +16,11 @@ is bounded in bytes as well as records, and the next step comes on a later react
 transport can pause a stream before more than one step is buffered for it: a thousand clients
 that read nothing hold a thousand small steps, not a thousand copies of the history.
 
+Streams that catch up from the same place (a thousand browsers reconnecting with the id of the
+same last event after a restart, or opening together at a topic's historical start) read the same
+records and would encode the same bytes: a step encoded for one is kept a while (`SharedSteps`,
+bounded in bytes) and the others write it as it is, taking its end position.
+
 The subscription moves its own cursor and reports when it reaches the tail, leaves it or
 closes; its `Owner` (the topic's cache) alone decides which tail group or lagging set it is in.
 Where it starts is `ssekd.bindings.kafka.start`'s to say.
@@ -41,6 +46,9 @@ FETCH_BATCH = 2000
 #: Bytes (by `Message.size`) per catch-up step or history read, unless the cache_server's
 #: `catch-up-bytes` says otherwise.
 DEFAULT_CATCH_UP_BYTES = 64 * 1024
+#: Bytes of encoded catch-up steps a topic keeps for other streams at the same place to reuse:
+#: streams that start together take their steps together, so the last few steps are enough.
+SHARED_STEP_BYTES = 1024 * 1024
 #: Seconds before a stream asks again for a history read when every slot was taken.
 HISTORY_BUSY_RETRY = 0.25
 
@@ -88,6 +96,11 @@ class Owner(Protocol):
     @property
     def catch_up_bytes(self) -> int:
         """Bytes one catch-up step or history read encodes at most (plus one record)."""
+        ...
+
+    @property
+    def steps(self) -> SharedSteps:
+        """Catch-up steps encoded lately, for streams at the same place to reuse."""
         ...
 
     def fetch(self, partition: int, offset: int, limit: int,
@@ -143,6 +156,46 @@ class CatchUp:
             else:
                 keys.add(k)
         return True
+
+
+class SharedSteps:
+    """Catch-up steps from the cache, encoded lately, by where they start: the encoder's key,
+    the progress and the log cursor. Another stream at that very place writes the same bytes
+    and ends at the same place, so it takes the step as it is instead of encoding it again.
+
+    Only steps that depend on nothing but that place are kept: a compacted topic's reads skip
+    records replaced in the meantime, and `since` or the compacted-topic filter of a fresh
+    stream (`CatchUp`) decide per stream, so those are never shared. A partition that starts
+    over (`clear`) makes every kept step stale. The oldest steps go first once `max_bytes` of
+    them are kept.
+    """
+
+    __slots__ = ("_bytes", "_steps", "max_bytes")
+
+    def __init__(self, max_bytes: int = SHARED_STEP_BYTES) -> None:
+        self.max_bytes = max_bytes
+        #: place -> (bytes, progress after, cursor after); insertion order is age
+        self._steps: dict[Hashable, tuple[bytes, ProgressState, int]] = {}
+        self._bytes = 0
+
+    def get(self, place: Hashable) -> tuple[bytes, ProgressState, int] | None:
+        return self._steps.get(place)
+
+    def put(self, place: Hashable, data: bytes, progress: ProgressState, cursor: int) -> None:
+        if len(data) > self.max_bytes or place in self._steps:
+            return
+        self._steps[place] = (data, progress.copy(), cursor)
+        self._bytes += len(data)
+        while self._bytes > self.max_bytes:
+            oldest = next(iter(self._steps))
+            self._bytes -= len(self._steps.pop(oldest)[0])
+
+    def clear(self) -> None:
+        self._steps.clear()
+        self._bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._steps)
 
 
 class TailGroup:
@@ -302,10 +355,22 @@ class Subscription:
             if held is not None and pos < held.start:
                 self._fetch(p, pos)
                 return
+        shareable = not log.compacted and (self.catch_up is None or not self.catch_up.active())
+        place = (self.encoder.key, progress.key(), self._cursor) if shareable else None
+        if place is not None:
+            step = self.owner.steps.get(place)
+            if step is not None:
+                data, after, self._cursor = step
+                self.progress = after.copy()
+                self.sink.write(data)
+                self.schedule()
+                return
         records, self._cursor = log.read_from(progress.offsets, self._cursor, CATCH_UP_BATCH,
                                               self.owner.catch_up_bytes)
         if records:
             data = self.encoder.encode(records, progress, self.catch_up)
+            if place is not None:
+                self.owner.steps.put(place, data, progress, self._cursor)
             if data:
                 self.sink.write(data)
             self.schedule()

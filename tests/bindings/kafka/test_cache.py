@@ -1,5 +1,5 @@
-"""The kafka cache_server on a MemoryReactorClock: encode once per tail group, paused subscribers
-catch up from Kafka, and the topic limit."""
+"""The kafka cache_server on a MemoryReactorClock: encode once per tail group and per shared
+catch-up step, paused subscribers catch up from Kafka, and the topic limit."""
 
 from __future__ import annotations
 
@@ -12,8 +12,10 @@ from ssekd.bindings.kafka.cache import CacheServer, TopicLimitReached
 from ssekd.bindings.kafka.client import FetchResult
 from ssekd.bindings.kafka.message import Message
 from ssekd.bindings.kafka.start import Start
+from ssekd.bindings.kafka.subscription import SharedSteps
 from ssekd.bindings.kafka.topic_log import CacheBounds
 from ssekd.bindings.sse_kafka.encoder import KafkaEventEncoder
+from ssekd.progress import ProgressState
 from ssekd.telemetry.events import EventLog
 
 
@@ -180,3 +182,93 @@ def test_a_stream_placed_past_the_end_starts_over_once_the_end_is_known() -> Non
                in line for line in events.recent)
     cache.on_records(_msgs(0, 5, 1))
     assert _values(sink)[-1] == "v5"
+
+
+def _catching_up(compacted: bool = False, records: int = 60
+                 ) -> tuple[MemoryReactorClock, Any]:
+    """A topic whose cache holds `records` records of one partition and reached its end, read
+    in steps of about 10 records (`catch-up-bytes` 1,300: ~120 bytes counted per record)."""
+    clock = MemoryReactorClock()
+    server = CacheServer(clock, FakeClient(), "cache", EventLog("t"),  # type: ignore[arg-type]
+                         catch_up_bytes=1300)
+    cache = server.topic("t")
+    cache.on_metadata(1, compacted)
+    cache.on_records(_msgs(0, 0, records, key=b"k" if compacted else None))
+    cache.on_end(0, records)
+    return clock, cache
+
+
+def _run(clock: MemoryReactorClock) -> None:
+    for _ in range(50):
+        clock.advance(0)
+
+
+def _steps_of_one(start: Start) -> int:
+    clock, cache = _catching_up()
+    CountingEncoder.calls = 0
+    cache.subscribe(CountingEncoder("t"), Sink(), start)
+    _run(clock)
+    return CountingEncoder.calls
+
+
+def test_streams_catching_up_from_the_same_place_share_each_encoded_step() -> None:
+    """A thousand browsers opening together (or resuming with the same last id) read the same
+    records: each step is encoded once and written to all of them, ids and all."""
+    for start in (Start(), Start(resume={0: 25})):
+        steps = _steps_of_one(start)
+        assert steps > 3, "the history must take several steps for the test to mean anything"
+        clock, cache = _catching_up()
+        CountingEncoder.calls = 0
+        sinks = [Sink() for _ in range(3)]
+        for sink in sinks:
+            cache.subscribe(CountingEncoder("t"), sink, start)
+        _run(clock)
+        assert CountingEncoder.calls == steps, "three streams, one encoding per step"
+        first = 25 if start.resume else 0
+        assert _values(sinks[0]) == [f"v{o}" for o in range(first, 60)]
+        assert all(s.writes == sinks[0].writes for s in sinks)
+        assert len(cache.groups) == 1 and len(cache.group_of) == 3
+
+
+def test_a_shared_step_read_before_the_log_grew_leaves_nothing_out() -> None:
+    """The first stream's step ended where the log ended then; a later stream at the same place
+    takes that step, then reads on by itself what arrived since."""
+    clock, cache = _catching_up(records=5)
+    early, late = Sink(), Sink()
+    cache.subscribe(KafkaEventEncoder("t"), early, Start())
+    _run(clock)
+    cache.on_records(_msgs(0, 5, 30))
+    cache.subscribe(KafkaEventEncoder("t"), late, Start())
+    _run(clock)
+    assert _values(early) == _values(late) == [f"v{o}" for o in range(35)]
+
+
+def test_compacted_topics_and_since_streams_encode_their_own_steps() -> None:
+    """What they read depends on more than the place: replaced records, a start time."""
+    for compacted, start in ((True, Start()), (False, Start(since_ms=0))):
+        clock, cache = _catching_up(compacted=compacted)
+        CountingEncoder.calls = 0
+        for _ in range(2):
+            cache.subscribe(CountingEncoder("t"), Sink(), start)
+        _run(clock)
+        assert len(cache.steps) == 0
+        assert CountingEncoder.calls >= 2
+
+
+def test_shared_steps_keep_the_newest_within_their_bytes_and_forget_all_on_a_rewind() -> None:
+    steps = SharedSteps(max_bytes=10)
+    progress = ProgressState({0: 1})
+    steps.put("a", b"1234", progress, 1)
+    steps.put("b", b"1234", progress, 2)
+    steps.put("c", b"1234", progress, 3)
+    steps.put("d", b"x" * 11, progress, 4)  # larger than the whole budget: not kept
+    assert steps.get("a") is None and steps.get("d") is None
+    got = steps.get("c")
+    assert got is not None and got[0] == b"1234" and got[2] == 3
+    assert got[1] is not progress and got[1].offsets == {0: 1}, "a copy, not the stream's own"
+    clock, cache = _catching_up()
+    cache.subscribe(KafkaEventEncoder("t"), Sink(), Start())
+    _run(clock)
+    assert len(cache.steps) > 0
+    cache.on_rewind(0, 0)
+    assert len(cache.steps) == 0, "steps of the lost incarnation must not be taken"

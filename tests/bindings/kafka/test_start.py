@@ -5,8 +5,6 @@ in each partition (docs/protocol.md), on a real `TopicLog`; and a subscription f
 from __future__ import annotations
 
 import pytest
-from twisted.internet.defer import Deferred
-from twisted.internet.testing import MemoryReactorClock
 
 from ssekd.bindings.kafka.client import FetchResult
 from ssekd.bindings.kafka.message import Message
@@ -14,7 +12,7 @@ from ssekd.bindings.kafka.start import AtOpen, Start, StartPositions, at_open, s
 from ssekd.bindings.kafka.subscription import Subscription
 from ssekd.bindings.kafka.topic_log import CacheBounds, TopicLog
 from ssekd.bindings.sse_kafka.encoder import KafkaEventEncoder
-from ssekd.progress import ProgressState
+from tests.support.subscriptions import Owner, Sink
 
 
 def _msgs(p: int, start: int, n: int, ts: int = 0) -> list[Message]:
@@ -131,58 +129,6 @@ def test_an_undecodable_id_starts_at_the_historical_start(live_topic: bool) -> N
 
 
 # -- a subscription placed by it -----------------------------------------------------------------
-
-class Sink:
-    def __init__(self) -> None:
-        self.writes: list[bytes] = []
-
-    def write(self, data: bytes) -> None:
-        self.writes.append(data)
-
-    def end(self) -> None:
-        pass
-
-    def values(self) -> list[str]:
-        text = b"".join(self.writes).decode()
-        return [line[5:] for line in text.split("\n") if line.startswith("data:")]
-
-
-class Owner:
-    """A cache owner that records what its subscription reports and the reads it asks for."""
-
-    def __init__(self, log: TopicLog, live: bool = False) -> None:
-        self.reactor = MemoryReactorClock()
-        self.log = log
-        self.live = live
-        self.fetches: list[tuple[int, int, Deferred[FetchResult]]] = []
-        self.reports: list[str] = []
-        self.catch_up_bytes = 64 * 1024
-
-    def fetch(self, partition: int, offset: int, limit: int,
-              max_bytes: int) -> Deferred[FetchResult]:
-        d: Deferred[FetchResult] = Deferred()
-        self.fetches.append((partition, offset, d))
-        return d
-
-    def history_unavailable(self, partition: int, offset: int, error: str | None) -> None:
-        self.reports.append("unavailable")
-
-    def reached_tail(self, s: Subscription) -> None:
-        self.reports.append("tail")
-
-    def left_tail(self, s: Subscription) -> ProgressState:
-        self.reports.append("left")
-        return s.progress.copy()
-
-    def gone(self, s: Subscription) -> None:
-        self.reports.append("gone")
-
-    def run(self) -> None:
-        """Every step due now (a step schedules the next on a later turn)."""
-        clock = self.reactor
-        while any(c.getTime() <= clock.seconds() for c in clock.getDelayedCalls()):
-            clock.advance(0)
-
 
 def _subscribe(owner: Owner, start: Start) -> tuple[Subscription, Sink]:
     sink = Sink()
