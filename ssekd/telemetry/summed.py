@@ -129,6 +129,14 @@ class SummedPage(Resource):
         return d
 
     def _answer(self, pages: list[str], req: Any, gone: list[bool]) -> None:
+        if not any(pages):
+            # no worker answered (all starting or restarting): a failed scrape, which
+            # Prometheus records as `up 0`, not an empty page, which would end every series
+            req.setResponseCode(http.SERVICE_UNAVAILABLE)
+            req.setHeader(b"Retry-After", b"1")
+            if not gone:
+                req.finish()
+            return
         accept = req.getHeader(b"accept")
         body, content_type = render(pages, accept.decode("latin-1") if accept else "")
         req.setHeader(b"Content-Type", content_type.encode("latin-1"))

@@ -1,12 +1,16 @@
 """The sum of the workers' metrics pages: counters, gauges and histogram buckets add up, times
-and limits keep the earliest, and the result renders in both exposition formats."""
+and limits keep the earliest, the result renders in both exposition formats, and a scrape no
+worker answers fails."""
 
 from __future__ import annotations
 
 from prometheus_client import generate_latest
+from twisted.internet.testing import MemoryReactorClock
+from twisted.web.server import NOT_DONE_YET
+from twisted.web.test.requesthelper import DummyRequest
 
 from ssekd.telemetry.metrics import Metrics
-from ssekd.telemetry.summed import render
+from ssekd.telemetry.summed import SummedPage, render
 
 
 def page(opens: int, active: int, sizes: list[float]) -> str:
@@ -51,3 +55,16 @@ def test_times_and_limits_keep_the_earliest() -> None:
     v = rendered([a, b, ""])  # a worker that did not answer in time adds nothing
     assert v["process_start_time_seconds"] == 90.0
     assert v["process_max_fds"] == 1024.0
+
+
+def test_a_scrape_no_worker_answers_fails_instead_of_emptying_every_series() -> None:
+    """Before the workers are up (or while all restart), the page is a 503, which Prometheus
+    records as a failed scrape; an empty 200 would end every series until the next scrape."""
+    clock = MemoryReactorClock()
+    page_ = SummedPage(clock, lambda: [], "/metrics")
+    req = DummyRequest([b"metrics"])
+    req.path = b"/metrics"
+    assert page_.render(req) == NOT_DONE_YET
+    assert req.finished and req.responseCode == 503
+    assert req.responseHeaders.getRawHeaders(b"retry-after") == [b"1"]
+    assert b"".join(req.written) == b""
