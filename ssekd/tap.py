@@ -7,9 +7,11 @@ before it daemonizes or opens a port; the error names file, line, path and what 
 from __future__ import annotations
 
 import gc
+import os
 import re
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -191,6 +193,34 @@ class DrainOnTerm(Service):
             self.stopping.cancel()
 
 
+class WatchParent(TimerService):
+    """A worker stops when the parent that started it is gone.
+
+    The parent forwards signals, restarts workers and owns their sockets; a parent killed
+    outright (SIGKILL, the OOM killer) cannot tell its workers, which would go on serving with no
+    supervisor and hold the ports a new daemon needs. Once a second the worker compares its
+    parent's pid with the one it started under: a change means it was handed to init (or a
+    subreaper), and it stops as on SIGTERM, after `ENGINE_PARENT_GONE`."""
+
+    def __init__(self, engine: Engine, interval: float = 1.0,
+                 parent_pid: Callable[[], int] = os.getppid) -> None:
+        self.engine = engine
+        self.parent_pid = parent_pid
+        self.started_under = parent_pid()
+        super().__init__(interval, self._check)
+        self.clock = engine.reactor
+
+    def _check(self) -> None:
+        now = self.parent_pid()
+        if now != self.started_under:
+            self.engine.events.emit(ENGINE, "ENGINE_PARENT_GONE",
+                                    f"parent pid {self.started_under} is gone (now {now}): "
+                                    f"stopping")
+            if self.running:
+                self.stopService()
+            self.engine.reactor.stop()
+
+
 def makeService(options: Options | dict[str, Any], reactor: Any = None,
                 whole_process: bool = True) -> IService:
     """The service tree: the engine, SIGHUP handling, and the optional file watcher.
@@ -236,6 +266,8 @@ def makeService(options: Options | dict[str, Any], reactor: Any = None,
     if options.get("metrics-socket"):
         page = prometheus.site(engine.metrics, prometheus.Endpoint("", 0, "/metrics"), reactor)
         UNIXServer(str(options["metrics-socket"]), page).setServiceParent(top)
+    if worker is not None and whole_process:
+        WatchParent(engine).setServiceParent(top)
     if whole_process:
         gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
         # What start-up made (modules, classes, the config's objects: ~60,000) lives as long as

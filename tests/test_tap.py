@@ -18,7 +18,7 @@ from twisted.internet.testing import MemoryReactorClock
 from ssekd.config.model import EngineOptions
 from ssekd.engine import Engine
 from ssekd.health import Health
-from ssekd.tap import DrainOnTerm, WatchConfig, makeService
+from ssekd.tap import DrainOnTerm, WatchConfig, WatchParent, makeService
 from ssekd.telemetry.events import EventLog
 
 CONFIG = """\
@@ -198,3 +198,21 @@ def test_a_sigterm_before_the_reactor_runs_is_queued_not_fatal() -> None:
     assert not clock.hasStopped
     queued[0]()
     assert clock.hasStopped
+
+
+def test_a_worker_whose_parent_is_gone_stops() -> None:
+    """A parent killed outright cannot tell its workers; a worker handed to init stops rather
+    than serve on unsupervised, holding the ports."""
+    clock = MemoryReactorClock()
+    events = EventLog("test")
+    engine = SimpleNamespace(reactor=clock, events=events)
+    pids = [4242]
+    watch = WatchParent(engine, parent_pid=lambda: pids[-1])  # type: ignore[arg-type]
+    watch.startService()
+    clock.advance(1.0)
+    assert not clock.hasStopped
+    pids.append(1)  # reparented to init
+    clock.advance(1.0)
+    assert clock.hasStopped and not watch.running
+    (line,) = [e for e in events.recent if "ENGINE_PARENT_GONE" in e]
+    assert "parent pid 4242 is gone (now 1)" in line

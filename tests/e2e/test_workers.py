@@ -1,7 +1,8 @@
 """`--workers 2`: one daemon, two processes serving the same port. A worker killed with SIGKILL
 loses no client for good (its clients resume, nothing missing or repeated, on the other worker or
 its replacement); SIGTERM with a thousand open streams exits 0 quickly; one scrape sums both
-workers; TLS, HTTP/2 and reload work as with one process."""
+workers; workers stop when their parent is killed; TLS, HTTP/2 and reload work as with one
+process."""
 
 from __future__ import annotations
 
@@ -102,6 +103,36 @@ def test_sigkill_of_a_worker_loses_no_client(kafka: Kafka, tmp_path: Path) -> No
         for c in clients:
             c.close()
         assert daemon.stop() == 0
+
+
+def test_workers_stop_when_their_parent_is_killed(kafka: Kafka, tmp_path: Path) -> None:
+    """A parent killed outright (SIGKILL, the OOM killer) cannot forward anything: its workers
+    notice they were handed to init and stop, so none serves on unsupervised, holding the port."""
+    daemon, port = start_workers(tmp_path, kafka)
+    workers = list(daemon.worker_pids().values())
+    assert len(workers) == 2
+    daemon.signal(signal.SIGKILL)
+    daemon.process.wait(10)
+
+    def gone(pid: int) -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        # a zombie until init reaps it: gone as far as serving goes
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
+
+    try:
+        wait_until(lambda: all(gone(p) for p in workers), timeout=10,
+                   what="workers still running after their parent died")
+        assert daemon.output().count("ENGINE_PARENT_GONE") == 2
+        with socket.socket() as s:  # the port is free again
+            s.bind(("127.0.0.1", port))
+    finally:
+        for pid in workers:
+            if not gone(pid):
+                os.kill(pid, signal.SIGKILL)
 
 
 def test_sigterm_with_two_workers_and_a_thousand_streams_exits_0_in_5_s(
