@@ -362,7 +362,8 @@ class Subscription:
             if step is not None:
                 data, after, self._cursor = step
                 self.progress = after.copy()
-                self.sink.write(data)
+                if data:  # a step may pass over records only (before the stream's positions)
+                    self.sink.write(data)
                 self.schedule()
                 return
         records, self._cursor = log.read_from(progress.offsets, self._cursor, CATCH_UP_BATCH,
