@@ -17,6 +17,7 @@ from ssekd.bindings.kafka.topic_log import CacheBounds
 from ssekd.bindings.sse_kafka.encoder import KafkaEventEncoder
 from ssekd.progress import ProgressState
 from ssekd.telemetry.events import EventLog
+from tests.support.subscriptions import Sink
 
 
 def _msgs(p: int, start: int, n: int, key: bytes | None = None, ts: int = 0) -> list[Message]:
@@ -35,17 +36,6 @@ class FakeClient:
         d: Deferred[FetchResult] = Deferred()
         self.fetches.append((p, offset, d))
         return d
-
-
-class Sink:
-    def __init__(self) -> None:
-        self.writes: list[bytes] = []
-
-    def write(self, data: bytes) -> None:
-        self.writes.append(data)
-
-    def end(self) -> None:
-        pass
 
 
 class CountingEncoder(KafkaEventEncoder):

@@ -12,21 +12,11 @@ from ssekd.bindings.kafka.message import Message
 from ssekd.bindings.kafka.start import Start
 from ssekd.bindings.sse_kafka.encoder import KafkaEventEncoder
 from ssekd.telemetry.events import EventLog
+from tests.support.subscriptions import Sink
 
 
 class Client:
     def consume(self, *a: Any, **kw: Any) -> None:
-        pass
-
-
-class Sink:
-    def __init__(self) -> None:
-        self.writes: list[bytes] = []
-
-    def write(self, data: bytes) -> None:
-        self.writes.append(data)
-
-    def end(self) -> None:
         pass
 
 
