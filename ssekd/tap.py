@@ -200,7 +200,7 @@ class WatchParent(TimerService):
     outright (SIGKILL, the OOM killer) cannot tell its workers, which would go on serving with no
     supervisor and hold the ports a new daemon needs. Once a second the worker compares its
     parent's pid with the one it started under: a change means it was handed to init (or a
-    subreaper), and it stops as on SIGTERM, after `ENGINE_PARENT_GONE`."""
+    subreaper), and it stops at once, without `engine.drain`, after `ENGINE_PARENT_GONE`."""
 
     def __init__(self, engine: Engine, interval: float = 1.0,
                  parent_pid: Callable[[], int] = os.getppid) -> None:

@@ -168,10 +168,6 @@ class LimitedHTTPChannel(HTTPChannel):
     def MAX_LENGTH(self) -> int:  # type: ignore[override]
         return self.bounds.limits.header_bytes
 
-    @property
-    def limits(self) -> Limits:
-        return self.bounds.limits
-
     def dataReceived(self, data: bytes) -> None:
         b = self.bounds
         if b.answered:
