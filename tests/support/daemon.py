@@ -49,6 +49,19 @@ class Daemon:
                    what=lambda: f"{text!r} not {count} time(s) in daemon output:\n"
                                 f"{self.output()}")
 
+    def workers_started(self) -> bool:
+        """Whether every worker has said ENGINE_STARTED (true at once without workers): a
+        parent listens before its workers adopt its sockets, and a test that counts events or
+        scrapes metrics must not start before them. Only a config with a stdout exporter says."""
+        if "type: stdout" not in self.config.read_text():
+            return True  # no events to tell: the ports are all there is
+        text = self.output()
+        parent = re.search(r" ENGINE_STARTED .* with (\d+) workers", text)
+        if parent is None:
+            return WORKERS is None or " ENGINE_STARTED " in text
+        started = len(re.findall(r" ENGINE_STARTED .* worker \d+$", text, re.MULTILINE))
+        return started >= int(parent.group(1))
+
     def worker_pids(self) -> dict[int, int]:
         """Worker number -> pid of the workers running now (from the parent's events)."""
         pids: dict[int, int] = {}
@@ -98,6 +111,10 @@ def start_daemon(config: Path, env: Mapping[str, str] | None = None,
         for port in daemon.ports:
             wait_until(lambda: listening(port), max(0.0, deadline - time.monotonic()),
                        what=lambda: f"daemon did not listen on {port}:\n{daemon.output()}")
+        if daemon.ports or wait_output is not None:
+            wait_until(lambda: process.poll() is None and daemon.workers_started(),
+                       max(0.0, deadline - time.monotonic()),
+                       what=lambda: f"workers did not all start:\n{daemon.output()}")
         if wait_output is not None:
             wait_until(lambda: process.poll() is None and wait_output in daemon.output(),
                        max(0.0, deadline - time.monotonic()),

@@ -64,9 +64,9 @@ BAD_REQUEST = b"HTTP/1.1 400 Bad Request\r\n\r\n"
 
 
 def output_after_start(daemon: Daemon) -> list[str]:
-    """The daemon's output lines after its ENGINE_STARTED event."""
+    """The daemon's output lines after its last ENGINE_STARTED event (one per worker)."""
     lines = daemon.output().splitlines()
-    started = next(i for i, line in enumerate(lines) if " ENGINE_STARTED " in line)
+    started = max(i for i, line in enumerate(lines) if " ENGINE_STARTED " in line)
     return lines[started + 1:]
 
 
