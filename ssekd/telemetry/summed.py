@@ -22,12 +22,13 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.metrics_core import Metric
-from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.openmetrics.parser import text_string_to_metric_families
 from twisted.internet import defer
 from twisted.internet.endpoints import UNIXClientEndpoint
 from twisted.python.failure import Failure
 from twisted.web import http
 from twisted.web.client import Agent, readBody
+from twisted.web.http_headers import Headers
 from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET, Request
 
@@ -35,16 +36,19 @@ from ssekd.telemetry.prometheus import refused
 
 #: Samples that are points in time or limits, where a sum means nothing: the earliest is kept.
 EARLIEST = ("process_start_time_seconds", "process_max_fds")
+#: What the parent asks the workers for: OpenMetrics carries the units (`# UNIT`), which the
+#: text format drops, so the sum can be answered in either format as one process would.
+OPENMETRICS = b"application/openmetrics-text; version=1.0.0"
 #: Seconds a worker has to answer the parent before its page is left out of a scrape.
 WORKER_TIMEOUT = 5.0
 
 
 def add_up(pages: list[str]) -> list[Metric]:
-    """The families of every page, each sample the sum over the pages (the minimum for
+    """The families of every page (OpenMetrics text), each sample the sum over the pages (the minimum for
     timestamps and limits). Order is first-seen, which keeps a histogram's buckets in order."""
     families: dict[str, Metric] = {}
     values: dict[str, dict[tuple[str, tuple[tuple[str, str], ...]], float]] = {}
-    for page in pages:
+    for page in filter(None, pages):  # "": a worker that did not answer
         for family in text_string_to_metric_families(page):
             if family.name not in families:
                 families[family.name] = Metric(family.name, family.documentation, family.type,
@@ -120,7 +124,8 @@ class SummedPage(Resource):
         return NOT_DONE_YET
 
     def _read(self, index: int) -> defer.Deferred[str]:
-        d: defer.Deferred[Any] = self.agent.request(b"GET", f"http://w{index}/metrics".encode())
+        d: defer.Deferred[Any] = self.agent.request(
+            b"GET", f"http://w{index}/metrics".encode(), Headers({b"Accept": [OPENMETRICS]}))
         d.addCallback(readBody)
         d.addCallback(lambda body: body.decode("utf-8"))
         # a worker being restarted is left out of this scrape rather than failing it

@@ -4,7 +4,7 @@ worker answers fails."""
 
 from __future__ import annotations
 
-from prometheus_client import generate_latest
+from prometheus_client.openmetrics.exposition import generate_latest
 from twisted.internet.testing import MemoryReactorClock
 from twisted.web.server import NOT_DONE_YET
 from twisted.web.test.requesthelper import DummyRequest
@@ -37,6 +37,15 @@ def rendered(pages: list[str]) -> dict[str, float]:
     return values
 
 
+def test_units_survive_the_sum_in_openmetrics() -> None:
+    """The workers' pages are read as OpenMetrics: the text format has no `# UNIT` lines, and a
+    sum read from it could not give them back to a scraper that asks for OpenMetrics."""
+    om, _ = render([page(1, 1, [10.0]), page(2, 0, [])], "application/openmetrics-text")
+    text = om.decode()
+    assert "# UNIT http_response_size_bytes bytes" in text
+    assert 'stream_opens_sent_total{binding="sse",namespace="ns"} 3.0' in text
+
+
 def test_counters_gauges_and_buckets_add_up() -> None:
     v = rendered([page(3, 2, [10.0, 5000.0]), page(4, 1, [100.0])])
     assert v['stream_opens_sent_total{binding="sse",namespace="ns"}'] == 7.0
@@ -49,9 +58,9 @@ def test_counters_gauges_and_buckets_add_up() -> None:
 
 def test_times_and_limits_keep_the_earliest() -> None:
     a = "# TYPE process_start_time_seconds gauge\nprocess_start_time_seconds 100.0\n" \
-        "# TYPE process_max_fds gauge\nprocess_max_fds 1024.0\n"
+        "# TYPE process_max_fds gauge\nprocess_max_fds 1024.0\n# EOF\n"
     b = "# TYPE process_start_time_seconds gauge\nprocess_start_time_seconds 90.0\n" \
-        "# TYPE process_max_fds gauge\nprocess_max_fds 1024.0\n"
+        "# TYPE process_max_fds gauge\nprocess_max_fds 1024.0\n# EOF\n"
     v = rendered([a, b, ""])  # a worker that did not answer in time adds nothing
     assert v["process_start_time_seconds"] == 90.0
     assert v["process_max_fds"] == 1024.0
