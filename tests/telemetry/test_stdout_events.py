@@ -52,11 +52,28 @@ def test_the_daemon_prints_events_in_that_format(site: tuple[Daemon, str], port:
     parsed = [LINE.fullmatch(line) for line in lines]
     assert all(parsed), lines
     events = [(m["namespace"], m["binding"], m["name"], m["detail"]) for m in parsed if m]
-    assert events == [
-        ("test", "ssekd", "ENGINE_LISTENING", f"127.0.0.1:{port}"),
-        ("test", "ssekd", "ENGINE_STARTED", f"{daemon.config} pid {daemon.process.pid}"),
-        ("test", "http0", "BINDING_HTTP_REQUEST_ACCEPTED", f"- GET http://localhost:{port}/"),
-    ]
+    listening = ("test", "ssekd", "ENGINE_LISTENING", f"127.0.0.1:{port}")
+    accepted = ("test", "http0", "BINDING_HTTP_REQUEST_ACCEPTED", f"- GET http://localhost:{port}/")
+    workers = daemon.worker_pids()
+    if not workers:
+        assert events == [
+            listening,
+            ("test", "ssekd", "ENGINE_STARTED", f"{daemon.config} pid {daemon.process.pid}"),
+            accepted,
+        ]
+    else:  # the parent's events, then each worker's, interleaved as they ran
+        config = daemon.config.resolve()
+        assert sorted(events) == sorted([
+            listening,
+            ("test", "ssekd", "ENGINE_STARTED",
+             f"{daemon.config} pid {daemon.process.pid} with {len(workers)} workers"),
+            *[("test", "ssekd", "ENGINE_WORKER_STARTED", f"worker {i} pid {pid}")
+              for i, pid in workers.items()],
+            *[e for i, pid in workers.items() for e in (
+                listening, ("test", "ssekd", "ENGINE_STARTED", f"{config} pid {pid} worker {i}"))],
+            accepted,
+        ])
+        assert events[-1] == accepted
     started = datetime.fromtimestamp(daemon.config.stat().st_mtime, UTC).replace(microsecond=0)
     for m in parsed:
         assert m is not None and started <= parse_time(m["time"]) <= stopped, m["time"]
