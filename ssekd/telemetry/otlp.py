@@ -27,7 +27,9 @@ private part of another package.
 from __future__ import annotations
 
 import logging
+import os
 import re
+import socket
 import threading
 import time
 import urllib.parse
@@ -335,6 +337,14 @@ class _WatchedLogExporter(LogRecordExporter):
 # -- the exporter ---------------------------------------------------------------------------------
 
 
+def instance() -> dict[str, str | int]:
+    """What tells this process's exports from another's: each worker of a daemon exports on its
+    own, as each daemon does, and a collector keeps their series apart by these (OpenTelemetry's
+    `service.instance.id`, unique per process; `telemetry.attributes` may set it instead)."""
+    host, pid = socket.gethostname(), os.getpid()
+    return {"service.instance.id": f"{host}:{pid}", "host.name": host, "process.pid": pid}
+
+
 class OtlpExporter(Service):
     """One otlp exporter: a service of the engine, started and stopped with its config.
 
@@ -351,7 +361,8 @@ class OtlpExporter(Service):
         self._loop = LoopingCall(self.tick)
         self._loop.clock = reactor
         self._start_ns = time.time_ns()
-        self._resource = Resource.create({"service.name": "ssekd", **self.attributes})
+        self._resource = Resource.create({"service.name": "ssekd", **instance(),
+                                          **self.attributes})
         self._pusher: MetricsPusher | None = None
         self._metrics_exporter: OTLPMetricExporter | None = None
         self._logs: LoggerProvider | None = None

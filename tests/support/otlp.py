@@ -103,19 +103,33 @@ class Receiver:
                             return m, attributes(rm.resource.attributes)
         return None
 
+    def instances(self, name: str) -> dict[str, Any]:
+        """service.instance.id -> the newest metric named `name` that instance sent (each worker
+        of a daemon exports on its own)."""
+        found: dict[str, Any] = {}
+        for request in list(self.metrics):
+            for rm in request.resource_metrics:
+                instance = str(attributes(rm.resource.attributes).get("service.instance.id"))
+                for sm in rm.scope_metrics:
+                    for m in sm.metrics:
+                        if m.name == name:
+                            found[instance] = m
+        return found
+
     def value(self, name: str, **match: str) -> float | None:
-        """The sum of the newest `name` points whose attributes include `match`."""
-        found = self.latest(name)
-        if found is None:
+        """The sum of the newest `name` points whose attributes include `match`, over the
+        instances that sent it."""
+        found = self.instances(name)
+        if not found:
             return None
-        metric = found[0]
-        kind = metric.WhichOneof("data")
-        points = getattr(metric, kind).data_points
         total = 0.0
-        for p in points:
-            attrs = attributes(p.attributes)
-            if all(attrs.get(k) == v for k, v in match.items()):
-                total += p.count if kind == "histogram" else getattr(p, p.WhichOneof("value"))
+        for metric in found.values():
+            kind = metric.WhichOneof("data")
+            for p in getattr(metric, kind).data_points:
+                attrs = attributes(p.attributes)
+                if all(attrs.get(k) == v for k, v in match.items()):
+                    total += p.count if kind == "histogram" else \
+                        getattr(p, p.WhichOneof("value"))
         return total
 
     def records(self) -> Iterator[LogRecord]:
