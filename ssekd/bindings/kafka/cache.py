@@ -16,7 +16,7 @@ cannot hold it for ever.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from twisted.application.service import Service
@@ -61,6 +61,10 @@ class SchemaUnavailable(Exception):
         self.retry_after = retry_after
 
 
+#: Checks a topic not yet described may hold waiting for its partition count.
+MAX_WAITING_FOR_COUNT = 100
+
+
 class TopicCache:
     """The log of one topic plus everyone reading it; fed by the client's tail consumer."""
 
@@ -86,11 +90,26 @@ class TopicCache:
         self.gate = gate
         #: Catch-up steps encoded lately, for streams at the same place to reuse.
         self.steps = SharedSteps()
+        #: What waits for the topic's partition count (`when_counted`).
+        self._counted: list[Callable[[int], None]] = []
 
     # -- fed by the kafka client (reactor thread) ----------------------------------------------
 
+    def when_counted(self, then: Callable[[int], None]) -> None:
+        """`then(partitions)` once the topic's partition count is known: now, or when its
+        metadata comes (at most `MAX_WAITING_FOR_COUNT` wait; more are dropped, as for a topic
+        that never appears they would pile up). A check that needs the count (an id naming
+        partitions the topic lacks) then says the same on a cold cache as on a warm one."""
+        if self.log.partition_count is not None:
+            then(self.log.partition_count)
+        elif len(self._counted) < MAX_WAITING_FOR_COUNT:
+            self._counted.append(then)
+
     def on_metadata(self, partitions: int, compacted: bool | None) -> None:
         self.log.partition_count = partitions
+        waiting, self._counted = self._counted, []
+        for then in waiting:
+            then(partitions)
         if compacted is not None and not self.log.count:
             self.log.compacted = compacted
         self._wake()

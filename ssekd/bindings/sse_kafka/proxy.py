@@ -244,12 +244,14 @@ class SseKafkaProxy:
                 self.events.emit(self.name, "BINDING_SSE_KAFKA_LAST_EVENT_ID_UNREADABLE",
                               f"{request.describe} {e}: {last_id[:80]!r}")
                 return Start(undecodable_id=True)
-            count = cache.topic(topic).log.partition_count
-            if count is not None:
+            describe = request.describe
+
+            def check(count: int) -> None:
                 unknown = [p for p in positions if p >= count]
                 if unknown:
                     self.events.emit(self.name, "BINDING_SSE_KAFKA_LAST_EVENT_ID_UNREADABLE",
-                                  f"{request.describe} partitions {unknown[:5]} not in {topic}")
+                                     f"{describe} partitions {unknown[:5]} not in {topic}")
+            cache.topic(topic).when_counted(check)
             return Start(resume=positions)
         since = request.query.get("since")
         if since is not None:

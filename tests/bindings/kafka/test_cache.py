@@ -8,7 +8,7 @@ from typing import Any
 from twisted.internet.defer import Deferred
 from twisted.internet.testing import MemoryReactorClock
 
-from ssekd.bindings.kafka.cache import CacheServer, TopicLimitReached
+from ssekd.bindings.kafka.cache import MAX_WAITING_FOR_COUNT, CacheServer, TopicLimitReached
 from ssekd.bindings.kafka.client import FetchResult
 from ssekd.bindings.kafka.message import Message
 from ssekd.bindings.kafka.start import Start
@@ -262,3 +262,25 @@ def test_shared_steps_keep_the_newest_within_their_bytes_and_forget_all_on_a_rew
     assert len(cache.steps) > 0
     cache.on_rewind(0, 0)
     assert len(cache.steps) == 0, "steps of the lost incarnation must not be taken"
+
+
+def test_what_needs_the_partition_count_waits_for_it_and_is_bounded() -> None:
+    """A check that needs the topic's partition count (an id naming partitions the topic lacks)
+    runs when the metadata comes on a cold cache, at once on a warm one; a topic never described
+    holds a bounded number of them."""
+    class Client:
+        def consume(self, *args: Any, **kw: Any) -> None:
+            pass
+
+    server = CacheServer(MemoryReactorClock(), Client(), "cs", EventLog("t"))  # type: ignore[arg-type]
+    cache = server.topic("t")
+    counted: list[int] = []
+    for _ in range(MAX_WAITING_FOR_COUNT + 5):
+        cache.when_counted(counted.append)
+    assert counted == []
+    cache.on_metadata(3, False)
+    assert counted == [3] * MAX_WAITING_FOR_COUNT
+    cache.when_counted(counted.append)
+    assert counted[-1] == 3 and len(counted) == MAX_WAITING_FOR_COUNT + 1
+    cache.on_metadata(3, False)  # said again: nothing waits any more
+    assert len(counted) == MAX_WAITING_FOR_COUNT + 1
