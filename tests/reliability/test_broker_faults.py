@@ -205,8 +205,12 @@ def test_broker_restarted_empty_streams_continue(daemons: list[Daemon], tmp_path
     finally:
         pool.close()
     assert not pool.problems()
-    after = daemon.output().split("BINDING_KAFKA_BROKER_UNAVAILABLE")[-1]
-    assert after.count("BINDING_KAFKA_PARTITION_RESET") == PARTITIONS, after
+    after = daemon.output().split("BINDING_KAFKA_BROKER_UNAVAILABLE", 1)[-1]
+    # each process whose cache held the topic (each worker of a daemon has its own) resets
+    # every partition once
+    resets = after.count("BINDING_KAFKA_PARTITION_RESET")
+    processes = len(daemon.worker_pids()) or 1
+    assert resets % PARTITIONS == 0 and 1 <= resets // PARTITIONS <= processes, after
     assert "BINDING_KAFKA_LAST_EVENT_ID_PAST_END" in after, after
     assert daemon.alive()
     assert not tracebacks(daemon.output())
