@@ -145,6 +145,12 @@ def relay_config(tmp: Path, upstream_port: int, relay_options: str = "{retry: 20
 
 
 def start_relay(tmp: Path, upstream_port: int, env: dict[str, str] | None = None,
-                **kw: str | Path | None) -> Relay:
+                extra_args: list[str] | None = None, **kw: str | Path | None) -> Relay:
     config, port = relay_config(tmp, upstream_port, **kw)  # type: ignore[arg-type]
-    return Relay(start_daemon(config, env=env, wait_ports=[port]), port)
+    return Relay(start_daemon(config, env=env, wait_ports=[port], extra_args=extra_args), port)
+
+
+#: For a test whose subject is what one relay process holds (its ring, its count of upstream
+#: URLs): each worker of a daemon has its own, and which worker a connection reaches is the
+#: kernel's choice (docs/operations.md, Workers).
+ONE_PROCESS = ["--workers", "1"]

@@ -20,7 +20,7 @@ import pytest
 from ssekd.broker import Broker, free_port
 from tests.support.broker import Kafka
 from tests.support.daemon import start_daemon
-from tests.support.relay import Relay, Upstream, start_relay, write_upstream
+from tests.support.relay import ONE_PROCESS, Relay, Upstream, start_relay, write_upstream
 from tests.support.sse import Event, SseClient
 from tests.support.streamd import WWW
 from tests.support.wait import wait_until
@@ -61,7 +61,10 @@ def test_500_streams_get_every_event_once_over_one_upstream_stream(kafka: Kafka,
     try:
         assert {c.status for c in clients} == {200}
         assert {c.headers["Content-Type"] for c in clients} == {"text/event-stream"}
-        wait_until(lambda: upstream.metric("stream_opens_sent_total") == 1, 10,
+        # one upstream stream per process: each worker of a relay has its own (500 clients land
+        # on every worker)
+        processes = len(relay.daemon.worker_pids()) or 1
+        wait_until(lambda: upstream.metric("stream_opens_sent_total") == processes, 10,
                    what=lambda: f"upstream streams: {upstream.metric('stream_opens_sent_total')}")
         kafka.send(topic, [b"event %d" % i for i in range(50)])
         markers = kafka.mark(topic)
@@ -70,10 +73,11 @@ def test_500_streams_get_every_event_once_over_one_upstream_stream(kafka: Kafka,
         assert [d for _, d in expected] == [f"event {i}" for i in range(50)]
         for c in clients:
             assert pairs(c.until(markers)) == expected
-        assert upstream.metric("stream_opens_sent_total") == 2  # the relay's, and `direct`
-        assert upstream.metric("stream_active_sent") == 1
-        relay.daemon.wait_output("BINDING_SSE_UPSTREAM_CONNECTED")
-        assert relay.daemon.output().count("BINDING_SSE_UPSTREAM_CONNECTED") == 1
+        # the relay's, and `direct`
+        assert upstream.metric("stream_opens_sent_total") == processes + 1
+        assert upstream.metric("stream_active_sent") == processes
+        relay.daemon.wait_output("BINDING_SSE_UPSTREAM_CONNECTED", count=processes)
+        assert relay.daemon.output().count("BINDING_SSE_UPSTREAM_CONNECTED") == processes
     finally:
         for c in clients:
             c.close()
@@ -106,8 +110,18 @@ def test_upstream_killed_and_restarted_loses_nothing_and_repeats_nothing(
             c.close()
 
 
-def test_a_stream_reconnecting_with_an_id_resumes_from_the_ring(kafka: Kafka, relay: Relay,
+def test_a_stream_reconnecting_with_an_id_resumes_from_the_ring(kafka: Kafka, tmp_path: Path,
                                                                  upstream: Upstream) -> None:
+    # the ring of one relay process: with workers, the reconnect may reach another one's
+    relay = start_relay(tmp_path, upstream.port, relay_options="{retry: 200, history: 20}",
+                        extra_args=ONE_PROCESS)
+    try:
+        ring_resumes(kafka, relay, upstream)
+    finally:
+        relay.daemon.stop()
+
+
+def ring_resumes(kafka: Kafka, relay: Relay, upstream: Upstream) -> None:
     topic = kafka.topic(1)
     with relay.open(f"/events/{topic}") as first:
         kafka.send(topic, [b"e%d" % i for i in range(10)])

@@ -20,7 +20,7 @@ import psutil
 import pytest
 
 from tests.support.pki import ENV, PASSWORD, Pki
-from tests.support.relay import Relay, start_relay
+from tests.support.relay import ONE_PROCESS, Relay, start_relay
 from tests.support.scripted_upstream import (
     SSE_HEAD,
     Script,
@@ -72,7 +72,9 @@ def test_bad_upstreams_are_events_and_bounded_retries_while_a_good_one_streams_o
     relay = start_relay(tmp_path, upstream.port,
                         relay_options="{retry: 300, idle-timeout: 1, history-bytes: 3000, "
                                       "max-upstreams: 6}",
-                        http_options='{overrides: {":authority": example.test, x-relay: ssekd}}')
+                        http_options='{overrides: {":authority": example.test, x-relay: ssekd}}',
+                        # one process's ring and count of upstream URLs (max-upstreams)
+                        extra_args=ONE_PROCESS)
     try:
         good = relay.open("/events/ok")
         assert [e.id for e in good.events(5)] == ["1", "2", "3", "4", "5"]
