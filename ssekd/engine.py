@@ -36,6 +36,7 @@ from ssekd.bindings.api import (
     R,
     Reactor,
     ReadinessSource,
+    Siblings,
 )
 from ssekd.bindings.registry import Registry, discover
 from ssekd.catalogs import Catalog, build_catalogs, catalogs_stamp
@@ -78,6 +79,7 @@ class GraphBuilder:
         self.registry = engine.registry
         self.guard_types = engine.guard_types
         self.health: Health = engine.health
+        self.siblings: Siblings | None = engine.siblings
         self._previous = previous
         self._built: dict[str, object] = {}
         self._reused: set[str] = set()
@@ -386,15 +388,17 @@ class Engine(MultiService):
                  guard_types: GuardTypes | None = None,
                  events: EventLog | None = None, print_events: bool = True,
                  inherited: Mapping[tuple[str, int], int] | None = None,
-                 worker: int | None = None) -> None:
-        """`inherited` and `worker` are for a worker process (see `ssekd.workers`): the
-        sockets its parent opened, by configured (host, port), to adopt rather than open; and
-        its number. A worker leaves the prometheus exporters to its parent, which sums the
-        workers' pages, and opens a port that appears on reload with SO_REUSEPORT, so that
-        every worker can hold one."""
+                 worker: int | None = None, siblings: Siblings | None = None) -> None:
+        """`inherited`, `worker` and `siblings` are for a worker process (see `ssekd.workers`):
+        the sockets its parent opened, by configured (host, port), to adopt rather than open;
+        its number; and the channel to the other workers (`ssekd.siblings`) that bindings and
+        guards reach through `BuildContext.siblings`. A worker leaves the prometheus exporters
+        to its parent, which sums the workers' pages, and opens a port that appears on reload
+        with SO_REUSEPORT, so that every worker can hold one."""
         super().__init__()
         self.inherited = dict(inherited or {})
         self.worker = worker
+        self.siblings = siblings
         #: an IReactorTCP and `api.Reactor` (a MemoryReactorClock in tests)
         self.reactor = reactor
         self.config_path = config_path

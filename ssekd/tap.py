@@ -19,10 +19,10 @@ from twisted.application.internet import TimerService, UNIXServer
 from twisted.application.service import IService, MultiService, Service
 from twisted.python import usage
 
+from ssekd import siblings
 from ssekd.config import ConfigError
 from ssekd.config.model import DEFAULT_NAMESPACE
 from ssekd.engine import ENGINE, Engine
-from ssekd.telemetry import prometheus
 from ssekd.telemetry.events import EventLog, stdout_stream
 from ssekd.workers import Supervisor, parse_inherited, resolve_count
 
@@ -234,10 +234,13 @@ def makeService(options: Options | dict[str, Any], reactor: Any = None,
         reactor = global_reactor
     config_path = Path(options["config"])
     worker = options.get("worker")
+    own_socket = options.get("metrics-socket")
     try:
         engine = Engine(config_path, reactor=reactor,
                         inherited=parse_inherited(str(options.get("inherit") or "")),
-                        worker=int(worker) if worker is not None else None)
+                        worker=int(worker) if worker is not None else None,
+                        siblings=siblings.UnixSiblings(reactor, str(own_socket))
+                        if worker is not None and own_socket else None)
     except ConfigError as e:
         print(f"ssekd: the config cannot be used ({len(e.issues)} problem(s)):", file=sys.stderr)
         for issue in e.issues:
@@ -263,9 +266,9 @@ def makeService(options: Options | dict[str, Any], reactor: Any = None,
     if whole_process:
         DrainOnTerm(engine).setServiceParent(top)  # first: its handler is in place before ports
     engine.setServiceParent(top)
-    if options.get("metrics-socket"):
-        page = prometheus.site(engine.metrics, prometheus.Endpoint("", 0, "/metrics"), reactor)
-        UNIXServer(str(options["metrics-socket"]), page).setServiceParent(top)
+    if own_socket:  # the parent scrapes its /metrics, the other workers ask it (ssekd.siblings)
+        UNIXServer(str(own_socket), siblings.site(engine.metrics, engine, reactor)
+                   ).setServiceParent(top)
     if worker is not None and whole_process:
         WatchParent(engine).setServiceParent(top)
     if whole_process:

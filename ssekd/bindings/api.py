@@ -127,6 +127,10 @@ class BuildContext(Protocol):
         """The config's schema catalogs (`catalogs.<name>`), built once per config: each an
         `ssekd.catalogs.catalog.Catalog` (typed loosely so that this contract stays a leaf)."""
 
+    @property
+    def siblings(self) -> Siblings | None:
+        """The other workers of this daemon, or None in a daemon without workers."""
+
 
 @dataclass(frozen=True)
 class KindSpec:
@@ -248,6 +252,34 @@ class Refusal:
     retry_after: float | None = None
     #: Whether the guard already reported it (it reports every token it refuses as it checks).
     reported: bool = False
+
+
+@dataclass(frozen=True)
+class Renewal:
+    """What a renewal request did with one guard's session on one worker: the leases it renewed,
+    else why none (unreported: the worker that answers the client reports the one it answers)."""
+
+    renewed: int
+    refusal: Refusal | None = None
+    #: How far matching got before it stopped, to answer the most telling refusal when several
+    #: workers tried: 0 no stream of that guard, 1 only another identity's, 2 the identity's
+    #: streams but a role dropped; -1 the token itself was refused.
+    reach: int = 0
+
+
+class Siblings(Protocol):
+    """The other worker processes of this daemon (`ssekd.siblings`), for what one process would
+    know by itself. A daemon without workers has none: `BuildContext.siblings` is None."""
+
+    def renew(self, binding: str, host: str, tokens: Mapping[str, str]
+              ) -> Deferred[list[Mapping[str, Renewal]]]:
+        """Ask every sibling to renew, with `tokens` (guard -> token), the HTTP/1.1 leases that
+        client `host` holds on its http binding `binding`: what each did, per guard. A sibling
+        that does not answer in time renewed nothing (it is left out). Never fails."""
+
+    def keys_changed(self, guard: str, kids: Collection[str]) -> None:
+        """Tell every sibling that guard `guard` loaded a key set with other key ids: each
+        fetches its own (a retired key must stop passing on every worker)."""
 
 
 @runtime_checkable

@@ -16,13 +16,19 @@ reactor thread when the daemon starts, every `keys-refresh` seconds, and when a 
 kids cannot make the daemon hammer the key server). Until a first fetch succeeds, tokens cannot
 be checked: requests get a temporary refusal (`503`, or a `200` that ends at once for SSE) and
 fetching is retried with back-off; later failures keep the keys already held.
+
+In a daemon with workers, each worker's guard fetches on its own, so the one that saw a token
+with a new `kid` would be the only one to drop a key the identity provider retired: a guard that
+loads a key set with other kids tells its siblings (`api.Siblings.keys_changed`), and a guard
+told so fetches its own - at once, or when its `KID_REFRESH_INTERVAL` since the last such fetch
+is over - unless it already holds those kids.
 """
 
 from __future__ import annotations
 
 import json
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,7 +39,7 @@ from twisted.internet.interfaces import IDelayedCall
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from ssekd.bindings.api import BuildContext, GuardType, Reactor, Refusal, Session
+from ssekd.bindings.api import BuildContext, GuardType, Reactor, Refusal, Session, Siblings
 from ssekd.config.errors import ConfigError
 from ssekd.config.model import Guard as GuardConfig
 from ssekd.telemetry.events import EventLog
@@ -146,7 +152,8 @@ class JwtGuard(Service):
 
     def __init__(self, name: str, options: Mapping[str, Any], clock: Reactor, events: EventLog,
                  keys: Mapping[str, Key] | None = None,
-                 fetch: Callable[[str], defer.Deferred[bytes]] = fetch_in_thread) -> None:
+                 fetch: Callable[[str], defer.Deferred[bytes]] = fetch_in_thread,
+                 siblings: Siblings | None = None) -> None:
         #: The guard's name in the config (events name it). Not `Service.name`: a binding may
         #: bear the same name, and the engine's MultiService refuses two services of one name.
         self.guard_name = name
@@ -164,6 +171,10 @@ class JwtGuard(Service):
         #: kid -> key; None until a JWKS URL answered once.
         self.keys: dict[str, Key] | None = dict(keys) if keys is not None else None
         self._fetch = fetch
+        self.siblings = siblings
+        #: The kids a sibling said it loaded while a fetch of ours was under way: compared
+        #: again once that fetch is over (it may have started before the key set changed).
+        self._sibling_kids: frozenset[str] | None = None
         self._fetching: defer.Deferred[bytes] | None = None
         self._waiters: list[defer.Deferred[None]] = []
         self._timer: IDelayedCall | None = None
@@ -304,7 +315,10 @@ class JwtGuard(Service):
             self._failed(Failure(e))
             return
         self._failures = 0
+        changed = self.keys is not None and set(self.keys) != set(keys)
         self.keys = keys
+        if changed and self.siblings is not None:
+            self.siblings.keys_changed(self.guard_name, sorted(keys))
         detail = f"{len(keys)} keys ({', '.join(sorted(keys))[:200]}) from {self.url}"
         if skipped:
             detail += f"; skipped {'; '.join(skipped)[:300]}"
@@ -324,6 +338,35 @@ class JwtGuard(Service):
         waiters, self._waiters = self._waiters, []
         for w in waiters:
             w.callback(None)
+        self._follow_sibling()
+
+    def sibling_loaded(self, kids: Collection[str]) -> None:
+        """A sibling worker's guard of this name loaded a key set of `kids` (`ssekd.siblings`
+        calls this): fetch ours too, so that every worker drops a retired key."""
+        if self.url is None:
+            return
+        self._sibling_kids = frozenset(kids)
+        if self._fetching is None:
+            self._follow_sibling()
+
+    def _follow_sibling(self) -> None:
+        kids, self._sibling_kids = self._sibling_kids, None
+        if kids is None or not self.running:
+            return
+        if self.keys is None:  # still trying to load a first set: try now (the URL answers)
+            self._refresh_soon()
+            return
+        if set(self.keys) == kids:
+            return
+        now = self.clock.seconds()
+        wait = self._last_kid_refresh + KID_REFRESH_INTERVAL - now
+        if wait > 0:  # the same limit as for unknown kids: fetch when it is over (or sooner)
+            if self._timer is None or self._timer.getTime() > now + wait:
+                self._schedule(wait)
+                self._last_kid_refresh = now + wait  # that fetch counts for the limit
+            return
+        self._last_kid_refresh = now
+        self._refresh()
 
     def _schedule(self, delay: float) -> None:
         self._cancel_timer()
@@ -357,7 +400,8 @@ def _build(ctx: BuildContext, guard: GuardConfig) -> JwtGuard:
             inline[key.kid] = key
         if issues:
             raise ConfigError(issues)
-    return JwtGuard(guard.name, options, ctx.reactor, ctx.events, keys=inline)
+    return JwtGuard(guard.name, options, ctx.reactor, ctx.events, keys=inline,
+                    siblings=ctx.siblings)
 
 
 GUARD = GuardType("jwt", _build)

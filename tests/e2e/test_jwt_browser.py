@@ -17,7 +17,7 @@ from ssekd.broker import Broker, free_port
 from tests.support.broker import Kafka
 from tests.support.browser import Browser
 from tests.support.daemon import start_daemon
-from tests.support.jwt import JwksServer, ec_key, write_config
+from tests.support.jwt import JwksServer, ec_key, wait_keys_loaded, write_config
 
 pytestmark = [pytest.mark.browser, pytest.mark.daemon, pytest.mark.broker]
 
@@ -58,7 +58,7 @@ def test_guarded_page_streams_across_renewals_and_misses_nothing(
     renew = quote(f"{jwks.token_url}?sub=alice&scope=read&ttl=6", safe="")
     page = (f"http://127.0.0.1:{port}/www/index.html?stream=/events/{topic}"
             f"&token={key.token(ttl=6)}&renew={renew}")
-    daemon.wait_output("GUARD_JWT_KEYS_LOADED")
+    wait_keys_loaded(daemon)
     browser = Browser(page)
     producer = threading.Thread(target=produce, daemon=True)
     try:

@@ -2,18 +2,22 @@
 jwt guard in front of an sse server. A stream gets `event:challenge` `challenge` seconds before
 its token expires, a renewal POST moves its deadlines, and at the expiry it is cut (HTTP/1.1:
 the connection aborted; HTTP/2: the stream reset) with not one byte more written. Renewals reach
-only streams of the same identity, on the same connection (HTTP/2) or client (HTTP/1.1)."""
+only streams of the same identity, on the same connection (HTTP/2) or client (HTTP/1.1) - and
+with workers, an HTTP/1.1 renewal reaches that client's streams on the sibling workers too."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
+from twisted.internet import defer
 from twisted.internet.address import IPv4Address
 from twisted.internet.testing import MemoryReactorClock
 from twisted.web.server import NOT_DONE_YET
 from twisted.web.test.requesthelper import DummyRequest
 
+from ssekd.bindings.api import Renewal
 from ssekd.bindings.http.authorization import Authorization, Credentials
 from ssekd.bindings.http.cors import AccessControl
 from ssekd.bindings.http.server import HttpRoot, HttpRoute
@@ -94,8 +98,27 @@ class Source:
         return Handle()
 
 
+class Linked:
+    """`api.Siblings` of in-process workers: the other stacks' roots, asked directly."""
+
+    def __init__(self) -> None:
+        self.roots: list[HttpRoot] = []
+        self.asked: list[tuple[str, str, dict[str, str]]] = []
+
+    def renew(self, binding: str, host: str, tokens: Mapping[str, str]
+              ) -> defer.Deferred[list[Mapping[str, Renewal]]]:
+        self.asked.append((binding, host, dict(tokens)))
+        asks: list[defer.Deferred[dict[str, Renewal]]] = [
+            r.renew_for_sibling(host, tokens) for r in self.roots]
+        return defer.gatherResults(asks).addCallback(list)
+
+    def keys_changed(self, guard: str, kids: Any) -> None:
+        raise AssertionError("inline keys never change")
+
+
 class Stack:
-    def __init__(self, key: SigningKey, challenge: float = 3) -> None:
+    def __init__(self, key: SigningKey, challenge: float = 3,
+                 siblings: Linked | None = None) -> None:
         self.key = key
         self.clock = MemoryReactorClock()
         self.clock.advance(NOW)
@@ -109,7 +132,8 @@ class Stack:
             {"headers": {"authorization": "Bearer {credentials}"}})})
         self.leases = auth.leases
         self.root = HttpRoot("http0", [HttpRoute((), self.sse, {"jwt0": ("read",)})], None,
-                             AccessControl.from_options(None), self.events, auth)
+                             AccessControl.from_options(None), self.events, auth,
+                             siblings=siblings)
 
     def token(self, ttl: float, sub: str = "alice", scope: str = "read") -> str:
         return self.key.token(sub=sub, scope=scope, ttl=ttl, now=self.clock.seconds())
@@ -133,7 +157,7 @@ class Stack:
     def renew(self, token: str | None, **kw: Any) -> int:
         req, body = self.request(b"POST", token, content_type=b"application/x-challenge-response",
                                  **kw)
-        assert body == b""
+        assert body == b"" or (body is NOT_DONE_YET and req.finished), "siblings answer at once"
         return int(req.responseCode)
 
     def failures(self) -> list[str]:
@@ -257,3 +281,79 @@ def test_a_token_inside_its_challenge_window_is_challenged_at_once(key: SigningK
     req = s.open(s.token(ttl=2))
     s.clock.advance(0)
     assert _sent(req).endswith(CHALLENGE)
+
+
+def workers(key: SigningKey) -> tuple[Stack, Stack, Linked]:
+    """Two workers of one daemon: `a` (asked by the tests, its siblings recorded) and `b`."""
+    to_b, to_a = Linked(), Linked()
+    a, b = Stack(key, siblings=to_b), Stack(key, siblings=to_a)
+    to_b.roots, to_a.roots = [b.root], [a.root]
+    return a, b, to_b
+
+
+def advance(seconds: float, *stacks: Stack) -> None:
+    for s in stacks:
+        s.clock.advance(seconds)
+
+
+def test_with_workers_an_http1_renewal_reaches_the_clients_streams_on_every_worker(
+        key: SigningKey) -> None:
+    a, b, asked = workers(key)
+    on_a = a.open(a.token(ttl=5), port=7000)
+    on_b = b.open(b.token(ttl=5), port=7001)
+    bobs = b.open(b.token(ttl=5, sub="bob"), port=7002)
+    other_client = b.open(b.token(ttl=5), host="10.0.0.2", port=7000)
+    h2_on_b = b.open(b.token(ttl=5), h2=True, port=7003)
+    advance(2, a, b)
+    fresh = a.token(ttl=60)
+    assert a.renew(fresh, port=7100) == 204
+    assert asked.asked == [("http0", "10.0.0.1", {"jwt0": fresh})]
+    advance(3, a, b)
+    assert not on_a.cut and not on_b.cut
+    assert bobs.cut and other_client.cut, "only the same identity, of the same client"
+    assert h2_on_b.cut, "an HTTP/2 stream is renewed from its own connection only"
+
+
+def test_with_workers_an_http2_renewal_reaches_the_clients_http1_streams_too(
+        key: SigningKey) -> None:
+    a, b, _ = workers(key)
+    h1_on_b = b.open(b.token(ttl=5), port=7001)
+    advance(2, a, b)
+    assert a.renew(a.token(ttl=60), h2=True, port=7100) == 204, "as in one process"
+    advance(3, a, b)
+    assert not h1_on_b.cut
+    assert a.failures() == b.failures() == []
+
+
+def test_with_workers_a_renewal_only_a_sibling_could_renew_is_still_renewed(
+        key: SigningKey) -> None:
+    a, b, _ = workers(key)
+    only_on_b = b.open(b.token(ttl=5), port=7001)
+    advance(2, a, b)
+    assert a.renew(a.token(ttl=60), port=7100) == 204, "a holds nothing, b renewed"
+    advance(3, a, b)
+    assert not only_on_b.cut
+    assert a.failures() == b.failures() == []
+
+
+def test_with_workers_the_most_telling_refusal_is_answered_and_reported_once(
+        key: SigningKey) -> None:
+    a, b, asked = workers(key)
+    a.open(a.token(ttl=5, sub="bob"), port=7000)
+    b.open(b.token(ttl=5, scope="read write"), port=7001)
+    advance(2, a, b)
+    assert a.renew(a.token(ttl=60, scope="read")) == 403, "b: alice's stream drops a role"
+    assert a.renew(a.token(ttl=60, sub="mallory")) == 403
+    assert a.renew(a.token(ttl=60), host="10.9.9.9") == 403
+    assert a.renew("garbage") == 403
+    assert a.renew(a.key.sign({"iss": ISSUER, "aud": AUDIENCE, "scope": "read",
+                               "exp": a.clock.seconds() + 60})) == 403
+    assert len(asked.asked) == 3, "a refused token, or one naming no identity, goes nowhere"
+    assert a.failures() == [
+        "renewal for alice drops role(s) write",
+        "renewal for mallory reaches only streams of another identity",
+        "renewal with no stream to renew",
+        "malformed token: Not enough segments",
+        "renewal with a token that names no identity",
+    ]
+    assert b.failures() == [], "the worker the client asked reports, once"

@@ -173,10 +173,24 @@ class Fetches:
         self.calls[-1].errback(ConnectionRefusedError("connection refused"))
 
 
-def _url_guard(**options: Any) -> tuple[JwtGuard, Fetches, EventLog, MemoryReactorClock]:
+class Told:
+    """The guard's siblings: what it told them."""
+
+    def __init__(self) -> None:
+        self.keys: list[tuple[str, list[str]]] = []
+
+    def renew(self, binding: str, host: str, tokens: Any) -> Any:
+        raise AssertionError("a guard renews nothing")
+
+    def keys_changed(self, guard: str, kids: Any) -> None:
+        self.keys.append((guard, list(kids)))
+
+
+def _url_guard(siblings: Told | None = None, **options: Any
+               ) -> tuple[JwtGuard, Fetches, EventLog, MemoryReactorClock]:
     clock, events, fetches = _clock(), EventLog("t", clock=lambda: NOW), Fetches()
     guard = JwtGuard("jwt0", {**OPTIONS, "keys": "http://keys.test/jwks.json", **options},
-                     clock, events, fetch=fetches)
+                     clock, events, fetch=fetches, siblings=siblings)
     guard.startService()
     return guard, fetches, events, clock
 
@@ -257,6 +271,79 @@ def test_keys_are_refreshed_on_a_timer_and_kept_when_the_server_fails(
     assert isinstance(guard.verify(keys["ec"].token(now=clock.seconds())), JwtSession)
     guard.stopService()
     assert clock.getDelayedCalls() == []
+
+
+def test_a_changed_key_set_is_told_to_the_sibling_workers(keys: dict[str, SigningKey]) -> None:
+    told = Told()
+    guard, fetches, _, _ = _url_guard(told)
+    fetches.answer(keys["rsa"])
+    assert told.keys == [], "the first load changes nothing the siblings hold"
+    pending = guard.verify(keys["ec"].token(now=NOW))
+    fetches.answer(keys["rsa"])
+    assert isinstance(_settle(pending), Refusal)
+    assert told.keys == [], "the same kids again"
+    _, more, _, clock = _url_guard(told, **{"keys-refresh": 60})
+    more.answer(keys["rsa"])
+    clock.advance(60)
+    more.answer(keys["ec"])
+    assert told.keys == [("jwt0", ["ec1"])], "rotated on the timer"
+
+
+def test_a_guard_follows_the_key_sets_its_siblings_load(keys: dict[str, SigningKey]) -> None:
+    guard, fetches, _, clock = _url_guard(**{"keys-refresh": 600})
+    fetches.answer(keys["rsa"])
+    guard.sibling_loaded(["rsa1"])
+    assert len(fetches.calls) == 1, "holds those kids already"
+    guard.sibling_loaded(["ec1"])
+    assert len(fetches.calls) == 2, "fetched at once"
+    fetches.answer(keys["ec"])
+    assert isinstance(guard.verify(keys["rsa"].token(now=NOW)), Refusal), "the retired key"
+    # within KID_REFRESH_INTERVAL of that fetch: once it is over, not now
+    clock.advance(10)
+    guard.sibling_loaded(["ed1"])
+    assert len(fetches.calls) == 2
+    clock.advance(KID_REFRESH_INTERVAL - 10.1)
+    assert len(fetches.calls) == 2
+    clock.advance(0.1)
+    assert len(fetches.calls) == 3
+    # told during a fetch that started before the sibling's: checked again when it is over
+    guard.sibling_loaded(["rsa1"])
+    fetches.answer(keys["ed"])
+    assert len(fetches.calls) == 3, "within the interval again: later"
+    clock.advance(KID_REFRESH_INTERVAL)
+    assert len(fetches.calls) == 4
+    fetches.answer(keys["rsa"])
+    assert isinstance(guard.verify(keys["rsa"].token(now=clock.seconds())), JwtSession)
+    clock.advance(599)
+    assert len(fetches.calls) == 4, "the timer runs from the last load again"
+    clock.advance(1)
+    assert len(fetches.calls) == 5
+    guard.stopService()
+    guard.sibling_loaded(["ec1"])
+    assert len(fetches.calls) == 5 and clock.getDelayedCalls() == []
+
+
+def test_a_guard_without_keys_yet_tries_again_when_a_sibling_has_some(
+        keys: dict[str, SigningKey]) -> None:
+    guard, fetches, _, clock = _url_guard()
+    for retry in (1, 2):
+        fetches.fail()
+        clock.advance(retry)
+    fetches.fail()  # the next retry is 4 s away
+    guard.sibling_loaded(["rsa1"])
+    assert len(fetches.calls) == 3, "not within a second of the last try"
+    clock.advance(1)
+    guard.sibling_loaded(["rsa1"])
+    assert len(fetches.calls) == 4, "now, not at the back-off's next retry"
+    fetches.answer(keys["rsa"])
+    guard.sibling_loaded(["ec1"])  # holds a set now: follows it at once (no kid fetch yet)
+    assert len(fetches.calls) == 5
+
+
+def test_a_guard_with_inline_keys_ignores_its_siblings(keys: dict[str, SigningKey]) -> None:
+    guard, _, clock = _guard([keys["rsa"]])
+    guard.sibling_loaded(["ec1"])
+    assert clock.getDelayedCalls() == [] and guard.keys is not None and list(guard.keys) == ["rsa1"]
 
 
 def test_a_jwks_with_bad_entries_keeps_the_good_ones(keys: dict[str, SigningKey]) -> None:

@@ -19,6 +19,7 @@ import h2.events
 import jwt
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
+from tests.support.daemon import Daemon
 from tests.support.h2client import H2SseClient, Stream
 
 ISSUER = "https://issuer.test"
@@ -266,6 +267,13 @@ telemetry:
 """
 
 WWW = Path(__file__).resolve().parents[2] / "www"  # the demo page of www/
+
+
+def wait_keys_loaded(daemon: Daemon, detail: str = "") -> None:
+    """Wait until `GUARD_JWT_KEYS_LOADED <detail>` has been said once per worker (once without
+    workers): each worker's guard fetches its own keys, and one still fetching answers `503`."""
+    daemon.wait_output(f"GUARD_JWT_KEYS_LOADED {detail}".rstrip(),
+                       count=len(daemon.worker_pids()) or 1)
 
 
 def write_config(folder: Path, port: int, bootstrap: str, keys: str | list[dict[str, Any]],

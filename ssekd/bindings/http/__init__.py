@@ -58,7 +58,7 @@ def _build(ctx: BuildContext, binding: Binding) -> HttpServer:
             "every site a user visits could read these responses with the user's cookies")])
     root = HttpRoot(binding.name, routes, default, cors, ctx.events, authorization,
                     HttpStats(ctx.metrics, binding.name, ctx.reactor),
-                    HealthPaths.from_options(options.get("health"), ctx.health))
+                    HealthPaths.from_options(options.get("health"), ctx.health), ctx.siblings)
     site = HttpSite(root, limits, ctx.reactor)
     versions = tuple(options.get("versions", DEFAULT_VERSIONS))
     return HttpServer(binding.name, site, versions)

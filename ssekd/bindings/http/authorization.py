@@ -9,18 +9,22 @@ other connections too - an HTTP/1.1 connection carrying a stream has no room for
 browser sends it on another one (ssekd goes further than Zilla here). Only leases whose session
 names the same identity are renewed, and only when the new token keeps every role the old one
 had: one user's token can never extend another user's stream.
+
+In a daemon with workers, the POST may land on a worker that holds none of the client's streams:
+the worker that gets it also asks its siblings (`api.Siblings`) to renew that client's HTTP/1.1
+streams, and `combine` makes one answer of what every worker did.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, unquote_plus
 
 from twisted.web.server import Request
 
-from ssekd.bindings.api import Guard, Refusal, Session
+from ssekd.bindings.api import Guard, Refusal, Renewal, Session
 
 CHALLENGE_RESPONSE = b"application/x-challenge-response"
 MARK = "{credentials}"
@@ -116,6 +120,12 @@ class Origin:
         host, port = str(getattr(peer, "host", "")), int(getattr(peer, "port", 0) or 0)
         return cls((host, port), request.clientproto == b"HTTP/2")
 
+    @classmethod
+    def sibling(cls, host: str) -> Origin:
+        """A renewal from `host` that reached another worker: no connection of this one, so it
+        reaches the HTTP/1.1 leases of that host only."""
+        return cls((host, 0), False)
+
 
 class HttpLease:
     """The `api.Lease` of one long-lived response (see the module docstring)."""
@@ -186,14 +196,6 @@ class Leases:
         yield from list(seen)
 
 
-@dataclass(frozen=True)
-class Renewal:
-    """The outcome of a renewal request for one guard."""
-
-    renewed: int
-    refusal: Refusal | None = None
-
-
 def renew(leases: Leases, origin: Origin, guard: str, session: Session) -> Renewal:
     """Extend the leases `origin` reaches that hold a session of `guard` for the same identity,
     when `session` keeps all their roles; otherwise say why nothing was renewed."""
@@ -201,11 +203,11 @@ def renew(leases: Leases, origin: Origin, guard: str, session: Session) -> Renew
         return Renewal(0, Refusal(403, "renewal with a token that names no identity"))
     held = [lease for lease in leases.reachable(origin) if guard in lease.sessions]
     if not held:
-        return Renewal(0, Refusal(403, "renewal with no stream to renew"))
+        return Renewal(0, Refusal(403, "renewal with no stream to renew"), reach=0)
     same = [lease for lease in held if lease.sessions[guard].identity == session.identity]
     if not same:
         return Renewal(0, Refusal(403, f"renewal for {session.identity} reaches only streams of "
-                                       f"another identity"))
+                                       f"another identity"), reach=1)
     renewed = 0
     dropped: set[str] = set()
     for lease in same:
@@ -217,8 +219,19 @@ def renew(leases: Leases, origin: Origin, guard: str, session: Session) -> Renew
         renewed += 1
     if not renewed:
         return Renewal(0, Refusal(403, f"renewal for {session.identity} drops role(s) "
-                                       f"{' '.join(sorted(dropped))}"))
+                                       f"{' '.join(sorted(dropped))}"), reach=2)
     return Renewal(renewed)
+
+
+def combine(local: Renewal, elsewhere: Iterable[Renewal]) -> Renewal:
+    """One outcome of a renewal tried on this worker (`local`) and on its siblings: the sum of
+    what they renewed, else the refusal that got furthest (this worker's on a tie), so that a
+    client is told its new token drops a role rather than that one worker held no stream."""
+    tried = [local, *elsewhere]
+    renewed = sum(r.renewed for r in tried)
+    if renewed:
+        return Renewal(renewed)
+    return max(tried, key=lambda r: r.reach)
 
 
 class Authorization:

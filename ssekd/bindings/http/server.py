@@ -24,11 +24,13 @@ from ssekd.bindings.api import (
     HttpBinding,
     HttpContext,
     Refusal,
+    Renewal,
     Session,
+    Siblings,
     TemporaryRefusals,
 )
 from ssekd.bindings.http import h2c
-from ssekd.bindings.http.authorization import Authorization, Origin, is_renewal, renew
+from ssekd.bindings.http.authorization import Authorization, Origin, combine, is_renewal, renew
 from ssekd.bindings.http.channel import BodyCountingRequest, LimitedHTTPChannel, Limits
 from ssekd.bindings.http.cors import AccessControl
 from ssekd.bindings.http.h2 import SwitchingChannelProtocol
@@ -45,6 +47,22 @@ log = Logger()
 
 #: What a guard answered for a token: settled, or still fetching keys.
 Verdicts = Mapping[str, "Session | Refusal | defer.Deferred[Session | Refusal]"]
+
+
+def settled(verdicts: Verdicts) -> defer.Deferred[dict[str, Session | Refusal]]:
+    """`verdicts` once every guard has answered; a guard that failed to is a temporary refusal."""
+    pending = {g: v for g, v in verdicts.items() if isinstance(v, defer.Deferred)}
+
+    def resume(results: list[tuple[bool, Any]]) -> dict[str, Session | Refusal]:
+        done: dict[str, Session | Refusal] = {
+            g: v for g, v in verdicts.items() if not isinstance(v, defer.Deferred)}
+        for guard, (ok, value) in zip(pending, results, strict=True):
+            done[guard] = value if ok else Refusal(503, "cannot check the token now",
+                                                   DEFAULT_RETRY_AFTER)
+        return done
+
+    d = defer.DeferredList(list(pending.values()), consumeErrors=True)
+    return d.addCallback(resume)
 
 
 @dataclass(frozen=True)
@@ -93,8 +111,11 @@ class HttpRoot(Resource):
     def __init__(self, name: str, routes: Sequence[HttpRoute], default: HttpBinding | None,
                  cors: AccessControl, events: EventLog,
                  authorization: Authorization | None = None,
-                 stats: HttpStats | None = None, health: HealthPaths | None = None) -> None:
+                 stats: HttpStats | None = None, health: HealthPaths | None = None,
+                 siblings: Siblings | None = None) -> None:
         super().__init__()
+        #: The other workers of the daemon, whose HTTP/1.1 streams a renewal reaches too.
+        self.siblings = siblings
         self.stats = stats
         self.health = health
         self.name = name
@@ -157,35 +178,9 @@ class HttpRoot(Resource):
                 then: Callable[[Mapping[str, Session | Refusal]], bytes | int]) -> bytes | int:
         """`then(verdicts)` now, or - when a guard is still fetching keys - once it answers,
         finishing the request with what `then` returns."""
-        pending = {g: v for g, v in verdicts.items() if isinstance(v, defer.Deferred)}
-        if not pending:
+        if not any(isinstance(v, defer.Deferred) for v in verdicts.values()):
             return then(verdicts)  # type: ignore[arg-type]  # no Deferred left
-        req: Any = request
-        gone: list[bool] = []
-        req.notifyFinish().addErrback(lambda _: gone.append(True))
-
-        def resume(results: list[tuple[bool, Any]]) -> None:
-            settled: dict[str, Session | Refusal] = {
-                g: v for g, v in verdicts.items() if not isinstance(v, defer.Deferred)}
-            for guard, (ok, value) in zip(pending, results, strict=True):
-                settled[guard] = value if ok else Refusal(503, "cannot check the token now",
-                                                          DEFAULT_RETRY_AFTER)
-            if gone:
-                return
-            body = then(settled)
-            if body is not NOT_DONE_YET:
-                assert isinstance(body, bytes)
-                req.write(body)
-                req.finish()
-
-        def failed(failure: Failure) -> None:
-            log.failure("answering {uri}", failure, uri=req.uri)
-            if not gone:
-                req.setResponseCode(http.INTERNAL_SERVER_ERROR)
-                req.finish()
-
-        d = defer.DeferredList(list(pending.values()), consumeErrors=True)
-        d.addCallback(resume).addErrback(failed)
+        answer_later(request, settled(verdicts).addCallback(then))
         return NOT_DONE_YET
 
     def _split(self, verdicts: Mapping[str, Session | Refusal]) -> HttpContext:
@@ -230,29 +225,60 @@ class HttpRoot(Resource):
         if auth is not None and guard in auth.guards:  # always, when the config was built
             auth.guards[guard].report(reason)
 
-    def _renew(self, request: Request, verdicts: Mapping[str, Session | Refusal]) -> bytes:
-        """A challenge response: `204` when it renewed a stream, else the refusal."""
+    def _renew(self, request: Request, verdicts: Mapping[str, Session | Refusal]
+               ) -> bytes | int:
+        """A challenge response: `204` when it renewed a stream, else the refusal.
+
+        It reaches the HTTP/1.1 streams of the same client on other connections too (see
+        `authorization`), which with workers may be on any worker: the valid tokens also go to
+        the sibling workers, which renew the client's HTTP/1.1 streams they hold, and the POST
+        is answered once they have (or have not in time)."""
         auth = self.authorization
         assert auth is not None
         if not verdicts:
             guard = next(iter(auth.guards), "")
             return self._refuse(request, None, guard, Refusal(401, "renewal without credentials"))
         origin = Origin.of(request)
-        renewed = 0
-        first: tuple[str, Refusal] | None = None
-        for guard, verdict in verdicts.items():
-            if isinstance(verdict, Refusal):
-                first = first or (guard, verdict)
-                continue
-            outcome = renew(auth.leases, origin, guard, verdict)
-            renewed += outcome.renewed
-            if outcome.refusal is not None:
-                first = first or (guard, outcome.refusal)
-        if renewed:
+        outcomes = self._renewals(origin, verdicts)
+        tokens = auth.tokens(request)
+        forward = {g: tokens[g] for g, v in verdicts.items()
+                   if not isinstance(v, Refusal) and v.identity is not None}
+        if self.siblings is None or not forward:
+            return self._answer_renewal(request, outcomes)
+        d = self.siblings.renew(self.name, origin.connection[0], forward)
+        answer_later(request, d.addCallback(lambda elsewhere: self._answer_renewal(
+            request, {g: combine(o, (e[g] for e in elsewhere if g in e))
+                      for g, o in outcomes.items()})))
+        return NOT_DONE_YET
+
+    def _renewals(self, origin: Origin, verdicts: Mapping[str, Session | Refusal]
+                  ) -> dict[str, Renewal]:
+        """What each guard's verdict renews on this worker."""
+        auth = self.authorization
+        assert auth is not None
+        return {g: Renewal(0, v, reach=-1) if isinstance(v, Refusal)
+                else renew(auth.leases, origin, g, v) for g, v in verdicts.items()}
+
+    def _answer_renewal(self, request: Request, outcomes: Mapping[str, Renewal]) -> bytes:
+        if any(o.renewed for o in outcomes.values()):
             request.setResponseCode(http.NO_CONTENT)
             return b""
-        assert first is not None
-        return self._refuse(request, None, *first)
+        guard, refused = next((g, o.refusal) for g, o in outcomes.items()
+                              if o.refusal is not None)
+        return self._refuse(request, None, guard, refused)
+
+    def renew_for_sibling(self, host: str, tokens: Mapping[str, str]
+                          ) -> defer.Deferred[dict[str, Renewal]]:
+        """A renewal that a sibling worker got from client `host`: check `tokens` with this
+        worker's guards and renew that host's HTTP/1.1 leases here. What renewed nothing is not
+        reported here (the sibling answers the client, and reports), and nothing is forwarded
+        again."""
+        auth = self.authorization
+        if auth is None:
+            return defer.succeed({})
+        verdicts = {g: auth.guards[g].verify(t) for g, t in tokens.items() if g in auth.guards}
+        return settled(verdicts).addCallback(
+            lambda done: self._renewals(Origin.sibling(host), done))
 
     def takes_body(self, request: Request, method: bytes, uri: bytes) -> bool:
         """Whether the exit this request head routes to reads request bodies (`BodyRoutes`).
@@ -273,6 +299,29 @@ class HttpRoot(Resource):
         if self.default is None:
             return None
         return self.default, {}, {}
+
+
+def answer_later(request: Request, body: defer.Deferred[bytes | int]) -> None:
+    """Finish `request` with what `body` fires with (unless the client has gone meanwhile, or
+    it is `NOT_DONE_YET`: then whoever returned it finishes the request); a failure is `500`."""
+    req: Any = request  # twisted.web is untyped for mypy
+    gone: list[bool] = []
+    req.notifyFinish().addErrback(lambda _: gone.append(True))
+
+    def write(answer: bytes | int) -> None:
+        if gone or answer is NOT_DONE_YET:
+            return
+        assert isinstance(answer, bytes)
+        req.write(answer)
+        req.finish()
+
+    def failed(failure: Failure) -> None:
+        log.failure("answering {uri}", failure, uri=req.uri)
+        if not gone:
+            req.setResponseCode(http.INTERNAL_SERVER_ERROR)
+            req.finish()
+
+    body.addCallback(write).addErrback(failed)
 
 
 class HttpSite(Site):
@@ -306,3 +355,8 @@ class HttpServer:
     def build_protocol(self, conn: ConnectionInfo) -> IProtocol | None:
         """HTTP/1.1 or HTTP/2 as TLS negotiated, or as the first bytes say in cleartext."""
         return h2c.protocol_for(self, conn)
+
+    def renew_for_sibling(self, host: str, tokens: Mapping[str, str]
+                          ) -> defer.Deferred[dict[str, Renewal]]:
+        """See `HttpRoot.renew_for_sibling` (`ssekd.siblings` calls it)."""
+        return self.site.root.renew_for_sibling(host, tokens)
