@@ -85,6 +85,12 @@ telemetry:
 INDEX = b"<!doctype html><title>ok</title>\n"
 
 
+#: The limits and the file descriptor budget are counted per process (docs/operations.md,
+#: Workers): with workers each has its own, and the kernel chooses which worker a connection
+#: reaches, so these tests run one process.
+ONE_PROCESS = ["--workers", "1"]
+
+
 def start(tmp: Path, bootstrap: str, limits: str = "", nofile: int | None = None) -> Daemon:
     """`twistd -n ssekd` on a config of its own; with `nofile`, under `ulimit -n nofile`. Waits
     for the start event rather than probing the port: a probe would be a connection of its own,
@@ -94,7 +100,8 @@ def start(tmp: Path, bootstrap: str, limits: str = "", nofile: int | None = None
     (tmp / "www" / "index.html").write_bytes(INDEX)
     config = tmp / "zilla.yaml"
     config.write_text(CONFIG.format(port=port, limits=limits, bootstrap=bootstrap))
-    daemon = start_daemon(config, nofile=nofile, wait_output="ENGINE_STARTED")
+    daemon = start_daemon(config, nofile=nofile, wait_output="ENGINE_STARTED",
+                          extra_args=ONE_PROCESS)
     daemon.ports.append(port)
     return daemon
 

@@ -524,7 +524,8 @@ def test_on_the_wire_streams_beyond_the_limit_retry_and_silent_streams_are_reset
     port = free_port()
     config = tmp_path / "zilla.yaml"
     config.write_text(LIMITED.format(port=port, bootstrap=kafka_broker.bootstrap))
-    daemon: Daemon = start_daemon(config, wait_ports=[port])
+    # limits.streams is counted per process (docs/operations.md, Workers)
+    daemon: Daemon = start_daemon(config, wait_ports=[port], extra_args=["--workers", "1"])
     path = f"/events/{topic}"
     try:
         h1_sock = silent_h1(port, path)
