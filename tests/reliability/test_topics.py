@@ -234,7 +234,9 @@ def topics_daemon(kafka_broker: Broker, tmp_path: Path) -> Any:
     port = free_port()
     config = tmp_path / "zilla.yaml"
     config.write_text(CONFIG.format(port=port, bootstrap=kafka_broker.bootstrap))
-    daemon: Daemon = start_daemon(config, wait_ports=[port])
+    # the topics one cache follows (max-topics, idle drops) are one process's: with workers each
+    # has its own cache, and the kernel picks the worker a connection reaches
+    daemon: Daemon = start_daemon(config, wait_ports=[port], extra_args=["--workers", "1"])
     yield daemon, port
     daemon.stop()
 
