@@ -122,10 +122,17 @@ class ExportHealth:
         self._cause: str | None = None
         self._dropped = 0
         self._failing = False
+        self._succeeded = False
 
     def failed(self, signal: str) -> None:
         with self._lock:
             self._failures[signal] = self._failures.get(signal, 0) + 1
+
+    def succeeded(self) -> None:
+        """A post the collector accepted (2xx). Only that ends a failure: an interval without
+        failures may only mean the posts are still waiting on a collector that never answers."""
+        with self._lock:
+            self._succeeded = True
 
     def cause(self, what: str) -> None:
         """Why a post failed, as the HTTP client saw it (`connection refused`, `HTTP 404 Not
@@ -166,9 +173,10 @@ class ExportHealth:
     def report(self) -> tuple[str, str] | None:
         """The event to emit for the interval just over, if any: (name, detail)."""
         with self._lock:
-            failures, dropped = self._failures, self._dropped
+            failures, dropped, succeeded = self._failures, self._dropped, self._succeeded
             reason = self._cause or self._reason
             self._failures, self._reason, self._cause, self._dropped = {}, None, None, 0
+            self._succeeded = False
             if failures or dropped:
                 self._failing = True
                 parts = [f"{n} {s} export{'s' if n > 1 else ''} failed"
@@ -176,7 +184,7 @@ class ExportHealth:
                 if dropped:
                     parts.append(f"{dropped} events not sent (log queue full)")
                 return "OTLP_EXPORT_FAILED", ", ".join(parts) + (f": {reason}" if reason else "")
-            if self._failing:
+            if self._failing and succeeded:
                 self._failing = False
                 return "OTLP_EXPORT_RECOVERED", "exports succeed again"
             return None
@@ -227,6 +235,8 @@ class WatchedSession(requests.Session):
             raise
         if response.status_code >= 300:
             self.health.cause(f"HTTP {response.status_code} {response.reason}")
+        else:
+            self.health.succeeded()
         return response
 
 

@@ -326,7 +326,12 @@ def test_failures_are_reported_once_per_interval_then_recovery_once() -> None:
     exporter.health.failed("metrics")
     reactor.advance(5)
     assert len(said()) == 2 and said()[1].endswith("1 metrics export failed")
-    reactor.advance(5)  # an interval without failures: recovered, said once
+    # an interval without failures, but without a post accepted either (a collector that
+    # never answers keeps them waiting): not recovered
+    reactor.advance(5)
+    assert len(said()) == 2
+    exporter.health.succeeded()  # a post accepted: recovered, said once
+    reactor.advance(5)
     reactor.advance(5)
     assert len(said()) == 3 and "OTLP_EXPORT_RECOVERED" in said()[2]
     exporter._loop.stop()
