@@ -438,11 +438,15 @@ def _profile(server: Server, name: str, seconds: float) -> list[subprocess.Popen
     for `top_costs`) in bench/results/, named after the server and scenario."""
     out = ROOT / "bench" / "results"
     out.mkdir(parents=True, exist_ok=True)
-    spy = str(Path(sys.executable).with_name("py-spy"))
+    # Paths relative to the checkout: py-spy writes its command line into the flame graph's
+    # title, and a graph kept in bench/profiles/ should not name the machine it was made on.
+    spy = os.path.relpath(Path(sys.executable).with_name("py-spy"), ROOT)
     base = [spy, "record", "-p", str(server.proc.pid), "-d", str(int(seconds)), "-r", "250",
             "--nonblocking", "-t"]
-    return [subprocess.Popen(base + ["-f", fmt, "-o", str(out / f"profile-{server.name}-{name}.{ext}")],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return [subprocess.Popen(base + ["-f", fmt, "-o",
+                                     os.path.relpath(out / f"profile-{server.name}-{name}.{ext}",
+                                                     ROOT)],
+                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             for fmt, ext in (("flamegraph", "svg"), ("raw", "txt"))]
 
 
