@@ -98,8 +98,10 @@ METRICS: Mapping[str, MetricDef] = _defs(
               "high watermark minus next offset.", labels=("topic", "partition")),
     MetricDef("sse.kafka.subscribers", "gauge", "Streams open per sse-kafka route.",
               labels=("route",)),
-    MetricDef("sse.kafka.filtered", "counter", "Records a route's filters held back (counted "
-              "once per group of streams reading together, not per stream).", labels=("topic",)),
+    MetricDef("sse.kafka.filtered", "counter", "Records at the tail a route's filters held "
+              "back (counted once per group of streams with the same filters, not per stream; "
+              "a stream catching up reads only the records its filters can take).",
+              labels=("topic",)),
     MetricDef("sse.kafka.resumes", "counter", "Streams that came back with a last event id, "
               "by where they resumed from (cache, kafka, undecodable).", labels=("outcome",)),
     MetricDef("sse.pauses", "counter", "Times a slow client's full buffer paused its "

@@ -49,6 +49,9 @@ class Owner:
     def history_unavailable(self, partition: int, offset: int, error: str | None) -> None:
         self.reports.append("unavailable")
 
+    def placed_ahead(self, s: Subscription) -> None:
+        self.reports.append("ahead")
+
     def reached_tail(self, s: Subscription) -> None:
         self.reports.append("tail")
 

@@ -6,6 +6,7 @@ is what sse-kafka routes exit to; it hands subscriptions to its cache_server.
 
 A `TopicCache` alone decides which tail group or lagging set each of its subscriptions is in;
 a subscription only reports reaching the tail, leaving it and closing (`subscription.Owner`).
+Its `TailRouter` takes each batch to the tail groups whose filters can take its records.
 
 Topics come and go: with a route such as `/{topic}` any client can name one, so a topic that has
 had no stream for `idle-timeout` seconds is dropped (cache freed, partitions unassigned), and one
@@ -33,8 +34,8 @@ from ssekd.bindings.kafka.subscription import (
     EventSink,
     SharedSteps,
     Subscription,
-    TailGroup,
 )
+from ssekd.bindings.kafka.tail import TailGroup, TailRouter
 from ssekd.bindings.kafka.topic_log import CacheBounds, TopicLog
 from ssekd.catalogs.models import TopicModel
 from ssekd.health import Check
@@ -64,6 +65,12 @@ class SchemaUnavailable(Exception):
 #: Checks a topic not yet described may hold waiting for its partition count.
 MAX_WAITING_FOR_COUNT = 100
 
+#: Seconds a stream placed past the end the cache has read is given before an end below its
+#: position means the broker lost the partition. Another worker's or daemon's cache read further
+#: than this one by the time its consumer's next fetch takes (milliseconds; `fetch.wait.max.ms`
+#: at most when it waits for data), so the records of a real position arrive well within this.
+PAST_END_GRACE = 5.0
+
 
 class TopicCache:
     """The log of one topic plus everyone reading it; fed by the client's tail consumer."""
@@ -79,9 +86,8 @@ class TopicCache:
         self._oversized_since = 0
         #: defaultOffset: live - new streams without an id start at the end.
         self.live = live
-        self.groups: dict[Any, TailGroup] = {}
-        #: The group of each subscription at the tail.
-        self.group_of: dict[Subscription, TailGroup] = {}
+        #: The subscriptions at the tail, in groups, and how a batch reaches them.
+        self.tail = TailRouter(self.log)
         #: Subscriptions reading on their own (new, paused, catching up): woken by new data.
         self.lagging: set[Subscription] = set()
         #: The timer that drops this topic, armed while no subscription reads it.
@@ -92,6 +98,11 @@ class TopicCache:
         self.steps = SharedSteps()
         #: What waits for the topic's partition count (`when_counted`).
         self._counted: list[Callable[[int], None]] = []
+        #: Subscriptions placed past the end the cache had reached in some partition, with the
+        #: time from which an end below them means the broker lost it (`_judge_ahead`).
+        self._ahead: dict[Subscription, float] = {}
+        #: The timer of the next `_judge_ahead`, while some subscription is ahead.
+        self._judge_call: Any = None
 
     # -- fed by the kafka client (reactor thread) ----------------------------------------------
 
@@ -120,15 +131,21 @@ class TopicCache:
         else:
             self._add(records)
 
+    @property
+    def groups(self) -> dict[Any, TailGroup]:
+        """The tail groups, by encoder (and floor)."""
+        return self.tail.groups
+
+    @property
+    def group_of(self) -> dict[Subscription, TailGroup]:
+        """The tail group of each subscription at the tail."""
+        return self.tail.group_of
+
     def _add(self, records: list[Message]) -> None:
+        before = self.log.tail() if self.tail.groups else None
         fresh = self.log.append(records, self.reactor.seconds())
-        if fresh and self.groups:
-            for g in list(self.groups.values()):
-                data = g.encoder.encode(fresh, g.progress, None)
-                if data:
-                    for s in list(g.members):
-                        s.write(data)
-            self._regroup()
+        if fresh and before is not None:
+            self.tail.route(fresh, before)
         self._wake()
 
     def on_end(self, partition: int, next_offset: int) -> None:
@@ -138,12 +155,10 @@ class TopicCache:
             self._end(partition, next_offset)
 
     def _end(self, partition: int, next_offset: int) -> None:
-        log = self.log
-        part = log.partitions.get(partition)
-        first_end = part is None or part.live_from is None
-        log.reached_end(partition, next_offset)
-        if first_end:
-            self._restart_past_end(partition)
+        self.log.reached_end(partition, next_offset)
+        if self._ahead:
+            self._judge_ahead()
+        self.tail.settle()
         self._wake()
 
     def on_rewind(self, partition: int, origin: int) -> None:
@@ -192,7 +207,7 @@ class TopicCache:
 
     def subscriptions(self) -> list[Subscription]:
         """Every open subscription: at the tail or lagging."""
-        return [*self.group_of, *self.lagging]
+        return [*self.tail.members(), *self.lagging]
 
     # -- subscriptions ---------------------------------------------------------------------
 
@@ -207,29 +222,23 @@ class TopicCache:
 
     def reached_tail(self, s: Subscription) -> None:
         self.lagging.discard(s)
-        key = (s.encoder.key, s.progress.key())
-        g = self.groups.get(key)
-        if g is None:
-            g = self.groups[key] = TailGroup(s.encoder, s.progress)
-        g.members[s] = None
-        self.group_of[s] = g
+        self.tail.join(s)
 
     def left_tail(self, s: Subscription) -> ProgressState:
-        g = self.group_of.pop(s)
-        del g.members[s]
-        if not g.members:
-            self._drop_group(g)
         self.lagging.add(s)
-        return g.progress.copy()
+        return self.tail.leave(s)
+
+    def placed_ahead(self, s: Subscription) -> None:
+        self._ahead[s] = self.reactor.seconds() + PAST_END_GRACE
+        if self._judge_call is None:
+            self._judge_call = self.reactor.callLater(PAST_END_GRACE, self._judge_ahead)
 
     def gone(self, s: Subscription) -> None:
-        g = self.group_of.pop(s, None)
-        if g is not None:
-            del g.members[s]
-            if not g.members:
-                self._drop_group(g)
+        if s in self.tail.group_of:
+            self.tail.leave(s)
+        self._ahead.pop(s, None)
         self.lagging.discard(s)
-        if not self.group_of and not self.lagging:
+        if not self.tail and not self.lagging:
             self.server.idle(self)
 
     @property
@@ -249,50 +258,53 @@ class TopicCache:
         self.server.event("BINDING_KAFKA_HISTORY_UNAVAILABLE",
                           f"{self.topic} partition {partition} offset {offset}: {error}")
 
-    def past_end(self, partition: int, offset: int) -> None:
-        end = self.log.partitions[partition].next
-        self.server.event("BINDING_KAFKA_LAST_EVENT_ID_PAST_END",
-                          f"{self.topic} partition {partition}: offset {offset} is past the end "
-                          f"{end} (the broker lost the partition?); the stream starts it over")
-
     # -- partitions the broker lost (reactor thread) ------------------------------------------------
 
     def _position(self, s: Subscription, partition: int) -> int | None:
-        g = self.group_of.get(s)
-        return (g.progress if g is not None else s.progress).offsets.get(partition)
+        if s in self.tail.group_of:
+            return self.tail.position(s, partition)
+        return s.progress.offsets.get(partition)
 
-    def _restart_past_end(self, partition: int) -> None:
-        """The cache reached the end of `partition` for the first time: a stream placed past it
-        (a last event id of an incarnation the broker lost, given before the end was known)
-        starts the partition over instead of waiting for offsets that may never come."""
-        end = self.log.partitions[partition].next
-        start = self.log.historical_start(partition)
-        for s in self.subscriptions():
-            at = self._position(s, partition)
-            if at is not None and at > end:
-                self.past_end(partition, at)
-                s.restart(partition, start)
-
-    def _drop_group(self, g: TailGroup) -> None:
-        for k, v in list(self.groups.items()):
-            if v is g:
-                del self.groups[k]
-
-    def _regroup(self) -> None:
-        """Merge groups whose positions became equal (they would write identical bytes)."""
-        merged: dict[Any, TailGroup] = {}
-        for g in self.groups.values():
-            if not g.members:
+    def _judge_ahead(self) -> None:
+        """Streams placed past the end the cache had read (their last event id is further on,
+        `placed_ahead`) wait for the records of their position. Once `PAST_END_GRACE` has passed
+        and the consumer is at a partition's end below a stream's position, the broker does
+        not have that position: it lost the partition (restarted empty, or the topic was made
+        again), and the stream starts the partition over. Runs at each end the consumer reaches
+        and on a timer while some stream is ahead; looks only at those streams."""
+        if self._judge_call is not None and self._judge_call.active():
+            self._judge_call.cancel()
+        self._judge_call = None
+        now = self.reactor.seconds()
+        parts = self.log.partitions
+        for s, due in list(self._ahead.items()):
+            if s.closed:
+                del self._ahead[s]
                 continue
-            key = g.key()
-            into = merged.get(key)
-            if into is None:
-                merged[key] = g
-            else:
-                for s in g.members:
-                    self.group_of[s] = into
-                    into.members[s] = None
-        self.groups = merged
+            ahead = False
+            for p, part in parts.items():
+                at = self._position(s, p)
+                if at is None or at <= part.next:
+                    continue
+                if due > now or not part.at_end:
+                    ahead = True
+                    continue
+                self.server.event("BINDING_KAFKA_LAST_EVENT_ID_PAST_END",
+                                  f"{self.topic} partition {p}: offset {at} is past the end "
+                                  f"{part.next} (the broker lost the partition?); the stream "
+                                  f"starts it over")
+                s.restart(p, self.log.historical_start(p))
+            if not ahead:
+                del self._ahead[s]
+        if self._ahead:
+            wait = max(0.0, min(self._ahead.values()) - now)
+            self._judge_call = self.reactor.callLater(max(wait, 1.0), self._judge_ahead)
+
+    def stop_judging(self) -> None:
+        """No `_judge_ahead` timer outlives the service."""
+        if self._judge_call is not None and self._judge_call.active():
+            self._judge_call.cancel()
+        self._judge_call = None
 
     def _wake(self) -> None:
         for s in list(self.lagging):
@@ -391,6 +403,7 @@ class CacheServer(Service):
         if self.topics.get(cache.topic) is not cache:
             return  # already dropped
         del self.topics[cache.topic]
+        cache.stop_judging()
         self.client.unconsume(self.binding, cache.topic)
         if self.metrics is not None:
             self.metrics.forget("topic", cache.topic)
@@ -427,7 +440,7 @@ class CacheServer(Service):
             yield "kafka.cache.oldest.age", labels, \
                 max(0.0, now - oldest / 1000.0) if oldest is not None else 0.0
             yield "kafka.cache.subscribers", labels, \
-                float(len(cache.group_of) + len(cache.lagging))
+                float(len(cache.tail) + len(cache.lagging))
         tail = self.client.tails.get(self.binding)
         lag = tail.lag if tail is not None else {}
         for (topic, partition), behind in lag.items():
@@ -449,6 +462,7 @@ class CacheServer(Service):
         super().stopService()
         for cache in self.topics.values():
             self.busy(cache)  # no idle timer outlives the service
+            cache.stop_judging()
         for model in self.models.values():
             model.stop()  # nor a catalog retry
 

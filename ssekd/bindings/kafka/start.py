@@ -7,8 +7,11 @@ docs/protocol.md about where a stream begins is in this one function:
 
 - a listed partition of a last event id resumes at its offset, even one older than the cache
   holds (the subscription then reads it from Kafka); a listed partition the topic does not have
-  is ignored; an offset past the end the cache has reached belongs to a partition the broker
-  lost (restarted empty): it starts over like an unlisted one, and the caller reports it;
+  is ignored. An offset past the end the cache has reached is kept too: another worker or daemon
+  may have read further than this cache (or it is still loading), and then the records will
+  come. If instead it is of an incarnation the broker lost (restarted empty), the cache's next
+  report of the partition's end says so, and the stream starts the partition over then (the
+  cache judges the streams it is told are `ahead`);
 - any other partition starts at the cache's historical start as it was when the stream opened
   (all it held, or the whole current state of a compacted topic), also for `since` (the catch-up
   then passes over records older than it) and for an id that does not decode. A partition the
@@ -51,12 +54,12 @@ class Start:
 class StartPositions(NamedTuple):
     """The next offset to read in each partition `start_positions` could place; `complete`
     is False while some partition waits for the cache to reach its end (ask again then).
-    `past_end` maps each partition whose last-event-id offset lay past the partition's end to
-    that offset (started over instead, for the caller to report)."""
+    `ahead` maps each partition whose last-event-id offset lies past the end the cache has
+    reached to that offset (for the cache to judge at its next end of that partition)."""
 
     positions: dict[int, int]
     complete: bool
-    past_end: dict[int, int] = {}
+    ahead: dict[int, int] = {}
 
 
 class AtOpen(NamedTuple):
@@ -91,13 +94,12 @@ def start_positions(start: Start, live_topic: bool, log: TopicLog,
     live = live_topic and not start.has_id and start.since_ms is None
     resume = start.resume or {}
     positions: dict[int, int] = {}
-    past_end: dict[int, int] = {}
+    ahead: dict[int, int] = {}
     complete = True
     for p, part in log.partitions.items():
         at = resume.get(p)
-        if at is not None and part.live_from is not None and at > part.next:
-            past_end[p] = at
-            at = None
+        if at is not None and at > part.next:
+            ahead[p] = at
         if at is not None:
             positions[p] = at
         elif not live:
@@ -108,4 +110,4 @@ def start_positions(start: Start, live_topic: bool, log: TopicLog,
             positions[p] = part.live_from
         else:
             complete = False
-    return StartPositions(positions, complete, past_end)
+    return StartPositions(positions, complete, ahead)

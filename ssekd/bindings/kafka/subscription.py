@@ -2,12 +2,13 @@
 
 Two ways a cursor moves:
 
-- *at the tail* it belongs to a `TailGroup`: subscribers that share an encoder (route, filters,
-  id format) and a position. Each new batch is encoded once per group and handed to every member
-  as one write. Groups whose positions become equal merge, so after a few batches a thousand
-  subscribers of one route are one group.
+- *at the tail* it belongs to a tail group: subscribers that share an encoder (route, filters,
+  id format). Each new batch is encoded once per group that takes any of its records and handed
+  to every member as one write (`ssekd.bindings.kafka.tail`).
 - *lagging* (new, resumed, or paused by its transport) it reads on its own: from the cache, or
-  from Kafka for offsets older than the cache, then joins a tail group when nothing is left.
+  from Kafka for offsets older than the cache, then joins a tail group when nothing is left. A
+  stream whose filters name keys or header values reads from the cache only the records that
+  carry them (`TopicLog.candidates`), so a stream per item costs its own records, not the cache.
 
 A transport that cannot keep up pauses its subscription (Twisted producer/consumer): the cursor
 stops, nothing is buffered for it, others are not delayed. When it resumes it catches up from
@@ -34,10 +35,12 @@ from typing import Any, Protocol
 from twisted.internet.defer import Deferred
 
 from ssekd.bindings.kafka.client import FetchResult, HistoryBusy
+from ssekd.bindings.kafka.log_index import Term
 from ssekd.bindings.kafka.message import Message
 from ssekd.bindings.kafka.start import AtOpen, Start, StartPositions, at_open, start_positions
 from ssekd.bindings.kafka.topic_log import TopicLog
 from ssekd.progress import ProgressState
+from ssekd.telemetry.metrics import Counter
 
 #: Records read from the cache per catch-up step (one write to the subscriber), at most.
 CATCH_UP_BATCH = 2000
@@ -61,7 +64,33 @@ class EventEncoder(Protocol):
     """
 
     @property
-    def key(self) -> Hashable: ...
+    def key(self) -> Hashable:
+        """Equal for encoders that make the same events of the same records."""
+        ...
+
+    @property
+    def shape(self) -> Hashable:
+        """Equal for encoders that make the same event of a record they both take (the id
+        format): the cache makes it once for all of them."""
+        ...
+
+    @property
+    def terms(self) -> tuple[Term, ...] | None:
+        """None: the encoder takes every record. Otherwise it takes only records that carry
+        one of these (a key, or a header's value; `matches` has the last word): the cache
+        offers it no other."""
+        ...
+
+    @property
+    def filtered(self) -> Counter:
+        """Counts the records at the tail its filters held back (once per tail group)."""
+        ...
+
+    def matches(self, m: Message) -> bool: ...
+
+    def event(self, m: Message, token: bytes) -> bytes:
+        """The event of a record it takes, with `token` (the position after it) as its id."""
+        ...
 
     def encode(self, records: Sequence[Message], progress: ProgressState,
                catch_up: CatchUp | None) -> bytes: ...
@@ -108,8 +137,9 @@ class Owner(Protocol):
 
     def history_unavailable(self, partition: int, offset: int, error: str | None) -> None: ...
 
-    def past_end(self, partition: int, offset: int) -> None:
-        """A last event id asked for `offset`, past the partition's end: started over."""
+    def placed_ahead(self, s: Subscription) -> None:
+        """`s` was placed past the end the cache has reached in some partition (its last event
+        id is further on): the cache judges it at its next end of that partition."""
 
     def reached_tail(self, s: Subscription) -> None:
         """`s` read everything: from now on it gets the batches of a tail group."""
@@ -198,20 +228,6 @@ class SharedSteps:
         return len(self._steps)
 
 
-class TailGroup:
-    """Subscribers at the tail with the same encoder and position: encode once, write many."""
-
-    __slots__ = ("encoder", "members", "progress")
-
-    def __init__(self, encoder: EventEncoder, progress: ProgressState) -> None:
-        self.encoder = encoder
-        self.progress = progress
-        self.members: dict[Subscription, None] = {}
-
-    def key(self) -> tuple[Hashable, tuple[tuple[int, int], ...]]:
-        return (self.encoder.key, self.progress.key())
-
-
 class Subscription:
     """One stream's cursor. `pause`/`resume`/`close` are what the sse stream calls."""
 
@@ -222,6 +238,7 @@ class Subscription:
         "_cursor",
         "_epoch",
         "_fetching",
+        "_seen",
         "at_tail",
         "catch_up",
         "closed",
@@ -257,6 +274,9 @@ class Subscription:
         self._cursor: int | None = None
         #: Moves when a partition starts over, so a history read asked before is not used.
         self._epoch = 0
+        #: A filtered stream reading the cache's index: the `seq` of the last record it passed
+        #: (None: found again from the positions, like `_cursor`).
+        self._seen: int | None = None
 
     # -- the stream's side ---------------------------------------------------------------------
 
@@ -299,7 +319,7 @@ class Subscription:
             return
         self._leave_tail()
         self.progress.set(partition, offset)
-        self._cursor = None
+        self._cursor = self._seen = None
         self._epoch += 1
         self._fetching = False  # a history read in flight is of the lost records: ignored
         self.schedule()
@@ -315,7 +335,7 @@ class Subscription:
             self.at_tail = False
             # the subscriber got everything its group wrote: it goes on from the group's position
             self.progress = self.owner.left_tail(self)
-            self._cursor = None
+            self._cursor = self._seen = None
 
     def _place(self, log: TopicLog) -> StartPositions | None:
         """Give the partitions the stream has no position in yet their start (None: the cache
@@ -332,10 +352,9 @@ class Subscription:
             for p in new:
                 progress.set(p, placed.positions[p])
         if new:
-            self._cursor = None
-        for p in new:
-            if p in placed.past_end:
-                self.owner.past_end(p, placed.past_end[p])
+            self._cursor = self._seen = None
+        if any(p in placed.ahead for p in new):
+            self.owner.placed_ahead(self)
         if placed.complete:
             self._at_open = None  # every partition has its position: not needed again
         return placed
@@ -355,6 +374,10 @@ class Subscription:
             if held is not None and pos < held.start:
                 self._fetch(p, pos)
                 return
+        terms = self.encoder.terms
+        if terms is not None:
+            self._step_indexed(log, terms, placed)
+            return
         shareable = not log.compacted and (self.catch_up is None or not self.catch_up.active())
         place = (self.encoder.key, progress.key(), self._cursor) if shareable else None
         if place is not None:
@@ -376,11 +399,49 @@ class Subscription:
                 self.sink.write(data)
             self.schedule()
             return
+        self._caught_up(placed)
+
+    def _caught_up(self, placed: StartPositions) -> None:
+        """Nothing left to read: join the tail, once every partition is placed."""
         if not placed.complete:
             return  # woken again by the cache's next batch or end-of-partition
         self.catch_up = None
         self.at_tail = True
         self.owner.reached_tail(self)
+
+    def _step_indexed(self, log: TopicLog, terms: tuple[Term, ...],
+                      placed: StartPositions) -> None:
+        """A catch-up step of a filtered stream: only the cached records carrying one of its
+        terms, each event's id the position reached just after its record."""
+        progress = self.progress
+        records, seen, more = log.candidates(terms, progress.offsets, self._seen,
+                                             CATCH_UP_BATCH, self.owner.catch_up_bytes)
+        encoder = self.encoder
+        catch_up = self.catch_up
+        if catch_up is not None and not catch_up.active():
+            catch_up = None
+        out: list[bytes] = []
+        base = progress.offsets
+        for m in records:
+            if not encoder.matches(m) or (catch_up is not None and not catch_up.admits(m)):
+                continue
+            at = ProgressState(log.positions_at(m.seq, base))
+            out.append(encoder.event(m, at.token_bytes()))
+        if more:
+            assert seen is not None
+            self.progress = ProgressState(log.positions_at(seen, base))
+            self._seen = seen
+        else:
+            # every record the cache holds from the stream's positions on is passed
+            tail = log.tail()
+            self.progress = ProgressState({p: max(at, tail.get(p, at)) for p, at in base.items()})
+            self._seen = None
+        if out:
+            self.sink.write(b"".join(out))
+        if more:
+            self.schedule()
+            return
+        self._caught_up(placed)
 
     def _fetch(self, p: int, pos: int) -> None:
         self._fetching = True
@@ -392,7 +453,7 @@ class Subscription:
         if epoch != self._epoch:
             return  # asked before the partition started over (restart scheduled a step)
         self._fetching = False
-        self._cursor = None
+        self._cursor = self._seen = None
         if self.closed:
             return
         if result.records:

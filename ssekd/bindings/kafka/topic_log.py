@@ -7,7 +7,12 @@ then one list slice, however the partitions interleave. The
 log is bounded by count, bytes and age (`CacheBounds`); eviction moves a partition's `start` so a
 subscriber positioned before it knows to read from Kafka instead. For compacted topics only the
 latest record of each key stays (a tombstone stays as the key's latest record, so a subscriber
-resuming from an older position still learns of the delete).
+resuming from an older position still learns of the delete); replaced records are dropped from
+the arrival order once they are most of it, so a key that never changes does not hold back the
+records that replaced others behind it.
+
+A filtered stream reads only the records its filters can take, through the log's `LogIndex`
+(`candidates`), and learns the position it reached after each of them from `positions_at`.
 
 Everything here runs on the reactor thread.
 """
@@ -15,9 +20,12 @@ Everything here runs on the reactor thread.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterable
+import heapq
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from itertools import islice
 
+from ssekd.bindings.kafka.log_index import LogIndex, Term
 from ssekd.bindings.kafka.message import Message
 
 
@@ -41,10 +49,12 @@ class PartitionLog:
     `start` is the lowest offset from which the cache holds every record still relevant (all of
     them, or the latest per key when compacted); a position below it must be read from Kafka.
     `next` is one past the highest offset fetched. `origin` is where the cache began fetching.
-    `live_from` is `next` when the consumer first reached the end of the partition.
+    `live_from` is `next` when the consumer first reached the end of the partition; `at_end` says
+    whether the last the consumer said of it was that it reached its end (no record since).
     """
 
-    __slots__ = ("head", "holes", "live_from", "next", "origin", "partition", "records", "start")
+    __slots__ = ("at_end", "head", "holes", "live_from", "next", "origin", "partition", "records",
+                 "start")
 
     def __init__(self, partition: int, origin: int) -> None:
         self.partition = partition
@@ -54,6 +64,7 @@ class PartitionLog:
         self.next = origin
         self.origin = origin
         self.live_from: int | None = None
+        self.at_end = False
         self.holes = 0
 
     def __len__(self) -> int:
@@ -86,6 +97,14 @@ def _offset(m: Message) -> int:
     return m.offset
 
 
+def _seq(m: Message) -> int:
+    return m.seq
+
+
+#: Replaced records the arrival order keeps before it drops them (and at least half of it).
+SQUEEZE_AFTER = 1024
+
+
 class TopicLog:
     """The cache of one topic."""
 
@@ -102,9 +121,14 @@ class TopicLog:
         self.count = 0
         self.bytes = 0
         self.seq = 0
-        #: Every record in arrival order from index `_first`; their `seq`s are consecutive.
+        #: Every record in arrival order from index `_first` (`seq`s ascending; replaced
+        #: records are among them until `_squeeze_arrival` drops them).
         self._arrival: list[Message] = []
         self._first = 0
+        #: Replaced records in `_arrival[_first:]`.
+        self._holes = 0
+        #: Cached records by key and header value, once a filtered stream asked (`candidates`).
+        self.index: LogIndex | None = None
         self._latest: dict[tuple[int, bytes], Message] = {}
         #: The highest `seq` of a record `rewind` took out (reads below it must filter).
         self._rewound_seq = 0
@@ -125,6 +149,7 @@ class TopicLog:
         never see it twice. A partition the broker lost comes through `rewind` instead.
         """
         fresh: list[Message] = []
+        index = self.index
         for m in messages:
             part = self.partitions.get(m.partition)
             if part is None:
@@ -135,6 +160,7 @@ class TopicLog:
             m.seq = self.seq
             part.records.append(m)
             part.next = m.offset + 1
+            part.at_end = False
             self._arrival.append(m)
             self.count += 1
             self.bytes += m.size
@@ -142,17 +168,27 @@ class TopicLog:
                 k = (m.partition, m.key)
                 old = self._latest.get(k)
                 if old is not None:
-                    old.replaced = True
+                    self._replace(old)
                     part.holes += 1
-                    self.count -= 1
-                    self.bytes -= old.size
                 self._latest[k] = m
+            if index is not None:
+                index.add(m)
             fresh.append(m)
         if self.compacted:
             for part in self.partitions.values():
                 part._squeeze()
         self.evict(now)
         return fresh
+
+    def _replace(self, m: Message) -> None:
+        """`m` leaves the cache but stays in the arrival order and its partition's list, marked
+        (reads pass over it) until those drop it."""
+        m.replaced = True
+        self._holes += 1
+        self.count -= 1
+        self.bytes -= m.size
+        if self.index is not None:
+            self.index.died(m)
 
     def loaded(self) -> bool:
         """Whether the consumer has reached the end of every partition once (readiness)."""
@@ -169,6 +205,7 @@ class TopicLog:
             # nothing held yet for this partition: the cache is complete from here
             part.start = next_offset
         part.next = max(part.next, next_offset)
+        part.at_end = True
         if part.live_from is None:
             part.live_from = part.next
 
@@ -186,9 +223,7 @@ class TopicLog:
         for m in old.records[old.head:]:
             if m.replaced:
                 continue
-            m.replaced = True
-            self.count -= 1
-            self.bytes -= m.size
+            self._replace(m)
             if m.key is not None and self._latest.get((p, m.key)) is m:
                 del self._latest[(p, m.key)]
         self.partitions[p] = PartitionLog(p, origin)
@@ -204,6 +239,7 @@ class TopicLog:
             m = arrival[first]
             if m.replaced:
                 first += 1
+                self._holes -= 1
                 self._drop_replaced(m)
                 continue
             over = self.count > b.max_messages or self.bytes > b.max_bytes
@@ -220,11 +256,33 @@ class TopicLog:
                 k = (m.partition, m.key)
                 if self._latest.get(k) is m:
                     del self._latest[k]
+            if self.index is not None:
+                self.index.died(m)
         # drop the evicted prefix now and then; amortised O(1) per record
         if first > 1024 and first * 2 > len(arrival):
             del arrival[:first]
             first = 0
         self._first = first
+        if self._holes > SQUEEZE_AFTER and self._holes * 2 > len(arrival) - first:
+            self._squeeze_arrival()
+        if self.index is not None and self.index.worn():
+            self.index.rebuild(self.window())
+
+    def _squeeze_arrival(self) -> None:
+        """Drop replaced records from the arrival order (compacted topics: a key that never
+        changes would otherwise keep every record replaced after it). Amortised O(1) per
+        record: it runs once they are most of the list."""
+        self._arrival = [m for m in self._arrival[self._first:] if not m.replaced]
+        self._first = 0
+        self._holes = 0
+
+    def window(self) -> Iterator[Message]:
+        """The records the cache holds, in arrival order (replaced ones among them)."""
+        return islice(self._arrival, self._first, None)
+
+    def tail(self) -> dict[int, int]:
+        """The next offset of each partition: where a stream that read everything is."""
+        return {p: part.next for p, part in self.partitions.items()}
 
     def _drop_replaced(self, m: Message) -> None:
         part = self.partitions[m.partition]
@@ -298,16 +356,82 @@ class TopicLog:
         everything = all(p in positions for p in self.partitions) and not self.compacted
         rewound = self._rewound_seq
         while True:
-            i = first + cursor - arrival[first].seq
+            i = bisect.bisect_left(arrival, cursor, lo=first, key=_seq)
             chunk = arrival[i:i + limit]
             if max_bytes is not None:
                 chunk = _within(chunk, max_bytes)
-            cursor += len(chunk)
-            if not chunk or (everything and chunk[0].seq > rewound):
+            if not chunk:
+                return chunk, cursor
+            cursor = chunk[-1].seq + 1
+            if everything and chunk[0].seq > rewound:
                 return chunk, cursor
             chunk = [m for m in chunk if not m.replaced and m.partition in positions]
             if chunk:
                 return chunk, cursor
+
+
+    def candidates(self, terms: tuple[Term, ...], positions: Mapping[int, int],
+                   after: int | None, limit: int,
+                   max_bytes: int) -> tuple[list[Message], int | None, bool]:
+        """The cached records carrying one of `terms`, at or after their partition's position,
+        from `seq` `after` on (exclusive; None: all the cache holds), in arrival order.
+
+        Returns (records, the `seq` of the last one, whether more may follow): at most `limit`
+        records and, by their sizes, `max_bytes` (but at least one), so that a stream catching
+        up takes bounded steps. Records of partitions not in `positions` are left out. The
+        records between those returned are ones the terms do not name: a stream that takes
+        them has passed over everything up to the last (`positions_at`).
+        """
+        index = self.index
+        if index is None:
+            index = self.index = LogIndex()
+        arrival, first = self._arrival, self._first
+        if first == len(arrival):
+            return [], after, False
+        start = arrival[first].seq if after is None else max(after + 1, arrival[first].seq)
+        runs: list[Iterator[Message]] = []
+        for term in terms:
+            run = index.run(term, self.window())
+            i = bisect.bisect_left(run, start, key=_seq)
+            if i < len(run):
+                runs.append(islice(run, i, None))
+        if not runs:
+            return [], after, False
+        merged = runs[0] if len(runs) == 1 else heapq.merge(*runs, key=_seq)
+        got: list[Message] = []
+        total = 0
+        last_seq = after
+        for m in merged:
+            if m.seq == last_seq:
+                continue  # named by two of the terms
+            last_seq = m.seq
+            if m.replaced:
+                continue
+            at = positions.get(m.partition)
+            if at is None or m.offset < at:
+                continue
+            got.append(m)
+            total += m.size
+            if len(got) >= limit or total >= max_bytes:
+                return got, last_seq, True
+        return got, last_seq, False
+
+    def positions_at(self, seq: int, base: Mapping[int, int]) -> dict[int, int]:
+        """The position of a reader that started at `base` and passed over every record the
+        cache holds up to `seq` (inclusive): for each partition of `base`, one past the
+        highest offset among them, or its `base` position if that is further on."""
+        out = dict(base)
+        for p, at in base.items():
+            part = self.partitions.get(p)
+            if part is None:
+                continue
+            records = part.records
+            i = bisect.bisect_right(records, seq, lo=part.head, key=_seq)
+            if i > part.head:
+                reached = records[i - 1].offset + 1
+                if reached > at:
+                    out[p] = reached
+        return out
 
 
 def _within(chunk: list[Message], max_bytes: int) -> list[Message]:

@@ -1,7 +1,9 @@
 """Kafka records to SSE events for one (topic, filters, id format): `KafkaEventEncoder`.
 
-One encoder object is shared by every stream of the same route and filters, and the cache
-encodes each record once per group of streams at the same position (see
+One encoder object is shared by every stream of the same route and filters. At the tail the
+cache visits an encoder only for the records its filters can take (`terms`, see
+`ssekd.bindings.kafka.tail`) and makes each event once for every encoder of the same id format
+(`event`); a stream catching up encodes its own records (`encode`, see
 `ssekd.bindings.kafka.subscription`).
 """
 
@@ -10,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
+from ssekd.bindings.kafka.log_index import Term
 from ssekd.bindings.kafka.message import Message
 from ssekd.bindings.kafka.subscription import CatchUp
 from ssekd.bindings.sse.wire import CR, END, ID, ID_DATA, LF, event_bytes, id_data_event
@@ -31,6 +34,17 @@ class Filter:
     key: bytes | None = None
     headers: tuple[tuple[str, bytes], ...] = ()
 
+    @property
+    def term(self) -> Term | None:
+        """The one part of the filter the cache indexes records by: the key when it names one,
+        else its first header (sse-kafka lists a value taken from the request first, being the
+        most selective); None for an empty filter, which takes every record."""
+        if self.key is not None:
+            return (None, self.key)
+        if self.headers:
+            return self.headers[0]
+        return None
+
     def matches(self, m: Message) -> bool:
         if self.key is not None and m.key != self.key:
             return False
@@ -43,24 +57,49 @@ class Filter:
 class KafkaEventEncoder:
     """Encodes records as `id:`/`event:`/`data:` events, advancing a stream's progress."""
 
-    __slots__ = ("__weakref__", "_key", "filtered", "filters", "id_format", "topic")
+    __slots__ = ("__weakref__", "_key", "_terms", "filtered", "filters", "id_format", "topic")
 
     def __init__(self, topic: str, filters: tuple[Filter, ...] = (),
                  id_format: str = ETAG_FORMAT, filtered: Counter | None = None) -> None:
         self.topic = topic
         self.filters = filters
         self.id_format = id_format
-        #: Records the filters held back (once per encoding, i.e. per group of streams).
+        #: Records at the tail the filters held back (counted once per group of streams by
+        #: the cache's tail router; a stream catching up reads only what its filters can take).
         self.filtered = filtered or Counter()
         self._key: Hashable = (topic, filters, id_format)
+        terms = [t for t in (f.term for f in filters) if t is not None]
+        # an empty filter takes every record, and so do no filters
+        self._terms: tuple[Term, ...] | None = \
+            tuple(dict.fromkeys(terms)) if filters and len(terms) == len(filters) else None
 
     @property
     def key(self) -> Hashable:
         return self._key
 
+    @property
+    def shape(self) -> Hashable:
+        """Encoders of one shape make the same event of a record at the same position."""
+        return self.id_format
+
+    @property
+    def terms(self) -> tuple[Term, ...] | None:
+        """A record this encoder takes carries one of these (any-of filters: one per filter);
+        None when any record may be taken (no filters, or an empty one)."""
+        return self._terms
+
     def matches(self, m: Message) -> bool:
         """Filters are any-of; a route with no filters takes everything."""
         return not self.filters or any(f.matches(m) for f in self.filters)
+
+    def event(self, m: Message, token: bytes) -> bytes:
+        """The event of a record this encoder takes, its id made of `token` (the position
+        just after it)."""
+        value = m.value
+        if self.id_format == ETAG_FORMAT and not m.headers and value is not None \
+                and LF not in value and CR not in value:
+            return id_data_event(token, value)
+        return self._event_at(m, token.decode("ascii"))
 
     def encode(self, records: Sequence[Message], progress: ProgressState,
                catch_up: CatchUp | None) -> bytes:
@@ -104,7 +143,6 @@ class KafkaEventEncoder:
                 continue  # already passed: never twice
             progress.set(p, m.offset + 1)
             if self.filters and not self.matches(m):
-                self.filtered.value += 1
                 continue
             if catch_up is not None and not catch_up.admits(m):
                 continue
@@ -117,9 +155,11 @@ class KafkaEventEncoder:
         return b"".join(out)
 
     def _event(self, m: Message, progress: ProgressState) -> bytes:
+        return self._event_at(m, progress.token())
+
+    def _event_at(self, m: Message, token: str) -> bytes:
         fmt = self.id_format
         etag = clean_etag(m.header("etag")) if m.headers else None
-        token = progress.token()
         event_id = format_event_id(fmt, token, etag, m.key)
         if etag is not None and len(event_id) > MAX_ID_LENGTH:
             # a browser would send it back and get 400: keep the id resumable instead

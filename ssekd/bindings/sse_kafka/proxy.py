@@ -53,6 +53,14 @@ def internal(topic: str, extra: frozenset[str] = frozenset()) -> bool:
     return topic.startswith("_") or topic in CONNECT_TOPICS or topic in extra
 
 
+def _request_values_first(header: tuple[str, Any]) -> tuple[bool, str]:
+    """Orders a filter's headers: those whose value comes from the request (`${...}`) first,
+    by name. The cache indexes a filter by its first part, and a value per request (an id, a
+    user) names fewer records than one the route fixes for all of them."""
+    name, value = header
+    return "${" not in str(value), name
+
+
 def with_templates(with_: Mapping[str, Any] | None) -> list[str]:
     """Every value of a route's `with` that may hold references, the topic first."""
     w = with_ or {}
@@ -180,7 +188,8 @@ class SseKafkaProxy:
                     key=None if "key" not in f
                     else substitute(f["key"], params, identities).encode("utf-8"),
                     headers=tuple((n, substitute(v, params, identities).encode("utf-8"))
-                                  for n, v in sorted(f.get("headers", {}).items())))
+                                  for n, v in sorted(f.get("headers", {}).items(),
+                                                     key=_request_values_first)))
                 for f in w.get("filters", ()))
         except Unresolvable as e:
             self.events.emit(self.name, "BINDING_SSE_KAFKA_NO_ROUTE", f"{request.describe}: {e}")

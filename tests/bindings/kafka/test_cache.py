@@ -8,7 +8,12 @@ from typing import Any
 from twisted.internet.defer import Deferred
 from twisted.internet.testing import MemoryReactorClock
 
-from ssekd.bindings.kafka.cache import MAX_WAITING_FOR_COUNT, CacheServer, TopicLimitReached
+from ssekd.bindings.kafka.cache import (
+    MAX_WAITING_FOR_COUNT,
+    PAST_END_GRACE,
+    CacheServer,
+    TopicLimitReached,
+)
 from ssekd.bindings.kafka.client import FetchResult
 from ssekd.bindings.kafka.message import Message
 from ssekd.bindings.kafka.start import Start
@@ -165,13 +170,49 @@ def test_a_stream_placed_past_the_end_starts_over_once_the_end_is_known() -> Non
     assert s.progress.offsets == {0: 50} and _values(sink) == []
     cache.on_records(_msgs(0, 3, 2))
     cache.on_end(0, 5)
-    for _ in range(3):
-        clock.advance(0)
+    _run(clock)
+    assert _values(sink) == [], "another cache may have read further: the records may come"
+    clock.advance(PAST_END_GRACE)
+    _run(clock)
     assert _values(sink) == [f"v{o}" for o in range(5)]
     assert any("BINDING_KAFKA_LAST_EVENT_ID_PAST_END" in line and "offset 50 is past the end 5"
                in line for line in events.recent)
     cache.on_records(_msgs(0, 5, 1))
     assert _values(sink)[-1] == "v5"
+
+
+def test_an_id_ahead_of_a_live_cache_waits_for_its_records_instead_of_starting_over() -> None:
+    """Another worker's (or daemon's) cache read further than this one: a browser coming back
+    here with an id past this cache's end gets what follows its id once this cache reads it,
+    and nothing it already had. Only an end reached below the id starts the partition over."""
+    clock = MemoryReactorClock()
+    events = EventLog("t")
+    server = CacheServer(clock, FakeClient(), "cache", events)  # type: ignore[arg-type]
+    cache = server.topic("t")
+    cache.on_metadata(1, False)
+    cache.on_records(_msgs(0, 0, 5))
+    cache.on_end(0, 5)
+    sink = Sink()
+    s = cache.subscribe(KafkaEventEncoder("t"), sink, Start(resume={0: 8}))
+    _run(clock)
+    assert s.at_tail and _values(sink) == []
+    cache.on_records(_msgs(0, 5, 5))  # the records it had (5, 6, 7) and two new ones
+    cache.on_end(0, 10)
+    _run(clock)
+    assert _values(sink) == ["v8", "v9"]
+    assert not any("PAST_END" in line for line in events.recent)
+    # an id past an end reached after it was placed is of a partition the broker lost
+    lost = Sink()
+    cache.subscribe(KafkaEventEncoder("t"), lost, Start(resume={0: 40}))
+    _run(clock)
+    cache.on_records(_msgs(0, 10, 1))
+    cache.on_end(0, 11)
+    _run(clock)
+    assert _values(lost) == []
+    clock.advance(PAST_END_GRACE)  # the consumer is still at the end, below the id
+    _run(clock)
+    assert _values(lost) == [f"v{o}" for o in range(11)]
+    assert any("offset 40 is past the end 11" in line for line in events.recent)
 
 
 def _catching_up(compacted: bool = False, records: int = 60

@@ -178,11 +178,12 @@ def test_pause_at_the_tail_and_close_are_reported() -> None:
 
 # -- a partition the broker lost, and eviction before a stream is placed -------------------------
 
-def test_a_last_id_past_the_end_starts_the_partition_over_and_says_so() -> None:
-    """An offset past the end the cache reached is of an incarnation the broker lost."""
+def test_a_last_id_past_the_end_the_cache_reached_is_kept_and_said_to_be_ahead() -> None:
+    """Another worker or daemon may have read further than this cache: the records may come.
+    The cache judges it at its next end of the partition (`ahead`)."""
     log = _log({0: 20, 1: 3}, max_messages=10)
     placed = _place(Start(resume={0: 15, 1: 100}), log)
-    assert placed.positions == {0: 15, 1: 0} and placed.past_end == {1: 100}
+    assert placed.positions == {0: 15, 1: 100} and placed.ahead == {1: 100}
 
 
 def test_a_last_id_past_what_a_cold_cache_reached_is_kept() -> None:
@@ -191,7 +192,7 @@ def test_a_last_id_past_what_a_cold_cache_reached_is_kept() -> None:
     log.partition_count = 1
     log.append(_msgs(0, 0, 5), now=0)
     placed = _place(Start(resume={0: 100}), log)
-    assert placed.positions == {0: 100} and placed.past_end == {}
+    assert placed.positions == {0: 100} and placed.ahead == {0: 100}
 
 
 def test_a_partition_heard_of_after_the_open_starts_where_the_cache_began() -> None:

@@ -129,3 +129,79 @@ def test_tiny_cache_resume_reads_kafka(streamd: Streamd, kafka: Kafka) -> None:
         got = resumed.until(kafka.mark(topic))
     assert [(e.id, e.data) for e in got] == \
         [event(o, f"r{o:02d}") for o in range(3, 20)] + [event(20, marker)]
+
+
+# -- filtered streams ----------------------------------------------------------------------
+
+#: Filtered routes of the test daemon, and the records of `filtered_resume_topic` each takes.
+FILTERED = ["/bykey/{t}/k2", "/anyof/{t}", "/byheader/{t}"]
+#: A marker every filtered route takes: key k2 (bykey), colour blue (anyof), colour red (byheader).
+MARKER = {"key": b"k2", "headers": [("colour", b"red"), ("colour", b"blue")]}
+
+
+def filtered_row(i: int) -> tuple[bytes, list[tuple[str, bytes]]]:
+    key = b"a" if i % 3 == 0 else b"k%d" % (i % 5)
+    return key, [("colour", b"blue" if i % 4 == 0 else b"red")]
+
+
+@pytest.fixture(scope="module")
+def filtered_streams(streamd: Streamd, kafka: Kafka) -> tuple[ResumeTopic, dict[str, list[tuple[str, str]]]]:
+    """A topic of N records over 3 partitions with keys and a colour header, and each filtered
+    route's whole stream of them from a fresh subscription (ids and data)."""
+    topic = ResumeTopic(kafka.topic(3))
+    for i in range(N):
+        key, headers = filtered_row(i)
+        kafka.produce(topic.name, RECORDS[i].encode(), key=key, headers=headers)
+    kafka.flush()
+    streams = {}
+    for route in FILTERED:
+        path = route.format(t=topic.name)
+        with streamd.open(path) as c:
+            new = kafka.mark(topic.name, (0, 1, 2), **MARKER)
+            # every event, its own markers too: they may come before records (the cache reads
+            # the partitions in its own order)
+            got: list[tuple[str, str]] = []
+            while not set(new) <= {d for _, d in got}:
+                e = c.next_event(10.0)
+                assert e is not None, f"markers {new} did not all arrive"
+                got.append((e.id or "", e.data or ""))
+            streams[route] = got
+            topic.markers += new
+    return topic, streams
+
+
+def test_filtered_streams_take_what_their_filters_say(
+        filtered_streams: tuple[ResumeTopic, dict[str, list[tuple[str, str]]]]) -> None:
+    _, streams = filtered_streams
+    want = {"/bykey/{t}/k2": lambda k, h: k == b"k2",
+            "/anyof/{t}": lambda k, h: k == b"a" or ("colour", b"blue") in h,
+            "/byheader/{t}": lambda k, h: ("colour", b"red") in h}
+    for route, events in streams.items():
+        records = [d for _, d in events if d in RECORDS]
+        assert sorted(records) == sorted(r for i, r in enumerate(RECORDS)
+                                         if want[route](*filtered_row(i))), route
+
+
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(route=st.sampled_from(FILTERED), data=st.data())
+def test_a_filtered_stream_resumes_at_any_cut(
+        streamd: Streamd, kafka: Kafka,
+        filtered_streams: tuple[ResumeTopic, dict[str, list[tuple[str, str]]]],
+        route: str, data: st.DataObject) -> None:
+    """Resuming a filtered stream with the id of any event it delivered gives every later
+    record its filter takes, once, and none it had: the ids of filtered streams carry the
+    tail's progress, also over the records the filter passed over."""
+    topic, streams = filtered_streams
+    full = streams[route]  # records, and the markers produced before it was read, as it came
+    cut = data.draw(st.sampled_from([i for i, (_, d) in enumerate(full) if d in RECORDS]))
+    earlier = list(topic.markers)
+    with streamd.open(route.format(t=topic.name), {"Last-Event-ID": full[cut][0]}) as c:
+        new = kafka.mark(topic.name, (0, 1, 2), **MARKER)
+        got = [e.data or "" for e in c.until(new)]
+        topic.markers += new
+    seen = {d for _, d in full[:cut + 1]}
+    wanted = {d for _, d in full[cut + 1:]} | (set(earlier) - {d for _, d in full})
+    assert len(got) == len(set(got)), "an event came twice"
+    assert set(got) - set(new) == wanted, "missing records, or ones it had"
+    assert not set(got) & seen
