@@ -20,10 +20,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import RESULTS
 
 #: In the order they run. Each module has `main() -> dict`.
-BENCHES = ["static", "fanout", "slow_clients", "tls", "spark_snapshot", "jwt_guard", "relay",
-           "models", "workers"]
+BENCHES = ["static", "fanout", "filtered", "slow_clients", "tls", "spark_snapshot", "jwt_guard",
+           "relay", "models", "workers"]
 #: The benchmarks that take `--quick`. (relay runs short unless FULL=1 is in the environment.)
-QUICK = {"fanout", "jwt_guard", "relay", "models", "workers"}
+QUICK = {"fanout", "filtered", "jwt_guard", "relay", "models", "workers"}
 #: What `--quick` runs: those, and the ones that are short unless FULL=1 says otherwise.
 SHORT = QUICK | {"slow_clients"}
 
