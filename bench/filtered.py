@@ -20,6 +20,8 @@ workers: each process stays under this machine's open-file limit) on free ports.
 4. `group_bytes`: what one more filter group costs in memory, measured in-process with
    tracemalloc (the tail group, its index entries, the encoder and filter, the subscription;
    not the connection, which bench/workers.py measures).
+5. `router`: the cache's cost per record at the tail, in-process (no sockets, no Kafka): one
+   unfiltered stream beside 0 to 20,000 key streams over 50,000 keys, batches of 500 records.
 
 Prints a table and writes bench/results/filtered.json.
 
@@ -508,20 +510,73 @@ def group_bytes(groups: int = 10_000) -> dict[str, Any]:
     return {"groups": groups, "bytes_per_group": round((after - before) / groups)}
 
 
+def router_cost(groups: tuple[int, ...] = (0, 100, 1_000, 10_000, 20_000),
+                records: int = 100_000) -> list[dict[str, Any]]:
+    """Microseconds per record for the cache to take a batch at the tail and hand it to the
+    groups that take its records, in-process, against the number of key groups."""
+    from twisted.internet.testing import MemoryReactorClock
+
+    from ssekd.bindings.kafka.cache import CacheServer
+    from ssekd.bindings.kafka.message import Message
+    from ssekd.bindings.kafka.start import Start
+    from ssekd.bindings.kafka.topic_log import CacheBounds
+    from ssekd.bindings.sse_kafka.encoder import Filter, KafkaEventEncoder
+    from ssekd.telemetry.events import EventLog
+    from ssekd.telemetry.metrics import Counter
+
+    class Client:
+        def consume(self, *a: Any, **kw: Any) -> None:
+            pass
+
+    class Sink:
+        def write(self, data: bytes) -> None:
+            pass
+
+        def end(self) -> None:
+            pass
+
+    out = []
+    batch = [Message(i % 4, i // 4, b"item-%d" % (i * 7919 % 50_000), b"%d " % i + b"x" * 60)
+             for i in range(records)]
+    for n in groups:
+        clock = MemoryReactorClock()
+        server = CacheServer(clock, Client(), "c", EventLog("b"),  # type: ignore[arg-type]
+                             bounds=CacheBounds(max_messages=50_000))
+        cache = server.topic("t")
+        cache.on_metadata(4, False)
+        for p in range(4):
+            cache.on_end(p, 0)
+        counter = Counter()
+        cache.subscribe(KafkaEventEncoder("t"), Sink(), Start())
+        for g in range(n):
+            cache.subscribe(KafkaEventEncoder("t", (Filter(key=b"item-%d" % g),),
+                                              filtered=counter), Sink(), Start())
+        while clock.getDelayedCalls():
+            clock.advance(0)
+        t0 = time.perf_counter()
+        for i in range(0, records, 500):
+            cache.on_records(batch[i:i + 500])
+        out.append({"groups": n,
+                    "us_per_record": round((time.perf_counter() - t0) / records * 1e6, 2)})
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--only", action="append",
-                        choices=["items", "users", "curve", "group_bytes"])
+                        choices=["items", "users", "curve", "group_bytes", "router"])
     args = parser.parse_args(argv)
     full = bool(os.environ.get("FULL")) and not args.quick
-    only = set(args.only or ["items", "users", "curve", "group_bytes"])
+    only = set(args.only or ["items", "users", "curve", "group_bytes", "router"])
     seconds = 300 if full else 30
     results: dict[str, Any] = {"full": full}
     private = ec.generate_private_key(ec.SECP256R1())
     jwk = _jwk(private, "ES256", "bench")
     if "group_bytes" in only:
         results["group_bytes"] = group_bytes()
+    if "router" in only:
+        results["router"] = router_cost()
     if "items" in only:
         n = 20_000 if full else 2_000
         rig = fanout.Rig(config(jwk), workers=max(1, -(-n // PER_WORKER)))
@@ -572,6 +627,11 @@ def print_table(r: dict[str, Any]) -> None:
                      "load"],
                     [[c["groups"], c["records_per_s"], c["produce_per_s"], c["daemon_cpu_s"],
                       c["cpu_us_per_record"], c["load_avg"]] for c in r["curve"]]))
+    if r.get("router"):
+        print()
+        print(table("the cache's cost per record at the tail (in-process, one unfiltered stream "
+                    "beside the key streams)", ["key groups", "µs/record"],
+                    [[x["groups"], x["us_per_record"]] for x in r["router"]]))
     if r.get("group_bytes"):
         g = r["group_bytes"]
         print(f"\nmemory per filter group: {g['bytes_per_group']} bytes "
