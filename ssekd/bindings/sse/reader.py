@@ -4,6 +4,12 @@ The upstream is not trusted to be well-behaved. A line is held only until it end
 than `max_line` bytes, an event larger than `max_event` bytes, or bytes that are not UTF-8 end the
 read with `UpstreamError` instead of growing memory or passing on text a browser would mangle.
 
+Nor is it trusted to send its bytes in sensible pieces. A line that is not finished yet is kept
+in a growing buffer with its length, and each read scans only the bytes it brings for a line end:
+the work of a read is proportional to its own size, never to the size of the line it continues
+(otherwise a long unfinished line followed by a byte at a time costs a rescan of the whole line
+per byte). `work` counts the bytes scanned and copied, for the tests that bound it.
+
 Fields are kept as the upstream sent their values: `id`, `event` and `data` lines are written
 again in the order they came, as `name:value` (Zilla's form, no space after the colon), so a
 browser sees the same values; `retry` is handed on separately (the relay sends it to every
@@ -52,7 +58,10 @@ class EventReader:
     def __init__(self, max_line: int = MAX_LINE, max_event: int = MAX_EVENT) -> None:
         self.max_line = max_line
         self.max_event = max_event
-        self._partial = b""
+        #: The line being read, until its end arrives (amortized O(1) appends per byte).
+        self._partial = bytearray()
+        #: Bytes scanned and copied so far: stays within a small multiple of the bytes fed.
+        self.work = 0
         self._skip_lf = False  # the last chunk ended in CR: a LF starting the next one goes with it
         self._first = True
         self._lines: list[bytes] = []
@@ -61,24 +70,36 @@ class EventReader:
 
     def feed(self, data: bytes) -> list[Event | Retry]:
         """What `data` completes, in order. Raises `UpstreamError` (and must not be fed again)."""
-        if self._skip_lf and data[:1] == b"\n":
-            data = data[1:]
+        # a LF that completes the CR ending the last read is no line end of its own
+        start = 1 if self._skip_lf and data[:1] == b"\n" else 0
         self._skip_lf = False
-        buf = self._partial + data if self._partial else data
         out: list[Event | Retry] = []
-        start = 0
-        for m in _EOL.finditer(buf):
-            self._line(buf[start:m.start()], out)
+        partial = self._partial
+        self.work += len(data)  # the scan for line ends below sees each byte of `data` once
+        for m in _EOL.finditer(data, start):
+            if partial:
+                if len(partial) + m.start() - start > self.max_line:
+                    raise UpstreamError(f"a line longer than {self.max_line} bytes")
+                partial += memoryview(data)[start:m.start()]
+                line = bytes(partial)
+                self.work += len(line)  # copied out of the buffer
+                partial.clear()
+            else:
+                line = data[start:m.start()]
+            self._line(line, out)
             start = m.end()
-        self._partial = buf[start:]
-        self._skip_lf = buf.endswith(b"\r")
-        if len(self._partial) > self.max_line:
-            raise UpstreamError(f"a line longer than {self.max_line} bytes")
+        if start < len(data):
+            if len(partial) + len(data) - start > self.max_line:
+                raise UpstreamError(f"a line longer than {self.max_line} bytes")
+            partial += memoryview(data)[start:]
+            self.work += len(data) - start  # copied into the buffer
+        self._skip_lf = data.endswith(b"\r")
         return out
 
     def _line(self, line: bytes, out: list[Event | Retry]) -> None:
         if len(line) > self.max_line:
             raise UpstreamError(f"a line longer than {self.max_line} bytes")
+        self.work += len(line)  # the UTF-8 check and the field split each see the line once
         if self._first:
             self._first = False
             if line.startswith(_BOM):

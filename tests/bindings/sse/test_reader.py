@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from ssekd.bindings.sse.reader import Event, EventReader, Retry, UpstreamError
+from tests.support.scanning import count_scans
 
 
 def read_all(chunks: list[bytes], **kw: int) -> list[Event | Retry]:
@@ -51,3 +52,22 @@ def test_an_event_over_the_limit_and_bytes_that_are_not_utf8_end_the_read() -> N
         read_all([b"data:0123456789\n" * 3], max_event=20)
     with pytest.raises(UpstreamError, match="not UTF-8"):
         read_all([b"data:\xff\xfe\n\n"])
+
+
+def test_a_long_unfinished_line_then_a_byte_at_a_time_costs_the_same_per_byte(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A hostile upstream sends 900 KiB of a line, then one byte at a time: each byte must cost
+    what any byte costs, not a rescan (and copy) of the 900 KiB before it. Counted in bytes
+    scanned (`CountingEol`) and in the reader's own `work` (scans and copies), never timed."""
+    scans = count_scans(monkeypatch)
+    reader = EventReader()
+    reader.feed(b"data:" + b"x" * (900 * 1024))
+    scanned = scans.scanned
+    drip = 2000
+    for _ in range(drip):
+        assert reader.feed(b"x") == []
+    assert (scans.scanned - scanned) / drip <= 1.0, "each byte scanned once"
+    # the line still ends, whole, when its end comes
+    [event] = reader.feed(b"\n\n")
+    assert event.data == b"data:" + b"x" * (900 * 1024 + drip) + b"\n\n"
+    assert reader.work <= 4 * (5 + 900 * 1024 + drip + 2)
