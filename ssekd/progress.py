@@ -28,7 +28,8 @@ MAX_PARTITIONS = 10_000
 MAX_VARINT_BYTES = 10
 
 _INT64_MAX = (1 << 63) - 1
-_URLSAFE = re.compile(r"^[A-Za-z0-9_-]*={0,2}$")
+#: Matched with `fullmatch`: `$` would also match before a final newline.
+_URLSAFE = re.compile(r"[A-Za-z0-9_-]*={0,2}")
 
 ETAG_FORMAT = "${etag}"
 KEY_ETAG_FORMAT = '["${base64(key)}","${etag}"]'
@@ -76,7 +77,7 @@ def b64url(data: bytes) -> str:
 
 def b64url_decode(text: str) -> bytes:
     """Strict base64url: only `A-Za-z0-9-_`, optional `=` padding. Raises UndecodableId."""
-    if not _URLSAFE.match(text):
+    if not _URLSAFE.fullmatch(text):
         raise UndecodableId("not base64url")
     body = text.rstrip("=")
     if len(body) % 4 == 1:

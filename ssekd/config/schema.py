@@ -9,12 +9,13 @@ The top level, vaults, guards, catalogs and telemetry are described by the JSON 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import re
+from collections.abc import Iterator, Mapping
 from functools import cache
 from importlib import resources
 from typing import Any
 
-from jsonschema import Draft202012Validator, ValidationError
+from jsonschema import Draft202012Validator, ValidationError, validators
 from referencing import Registry, Resource
 
 from ssekd.bindings.api import Exit, KindSpec
@@ -43,8 +44,27 @@ def _registry() -> Registry[Any]:
         (uri, Resource.from_contents(doc)) for uri, doc in schema_files().items())
 
 
-def _validator(schema: Mapping[str, Any]) -> Draft202012Validator:
-    return Draft202012Validator(schema, registry=_registry())
+@cache
+def _whole(pattern: str) -> re.Pattern[str]:
+    """`pattern` with a final `$` meaning the end of the string, as in JSON Schema (ECMA-262):
+    Python's `$` also matches before a final newline, so `^[a-z]+$` would take `"name\n"`."""
+    if pattern.endswith("$") and not pattern.endswith("\\$"):
+        pattern = pattern[:-1] + r"\Z"
+    return re.compile(pattern)
+
+
+def _pattern(validator: Any, pattern: str, instance: Any,
+             schema: Mapping[str, Any]) -> Iterator[ValidationError]:
+    if validator.is_type(instance, "string") and _whole(pattern).search(instance) is None:
+        yield ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+#: Draft 2020-12 with `pattern` read as JSON Schema means it (`_whole`).
+_Validator = validators.extend(Draft202012Validator, {"pattern": _pattern})
+
+
+def _validator(schema: Mapping[str, Any]) -> Any:
+    return _Validator(schema, registry=_registry())
 
 
 def binding_schema(kind: KindSpec, type_name: str, kind_name: str) -> dict[str, Any]:

@@ -38,7 +38,9 @@ from ssekd.telemetry.events import EventLog
 from ssekd.telemetry.metrics import Gauge, Metrics
 
 #: Kafka's own rule for topic names; anything else from a path is a 404, not a consumer.
-_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+#: Matched with `fullmatch`: `$` would also match before a final newline, and `topic%0A` (or an
+#: identity `alice\n`) would pass as a topic name and past the internal-topic check.
+_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
 
 
 #: The topic of a route without `with`: what its path captured as `{topic}`.
@@ -194,7 +196,7 @@ class SseKafkaProxy:
         except Unresolvable as e:
             self.events.emit(self.name, "BINDING_SSE_KAFKA_NO_ROUTE", f"{request.describe}: {e}")
             return 404
-        if not _TOPIC.match(topic):
+        if not _TOPIC.fullmatch(topic):
             self.events.emit(self.name, "BINDING_SSE_KAFKA_NO_ROUTE",
                           f"{request.describe}: not a topic name")
             return 404
