@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.exposition import generate_latest
 from twisted.internet.testing import MemoryReactorClock
 
 from ssekd.bindings.api import StreamRequest, TryLater
@@ -35,6 +36,7 @@ class Client:
     def __init__(self) -> None:
         self.consumed: list[tuple[str, int | None]] = []
         self.dropped: list[str] = []
+        self.tails: dict[str, Any] = {}  # no tail consumer: no lag to report
 
     def consume(self, owner: str, topic: str, sink: Any, from_end: bool = False,
                 give_up_after: int | None = None) -> None:
@@ -145,6 +147,35 @@ def test_junk_names_cannot_hold_max_topics_and_a_full_cache_says_try_later() -> 
     assert "max-topics" in answer.reason
     clock.advance(60)
     assert isinstance(_open(proxy, "/events/orders"), RouteHandle)
+
+
+def test_topics_refused_for_max_topics_leave_no_metric_series() -> None:
+    """300 requests for made-up names against `max-topics: 2` used to leave 301
+    `sse_kafka_filtered` series (names up to 249 characters), one per name, for ever: the
+    counter was made before the cache refused the topic, and only a topic the cache followed
+    is forgotten when it goes. A topic that is not followed has no series."""
+    clock = MemoryReactorClock()
+    metrics = Metrics()  # the cache and the proxy share them, as in the daemon
+    server, _ = _server(clock, max_topics=2, idle_timeout=60.0, metrics=metrics)
+    routes = (SseKafkaRoute((Pattern.compile("/events/{topic}"),), "cache", None),)
+    proxy = SseKafkaProxy("sse_kafka", routes, {"cache": server}, EventLog("t"),  # type: ignore[dict-item]
+                          metrics=metrics)
+    held = [_open(proxy, "/events/orders"), _open(proxy, "/events/prices")]
+    for i in range(300):
+        answer = _open(proxy, f"/events/junk-{i}-" + "x" * 230)
+        assert isinstance(answer, TryLater)
+
+    def series() -> list[str]:
+        text = generate_latest(metrics.registry).decode()
+        return [line for line in text.splitlines()
+                if line.startswith("sse_kafka_filtered") and "topic=" in line]
+
+    assert sorted(line.split('topic="')[1].split('"')[0] for line in series()) == \
+        ["orders", "prices"]
+    for handle in held:
+        handle.close()
+    clock.advance(60)  # both idle: dropped, and their series with them
+    assert series() == []
 
 
 # -- missing topics ---------------------------------------------------------------------------------
