@@ -1,9 +1,11 @@
 """filesystem server (docs/config-reference.md): files under `location`, never outside it.
 
-Paths arrive percent-encoded from the URL. They are decoded once, split into segments, and any
-`..`, empty-root (`//etc`), NUL or backslash segment is refused before the disk is touched; with
-`symlinks: ignore` every component is checked with `lstat`. Files are sent by a pull producer
-(64 KiB at a time, only when the socket asks), so a 1 GiB file never sits in memory.
+Paths arrive percent-encoded from the URL. They are split into segments, each decoded once, and
+any `..`, empty-root (`//etc`), NUL, backslash or encoded-slash segment is refused before the
+disk is touched, as is a segment starting with `.` (`.env`, `.git/config`) unless `dotfiles:
+allow` (an ssekd addition); with `symlinks: ignore` every component is checked with `lstat`.
+Files are sent by a pull producer (64 KiB at a time, only when the socket asks), so a 1 GiB file
+never sits in memory.
 """
 
 from __future__ import annotations
@@ -46,21 +48,28 @@ def content_type(name: str) -> str:
     return guessed or "application/octet-stream"
 
 
-def safe_segments(path: str) -> list[str] | None:
-    """The path's segments, or None when it could lead outside the root.
+def safe_segments(path: str, dotfiles: bool = False) -> list[str] | None:
+    """The path's segments, or None when it could lead outside the root or to a hidden file.
 
-    `path` is the URL path below the root, still percent-encoded. Decoding happens exactly once,
-    so `%2e%2e` is `..` (refused) and `%252e` stays a literal `%2e` file name.
+    `path` is the URL path below the root, still percent-encoded. It is split at its `/` first
+    and each segment decoded exactly once, so `%2e%2e` is `..` (refused), `%252e` stays a
+    literal `%2e` file name, and an encoded `/` (`%2f`) or `\\` can never join two segments
+    into one path (refused). A segment starting with `.` (`.env`, `.git`) is refused unless
+    `dotfiles` (the binding's `dotfiles: allow`).
     """
-    try:
-        decoded = unquote_to_bytes(path).decode("utf-8")
-    except UnicodeDecodeError:
-        return None
-    if "\x00" in decoded or "\\" in decoded or decoded.startswith("/"):
-        return None
-    segments = decoded.split("/")
-    if any(s in ("..", ".") for s in segments):
-        return None
+    if path.startswith("/"):
+        return None  # `//etc/passwd`: an absolute path after the route's own `/`
+    segments = []
+    for raw in path.split("/"):
+        try:
+            segment = unquote_to_bytes(raw).decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+        if "\x00" in segment or "\\" in segment or "/" in segment:
+            return None
+        if segment in ("..", ".") or (segment.startswith(".") and not dotfiles):
+            return None
+        segments.append(segment)
     return segments
 
 
@@ -73,14 +82,17 @@ class Found:
 class FileServer:
     """Runtime of a filesystem server: looks files up safely and serves them."""
 
-    def __init__(self, name: str, location: Path, follow_symlinks: bool) -> None:
+    def __init__(self, name: str, location: Path, follow_symlinks: bool,
+                 dotfiles: bool = False) -> None:
         self.name = name
         self.location = location
         self.follow_symlinks = follow_symlinks
+        #: Whether names starting with `.` are served (`dotfiles: allow`).
+        self.dotfiles = dotfiles
 
     def find(self, path: str) -> Found | str | None:
         """The file for `path`; FOLDER for a folder named without its `/`; or None."""
-        segments = safe_segments(path)
+        segments = safe_segments(path, self.dotfiles)
         if segments is None:
             return None
         current = self.location
@@ -205,7 +217,8 @@ def _build(ctx: BuildContext, binding: Binding) -> FileServer:
         # say so, serve 404s, and start.
         ctx.events.emit(binding.name, "BINDING_FILESYSTEM_LOCATION_MISSING", str(location))
     follow = binding.options.get("symlinks", "ignore") == "follow"
-    return FileServer(binding.name, location, follow)
+    dotfiles = binding.options.get("dotfiles", "ignore") == "allow"
+    return FileServer(binding.name, location, follow, dotfiles)
 
 
 BINDING = BindingType("filesystem", {
@@ -222,6 +235,13 @@ BINDING = BindingType("filesystem", {
                                                  "event at start, and every request a `404`."},
                      "symlinks": {"enum": ["follow", "ignore"], "default": "ignore",
                                   "description": "`ignore` answers `404` for any path through a "
-                                                 "symbolic link."}}},
+                                                 "symbolic link."},
+                     "dotfiles": {"enum": ["allow", "ignore"], "default": "ignore",
+                                  "x-ssekd-addition": True,
+                                  "description": "`ignore` answers `404` for any path with a "
+                                                 "segment starting with `.` (`/.env`, "
+                                                 "`/.git/config`), whatever the folder holds; "
+                                                 "`allow` serves them (e.g. a `.well-known` "
+                                                 "folder)."}}},
     ),
 })

@@ -178,6 +178,9 @@ COVERAGE: dict[str, str] = {
     "bindings.filesystem/server.options.location": SITE,
     "bindings.filesystem/server.options.symlinks":
         "config/test_honesty.py::test_filesystem_symlinks_follow",
+    "bindings.filesystem/server.options.dotfiles":
+        "bindings/filesystem/test_static_files.py::"
+        "test_dotfiles_allow_serves_them_and_nothing_else_changes",
     "bindings.kafka/cache_client.options": f"{REFUSED}[cache-client-options]",
     "bindings.kafka/cache_server.options.bootstrap":
         "telemetry/test_kafka_metrics.py::test_bootstrap_topics_are_cached_before_any_stream",

@@ -45,7 +45,7 @@ bindings:
     kind: server
     options:
       location: www
-telemetry:
+{files_options}telemetry:
   exporters:
     out:
       type: stdout
@@ -63,9 +63,14 @@ CROSS_ORIGIN = """\
           headers: [x-trace]"""
 
 
-def write_site(root: Path, cors: str = SAME_ORIGIN) -> Path:
+def write_site(root: Path, cors: str = SAME_ORIGIN, files_options: str = "") -> Path:
+    """The site under `root`; `files_options` are more lines of the filesystem's options."""
     www = root / "www"
     (www / "docs").mkdir(parents=True)
+    (www / ".git").mkdir()
+    (www / ".git" / "config").write_text("[remote]\n")
+    (www / ".env").write_text("PASSWORD=hunter2\n")
+    (www / "docs" / ".secret").write_text("hidden\n")
     (www / "index.html").write_text("<h1>ssekd</h1>\n")
     (www / "docs" / "index.html").write_text("docs\n")
     (www / "one-k.txt").write_bytes(b"x" * 1024)
@@ -73,5 +78,5 @@ def write_site(root: Path, cors: str = SAME_ORIGIN) -> Path:
     (root / "secret.txt").write_text("outside\n")
     os.symlink(root / "secret.txt", www / "link-out.txt")
     config = root / "zilla.yaml"
-    config.write_text(CONFIG.format(cors=cors))
+    config.write_text(CONFIG.format(cors=cors, files_options=files_options))
     return config

@@ -3,10 +3,14 @@ ranges, and no way out of the root."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+
 import pytest
 
 from tests.support.daemon import Daemon
 from tests.support.http import curl
+from tests.support.static_site import write_site
 
 pytestmark = [pytest.mark.daemon]
 
@@ -45,3 +49,23 @@ def test_no_way_out_of_the_root(site: tuple[Daemon, str], path: str) -> None:
     _, base = site
     status, _, body = curl("--path-as-is", base + path)
     assert status == 404 and b"root:" not in body and b"outside" not in body
+
+
+@pytest.mark.parametrize("path", ["/.env", "/.git/config", "/docs/.secret", "/%2eenv",
+                                  "/docs%2findex.html", "/docs%2Findex.html", "/docs/%2e%2fx"])
+def test_dotfiles_and_encoded_slashes_are_404(site: tuple[Daemon, str], path: str) -> None:
+    """`/.env` and `/.git/config` answered 200, and `%2f` was decoded and served."""
+    _, base = site
+    status, _, body = curl("--path-as-is", base + path)
+    assert status == 404 and body == b""
+
+
+def test_dotfiles_allow_serves_them_and_nothing_else_changes(
+        tmp_path: Path, run_daemon: Callable[..., Daemon], port: int) -> None:
+    config = write_site(tmp_path, files_options="      dotfiles: allow\n")
+    run_daemon(config, env={"HTTP_PORT": str(port)}, wait_ports=[port])
+    base = f"http://localhost:{port}"
+    assert curl(base + "/.env")[0] == 200
+    assert curl(base + "/docs/.secret")[2] == b"hidden\n"
+    for path in ("/docs%2findex.html", "/%2e%2e/secret.txt", "/../secret.txt"):
+        assert curl("--path-as-is", base + path)[0] == 404, path
