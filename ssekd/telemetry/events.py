@@ -16,6 +16,9 @@ Two things keep event lines from hurting traffic:
   is over. A flood of refused connections or bad tokens thus costs a bounded number of lines.
   `recent` still records every event.
 
+No event carries a token: anything shaped like a JWT is hidden in every detail
+(`ssekd.telemetry.redact`), whatever the binding that emits it redacted itself.
+
 Other exporters (OTLP's log records) subscribe to the events through `sinks`: they get the lines
 that are printed, after the flood limit, so a flood costs them no more than it costs stdout.
 """
@@ -33,6 +36,8 @@ from dataclasses import dataclass
 from typing import TextIO
 
 from twisted.logger import Logger
+
+from ssekd.telemetry.redact import hide_jwts
 
 _log = Logger(namespace="ssekd.events")
 
@@ -163,7 +168,7 @@ class EventLog:
 
     def emit(self, binding: str, name: str, detail: str = "-") -> str:
         now = self.clock()
-        detail = clean(detail)
+        detail = clean(hide_jwts(detail))
         line = self._line(now, binding, name, detail)
         self.recent.append(line)
         second = int(now)

@@ -20,11 +20,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qsl, unquote_plus
+from urllib.parse import parse_qsl
 
 from twisted.web.server import Request
 
 from ssekd.bindings.api import Guard, Refusal, Renewal, Session
+from ssekd.telemetry.redact import redact_uri
 
 CHALLENGE_RESPONSE = b"application/x-challenge-response"
 MARK = "{credentials}"
@@ -252,18 +253,15 @@ class Authorization:
                 found[guard] = token
         return found
 
+    @property
+    def query_names(self) -> frozenset[str]:
+        """The query parameters any guard reads a token from: never logged, never relayed."""
+        return frozenset(n for c in self.credentials.values() for n, _ in c.query)
+
     def redact(self, path: str) -> str:
-        """`path` with the values of credential query parameters hidden, for the access event:
-        a token must never reach a log."""
-        names = {n for c in self.credentials.values() for n, _ in c.query}
-        base, sep, qs = path.partition("?")
-        if not sep or not names:
-            return path
-        parts = []
-        for pair in qs.split("&"):
-            name = unquote_plus(pair.partition("=")[0])
-            parts.append(f"{pair.partition('=')[0]}=…" if name in names else pair)
-        return f"{base}?{'&'.join(parts)}"
+        """`path` fit for a log line (`ssekd.telemetry.redact`): the values of credential query
+        parameters and anything shaped like a JWT hidden - a token must never reach a log."""
+        return redact_uri(path, self.query_names)
 
     def lease(self, request: Request, sessions: Mapping[str, Session]) -> HttpLease:
         challenge = max((self.guards[g].challenge for g in sessions if g in self.guards),

@@ -38,6 +38,7 @@ from ssekd.bindings.http.health import HealthPaths
 from ssekd.bindings.http.routing import Condition, head_headers, match_any, request_headers
 from ssekd.telemetry.events import EventLog
 from ssekd.telemetry.metrics import Metrics
+from ssekd.telemetry.redact import redact_uri
 
 SERVER_NAME = b"ssekd"
 #: Seconds a client is told to wait when a guard cannot check tokens for now.
@@ -135,12 +136,9 @@ class HttpRoot(Resource):
             self.stats.started(request)
         headers = request_headers(request)
         if self.events.stdout is not None:
-            path = headers[":path"]
-            if self.authorization is not None:
-                path = self.authorization.redact(path)
             self.events.emit(self.name, "BINDING_HTTP_REQUEST_ACCEPTED",
                              f"- {headers[':method']} {headers[':scheme']}://"
-                             f"{headers[':authority']}{path}")
+                             f"{headers[':authority']}{self.logged(headers[':path'])}")
         origin = request.getHeader(b"origin")
         if origin is not None:
             if not self.cors.allows(origin.decode("latin-1"), headers[":scheme"],
@@ -166,6 +164,12 @@ class HttpRoot(Resource):
                             lambda verdicts: self._dispatch(request, target, params, guarded,
                                                             verdicts))
 
+    def logged(self, uri: str) -> str:
+        """`uri` as a log line may show it: credentials and JWT-shaped text hidden."""
+        if self.authorization is not None:
+            return self.authorization.redact(uri)
+        return redact_uri(uri)
+
     # -- authorization --------------------------------------------------------------------
 
     def _verdicts(self, request: Request) -> Verdicts:
@@ -180,7 +184,7 @@ class HttpRoot(Resource):
         finishing the request with what `then` returns."""
         if not any(isinstance(v, defer.Deferred) for v in verdicts.values()):
             return then(verdicts)  # type: ignore[arg-type]  # no Deferred left
-        answer_later(request, settled(verdicts).addCallback(then))
+        answer_later(request, settled(verdicts).addCallback(then), self.logged)
         return NOT_DONE_YET
 
     def _split(self, verdicts: Mapping[str, Session | Refusal]) -> HttpContext:
@@ -248,7 +252,7 @@ class HttpRoot(Resource):
         d = self.siblings.renew(self.name, origin.connection[0], forward)
         answer_later(request, d.addCallback(lambda elsewhere: self._answer_renewal(
             request, {g: combine(o, (e[g] for e in elsewhere if g in e))
-                      for g, o in outcomes.items()})))
+                      for g, o in outcomes.items()})), self.logged)
         return NOT_DONE_YET
 
     def _renewals(self, origin: Origin, verdicts: Mapping[str, Session | Refusal]
@@ -301,9 +305,11 @@ class HttpRoot(Resource):
         return self.default, {}, {}
 
 
-def answer_later(request: Request, body: defer.Deferred[bytes | int]) -> None:
+def answer_later(request: Request, body: defer.Deferred[bytes | int],
+                 logged: Callable[[str], str] = redact_uri) -> None:
     """Finish `request` with what `body` fires with (unless the client has gone meanwhile, or
-    it is `NOT_DONE_YET`: then whoever returned it finishes the request); a failure is `500`."""
+    it is `NOT_DONE_YET`: then whoever returned it finishes the request); a failure is `500`,
+    logged with the request's URI as `logged` shows it (no token)."""
     req: Any = request  # twisted.web is untyped for mypy
     gone: list[bool] = []
     req.notifyFinish().addErrback(lambda _: gone.append(True))
@@ -316,7 +322,8 @@ def answer_later(request: Request, body: defer.Deferred[bytes | int]) -> None:
         req.finish()
 
     def failed(failure: Failure) -> None:
-        log.failure("answering {uri}", failure, uri=req.uri)
+        uri = bytes(req.uri).decode("latin-1")
+        log.failure("answering {uri}", failure, uri=logged(uri))
         if not gone:
             req.setResponseCode(http.INTERNAL_SERVER_ERROR)
             req.finish()
