@@ -346,6 +346,9 @@ class HttpContext:
     refusals: dict[str, Refusal] = field(default_factory=dict)
     #: The lease a long-lived response holds while open (set when there are sessions).
     lease: Lease | None = None
+    #: The query parameters the http binding's `authorization` reads tokens from: whatever a
+    #: route says, their values are never passed on (an upstream URL) nor logged.
+    credential_query: frozenset[str] = frozenset()
 
     def identities(self) -> dict[str, str]:
         """guard name -> identity, for the guards whose session names one."""

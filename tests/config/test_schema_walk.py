@@ -155,6 +155,9 @@ COVERAGE: dict[str, str] = {
     "bindings.sse/client.options.idle-timeout": BAD_UPSTREAMS,
     "bindings.sse/client.options.max-upstreams": BAD_UPSTREAMS,
     "bindings.sse/client.routes[].when[].path": f"{UPSTREAMS}::test_a_path_no_route_matches_is_404",
+    "bindings.sse/client.routes[].with.query":
+        f"{UPSTREAMS}::test_tokens_and_made_up_parameters_stay_at_the_relay_and_dot_paths_never_"
+        "leave_it",
     "bindings.http/client.options.versions": f"{REFUSED}[http-client-h2]",
     "bindings.http/client.options.overrides": BAD_UPSTREAMS,
     "bindings.tls/client.options.trust": HTTPS_UPSTREAM,

@@ -189,6 +189,8 @@ class HttpRoot(Resource):
 
     def _split(self, verdicts: Mapping[str, Session | Refusal]) -> HttpContext:
         ctx = HttpContext(binding=self.name)
+        if self.authorization is not None:
+            ctx.credential_query = self.authorization.query_names
         for guard, verdict in verdicts.items():
             if isinstance(verdict, Refusal):
                 ctx.refusals[guard] = verdict

@@ -55,7 +55,8 @@ def _build_client(ctx: BuildContext, binding: Binding) -> SseClient:
                                      "request validation is not supported by ssekd's sse "
                                      "client; remove `requests`")])
     routes = [SseClientRoute(tuple(Pattern.compile(str(w["path"])) for w in r.when if "path" in w),
-                             ctx.exit(r.exit, HttpClientBinding), r.guarded)
+                             ctx.exit(r.exit, HttpClientBinding), r.guarded,
+                             tuple(str(q) for q in (r.with_ or {}).get("query", ())))
               for r in binding.routes if r.exit is not None]
     if binding.exit is not None:
         routes.append(SseClientRoute((), ctx.exit(binding.exit, HttpClientBinding)))
@@ -72,7 +73,8 @@ _CLIENT_OPTIONS = {
     "type": "object", "additionalProperties": False,
     "description": "Relays upstream event streams: every stream of the sse server in front "
                    "asking for the same upstream URL (the http client's origin with the request's "
-                   "path and query) shares one upstream connection. The upstream is reconnected "
+                   "path and the query parameters its route's `with.query` names) shares one "
+                   "upstream connection. The upstream is reconnected "
                    "with its `Last-Event-ID` when it drops; recent events are kept so a browser "
                    "reconnecting with an id resumes without a gap.",
     "properties": {
@@ -146,6 +148,24 @@ BINDING = BindingType("sse", {
               "properties": {"path": {"type": "string", "pattern": "^/",
                                       "x-expected": "a path starting with /",
                                       "description": "Pattern for the request path (query "
-                                                     "string left out); `*` matches anything."}}},
+                                                     "string left out); `*` matches anything. "
+                                                     "A path with a dot segment (`..`, `%2e%2e`), "
+                                                     "an encoded slash or a backslash matches "
+                                                     "no route."}}},
+        with_={"type": "object", "additionalProperties": False, "x-ssekd-addition": True,
+               "description": "What of the request goes upstream.",
+               "properties": {
+                   "query": {"type": "array", "uniqueItems": True,
+                             "items": {"type": "string", "minLength": 1},
+                             "x-ssekd-addition": True, "x-ssekd-default": "none",
+                             "description": "The query parameters passed on to the upstream; "
+                                            "the others are dropped. Requests that differ in "
+                                            "these share a feed only when their values are "
+                                            "the same, so each one listed lets clients open "
+                                            "upstream connections of their own (up to "
+                                            "`max-upstreams`). `lastEventId` is never passed "
+                                            "on (it becomes `Last-Event-ID`), nor is a "
+                                            "parameter the http binding's `authorization` "
+                                            "reads tokens from."}}},
     ),
 })

@@ -3,8 +3,17 @@
 An sse server whose exit is an sse client hands each stream here (`StreamSource.open`). The first
 route whose `when.path` matches the request path (else the binding's `exit`) names the http client
 that reaches the upstream; the upstream URL is that client's origin with the request's path and
-query (less `lastEventId`, which is the relay's business). Every stream asking for the same URL
-shares one `relay.Feed`: one upstream connection, one ring of recent events.
+the query parameters the route's `with.query` names (none unless it names some). `lastEventId`
+is the relay's business (it becomes the upstream's `Last-Event-ID`), and the parameters the http
+binding reads tokens from (`authorization`) never go upstream, whatever the route says. Every
+stream asking for the same URL shares one `relay.Feed`: one upstream connection, one ring of recent
+events - so the parameters that go upstream are also what tells one shared feed from another, and
+a client cannot open feeds of its own by adding parameters nobody named.
+
+A relayed path is forwarded as it came, so it must not mean something else upstream than it
+means here: a path with a dot segment (`/events/../admin`, `/events/%2e%2e/x`, `/events/..;/x`),
+an encoded slash, a backslash (encoded or not) or a control character matches no route (`404`),
+whatever the route's `*`.
 
 At most `max-upstreams` URLs are relayed at once: beyond, a URL nobody follows any more is closed
 to make room, or else the new stream is told to come back later (`TryLater`). A route's
@@ -14,9 +23,9 @@ connection serves every browser, so it cannot carry one browser's token).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, unquote, urlencode
 
 from twisted.application.service import Service
 
@@ -36,6 +45,8 @@ NO_ROUTE = "BINDING_SSE_CLIENT_NO_ROUTE"
 #: Upstream URLs relayed at once per sse client, unless `max-upstreams` says otherwise: each is
 #: a connection and a ring, and any path a route matches names one.
 DEFAULT_MAX_UPSTREAMS = 100
+#: The query parameter a browser may give its last event id in (the sse server reads it).
+LAST_EVENT_ID = "lastEventId"
 
 
 @dataclass(frozen=True)
@@ -43,15 +54,35 @@ class SseClientRoute:
     patterns: tuple[Pattern, ...]
     http: HttpClientBinding
     guarded: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    #: The query parameters passed on upstream (`with.query`); the others are dropped.
+    query: tuple[str, ...] = ()
 
     def matches(self, path: str) -> bool:
         return not self.patterns or any(p.match(path) is not None for p in self.patterns)
 
 
-def upstream_target(request: StreamRequest) -> str:
-    """Path and query the upstream is asked for; the same for requests that differ only in the
-    order of their query parameters or in `lastEventId`, so they share a feed."""
-    query = sorted((k, v) for k, v in request.query.items() if k != "lastEventId")
+def unsafe_path(path: str) -> str | None:
+    """Why `path` (percent-encoded, as received) cannot be relayed, or None when it can: a path
+    the upstream could resolve to somewhere the route never meant (module docstring)."""
+    for raw in path.split("/"):
+        segment = unquote(raw, errors="replace")
+        if segment.split(";", 1)[0] in (".", ".."):
+            return "a dot segment"
+        if "/" in segment or "\\" in segment:
+            return "an encoded slash or a backslash"
+        if any(ord(c) < 0x20 or ord(c) == 0x7F for c in segment):
+            return "a control character"
+    return None
+
+
+def upstream_target(request: StreamRequest, names: Collection[str] = ()) -> str:
+    """Path and query the upstream is asked for: the query parameters in `names` (a route's
+    `with.query`), less `lastEventId` and the http binding's credential parameters, sorted - the
+    same for requests that differ only in the order of those, or in anything else, so they share
+    a feed."""
+    secret = request.context.credential_query if request.context is not None else frozenset()
+    query = sorted((k, v) for k, v in request.query.items()
+                   if k in names and k != LAST_EVENT_ID and k not in secret)
     return request.path + (f"?{urlencode(query, quote_via=quote)}" if query else "")
 
 
@@ -76,6 +107,10 @@ class SseClient(Service):
         self.feeds: dict[tuple[int, str], Feed] = {}
 
     def open(self, request: StreamRequest, sink: EventSink) -> Subscriber | int | TryLater:
+        unsafe = unsafe_path(request.path)
+        if unsafe is not None:
+            self.events.emit(self.binding, NO_ROUTE, f"{request.describe}: {unsafe} in the path")
+            return 404
         route = next((r for r in self.routes if r.matches(request.path)), None)
         if route is None:
             self.events.emit(self.binding, NO_ROUTE, request.describe)
@@ -84,7 +119,7 @@ class SseClient(Service):
             refused = refuse_unauthorized(request, self.binding, route.guarded, self.guards)
             if refused is not None:
                 return refused
-        target = upstream_target(request)
+        target = upstream_target(request, route.query)
         key = (id(route.http), target)
         feed = self.feeds.get(key)
         first = feed is None

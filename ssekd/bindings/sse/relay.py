@@ -40,6 +40,7 @@ from twisted.web.client import ResponseDone
 from ssekd.bindings.api import EventSink, HttpClientBinding
 from ssekd.bindings.sse.reader import Event, EventReader, Retry, UpstreamError
 from ssekd.bindings.sse.wire import comment, retry_field
+from ssekd.telemetry.redact import redact_uri
 
 CONNECTED = "BINDING_SSE_UPSTREAM_CONNECTED"
 FAILED = "BINDING_SSE_UPSTREAM_FAILED"
@@ -165,6 +166,9 @@ class Feed:
         self.http = http
         self.target = target
         self.url = http.origin + target
+        #: The URL as events show it (`ssekd.telemetry.redact`): no token, whatever the route
+        #: passes on.
+        self.logged_url = http.origin + redact_uri(target)
         self.clock = clock
         self.settings = settings
         self.emit = emit
@@ -298,8 +302,8 @@ class Feed:
             self._failed(attempt, why)
             return
         self._body = body
-        self.emit(CONNECTED, f"GET {self.url}" + (f" from Last-Event-ID {self.last_id[:80]}"
-                                                  if self.last_id else ""))
+        self.emit(CONNECTED, f"GET {self.logged_url}" + (
+            f" from Last-Event-ID {self.last_id[:80]}" if self.last_id else ""))
         self._arm_idle()
 
     def _request_failed(self, reason: Failure, attempt: int) -> None:
@@ -357,7 +361,7 @@ class Feed:
         base = (self.retry if self.retry is not None else self.settings.retry) / 1000.0
         delay = min(self.settings.max_backoff, base * (2 ** self.failures))
         self.failures += 1
-        self.emit(FAILED, f"GET {self.url}: {why}; again in {delay:g} s")
+        self.emit(FAILED, f"GET {self.logged_url}: {why}; again in {delay:g} s")
         self._timer = self.clock.callLater(delay, self._connect)
 
     def _arm_idle(self) -> None:

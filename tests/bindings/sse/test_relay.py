@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import pytest
 from twisted.internet.defer import Deferred
 from twisted.internet.error import ConnectionLost
 from twisted.internet.testing import MemoryReactorClock
@@ -14,7 +15,7 @@ from twisted.python.failure import Failure
 from twisted.web.client import ResponseDone
 from twisted.web.http_headers import Headers
 
-from ssekd.bindings.api import StreamRequest, TryLater
+from ssekd.bindings.api import HttpContext, StreamRequest, TryLater
 from ssekd.bindings.sse.client import SseClient, SseClientRoute, upstream_target
 from ssekd.bindings.sse.relay import FeedSettings
 from ssekd.telemetry.events import EventLog
@@ -142,10 +143,82 @@ def test_one_upstream_request_per_url_and_every_field_passed_on_to_every_stream(
 
 def test_query_order_and_last_event_id_parameter_do_not_make_another_upstream() -> None:
     def target(query: dict[str, str]) -> str:
-        return upstream_target(StreamRequest("/e", None, query))
+        return upstream_target(StreamRequest("/e", None, query), ("a", "b", "lastEventId"))
     assert target({"b": "2", "a": "1 2", "lastEventId": "x"}) == "/e?a=1%202&b=2"
     assert target({"a": "1 2", "b": "2"}) == "/e?a=1%202&b=2"
     assert target({}) == "/e"
+
+
+JWT = "eyJhbGciOiJSUzI1NiIsImtpZCI6ImsxIn0.eyJzdWIiOiJhbGljZSJ9.c2lnbmF0dXJl"
+
+
+def _request(path: str, query: dict[str, str], credential_query: frozenset[str] = frozenset()
+             ) -> StreamRequest:
+    context = HttpContext("http0", credential_query=credential_query)
+    return StreamRequest(path, None, query, context, f"GET {path}")
+
+
+def test_no_query_parameter_goes_upstream_unless_the_route_names_it() -> None:
+    """Every parameter but `lastEventId` used to go upstream: `?access_token=<JWT>` (the way an
+    EventSource sends a token) reached the upstream's request line and the relay's events."""
+    assert upstream_target(_request("/e", {"access_token": JWT, "x": "1"})) == "/e"
+    assert upstream_target(_request("/e", {"topic": "a", "x": "1"}), ("topic",)) == "/e?topic=a"
+
+
+def test_credential_parameters_never_go_upstream_even_when_the_route_names_them() -> None:
+    secret = frozenset({"access_token"})
+    request = _request("/e", {"access_token": JWT, "v": "2"}, secret)
+    assert upstream_target(request, ("access_token", "v")) == "/e?v=2"
+
+
+def test_each_token_and_each_made_up_parameter_shares_the_one_feed() -> None:
+    """Each token was another URL, so each user got an upstream connection and a ring of their
+    own, and one client adding `&x=1..N` filled every `max-upstreams` slot alone."""
+    s = Setup(max_upstreams=3)
+    secret = frozenset({"access_token"})
+    for i in range(50):
+        token = JWT + str(i)
+        handle = s.client.open(_request("/events", {"access_token": token, "x": str(i)}, secret),
+                               Sink())
+        assert not isinstance(handle, (int, TryLater)), i
+    assert [r.target for r in s.upstream.requests] == ["/events"]
+    assert len(s.client.feeds) == 1
+    s.upstream.last.answer()
+    s.upstream.last.end(Failure(ConnectionLost("gone")))
+    for line in s.lines("BINDING_SSE_UPSTREAM"):
+        assert "access_token" not in line and "eyJ" not in line, line
+
+
+def test_route_query_names_key_the_feed() -> None:
+    clock = MemoryReactorClock()
+    upstream = Upstream()
+    client = SseClient("relay", [SseClientRoute((), upstream, query=("topic",))], clock,
+                       EventLog("test", clock=clock.seconds), FeedSettings())
+    for topic, x in (("a", "1"), ("a", "2"), ("b", "1")):
+        assert not isinstance(client.open(_request("/e", {"topic": topic, "x": x}), Sink()), int)
+    assert [r.target for r in upstream.requests] == ["/e?topic=a", "/e?topic=b"]
+
+
+@pytest.mark.parametrize("path", [
+    "/events/../admin/secret", "/events/%2e%2e/internal", "/events/%2E%2E/x", "/events/.%2e/x",
+    "/events/..;/admin", "/events/./x", "/events/%2e", "/events/..", "/events%2f..%2fadmin",
+    "/events/a%2Fb", "/events/a%5cb", "/events/a\\b", "/events/%00", "/events/a%0d%0ab",
+])
+def test_relayed_paths_with_dot_segments_or_encoded_slashes_are_404(path: str) -> None:
+    """`/events/../admin/secret` and `/events/%2e%2e/internal` matched `/events*` and reached
+    the upstream as they were."""
+    s = Setup()
+    assert s.client.open(StreamRequest(path, None, {}, None, f"GET {path}"), Sink()) == 404
+    assert s.upstream.requests == []
+    assert s.lines("BINDING_SSE_CLIENT_NO_ROUTE")
+
+
+def test_paths_with_dots_inside_names_still_relay() -> None:
+    s = Setup()
+    for path in ("/events/v1.2", "/events/..x", "/events/a..", "/events/.well-known", "/events/%20"):
+        s.open(path)
+    assert [r.target for r in s.upstream.requests] == [
+        "/events/v1.2", "/events/..x", "/events/a..", "/events/.well-known", "/events/%20"]
 
 
 def test_upstream_drop_reconnects_with_last_event_id_after_retry_and_backs_off() -> None:

@@ -10,6 +10,7 @@ chains to the vault's `trust` entry and names `sni`, and refused otherwise.
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import time
@@ -19,13 +20,16 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.support.daemon import start_daemon
+from tests.support.jwt import rsa_key
 from tests.support.pki import ENV, PASSWORD, Pki
-from tests.support.relay import ONE_PROCESS, Relay, start_relay
+from tests.support.relay import ONE_PROCESS, Relay, relay_config, start_relay
 from tests.support.scripted_upstream import (
     SSE_HEAD,
     Script,
     ScriptedUpstream,
     answer,
+    events_then_hold,
     server_context,
 )
 from tests.support.sse import SseClient
@@ -221,5 +225,66 @@ def test_a_browser_that_reads_nothing_costs_the_relay_no_memory(tmp_path: Path,
     finally:
         hold.set()
         stalled.close()
+        relay.daemon.stop()
+        upstream.close()
+
+
+GUARDED_RELAY_GUARD = """\
+guards:
+  jwt0:
+    type: jwt
+    options:
+      keys: [{jwk}]
+"""
+GUARDED_RELAY_AUTHORIZATION = """\
+    kind: server
+    options:
+      authorization:
+        jwt0:
+          credentials:
+            query: {access_token: "{credentials}"}
+    routes:
+"""
+
+
+def test_tokens_and_made_up_parameters_stay_at_the_relay_and_dot_paths_never_leave_it(
+        tmp_path: Path, hold: threading.Event) -> None:
+    """A token in the query string (EventSource's only way) went upstream in the request line
+    and into the relay's events, made an upstream connection per user, and a relayed path with
+    `..` or `%2e%2e` reached the upstream as it was. Now: one upstream request for every user,
+    carrying only what the route's `with.query` names (never the credential parameter, even
+    named), no token in the relay's output, and dot-segment paths 404 at the relay."""
+    scripts = {"/events/x": events_then_hold(b"id:1\ndata:one\n\n", hold)}
+    upstream = ScriptedUpstream(scripts)
+    config, port = relay_config(tmp_path, upstream.port, relay_options="{retry: 200}")
+    signing = rsa_key("k1")
+    text = config.read_text()
+    text = text.replace("name: relay\n", "name: relay\n" + GUARDED_RELAY_GUARD.format(
+        jwk=json.dumps(signing.jwk)), 1)
+    text = text.replace("    kind: server\n    routes:\n", GUARDED_RELAY_AUTHORIZATION, 1)
+    text = text.replace("        exit: upstream_http\n",
+                        "        exit: upstream_http\n        with: {query: [v, access_token]}\n")
+    config.write_text(text)
+    relay = Relay(start_daemon(config, wait_ports=[port], extra_args=ONE_PROCESS), port)
+    tokens = [signing.token(sub=f"user{i}") for i in range(5)]
+    try:
+        clients = [relay.open(f"/events/x?access_token={t}&v=1&junk={i}")
+                   for i, t in enumerate(tokens)]
+        for c in clients:
+            assert [e.data for e in c.events(1)] == ["one"]
+        assert [s.path for s in upstream.seen] == ["/events/x?v=1"]
+        for path in ("/events/../admin/secret", "/events/%2e%2e/internal", "/events/..;/x"):
+            with relay.open(path) as refused:
+                assert refused.status == 404, path
+        relay.daemon.wait_output("dot segment in the path", count=3)
+        assert [s.path for s in upstream.seen] == ["/events/x?v=1"]
+        relay.daemon.wait_output("BINDING_SSE_UPSTREAM_CONNECTED")
+        output = relay.daemon.output()
+        for token in tokens:
+            assert token not in output and token.split(".")[2] not in output
+        for c in clients:
+            c.close()
+    finally:
+        hold.set()
         relay.daemon.stop()
         upstream.close()
