@@ -252,6 +252,9 @@ COVERAGE: dict[str, str] = {
         "bindings/http/test_health.py::test_probes_on_the_configured_paths_before_routing",
     "bindings.http/server.options.health.readiness":
         "bindings/http/test_health.py::test_probes_on_the_configured_paths_before_routing",
+    "bindings.http/server.options.health.details":
+        "bindings/http/test_health.py::"
+        "test_readiness_tells_its_status_only_unless_details_are_asked_for",
     "catalogs.*.type": MODELS,
     "catalogs.*.options": MODELS,
     "catalogs.*.options (inline)": MODELS,

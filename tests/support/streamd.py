@@ -165,7 +165,8 @@ def write_config(tmp: Path, bootstrap: str, port: int, idle: float = 15, retry: 
                  live_topics: tuple[str, ...] = (), kafka_port_env: bool = False,
                  health: bool = False, prometheus_port: int | None = None,
                  engine: str = "", bootstrap_topics: tuple[str, ...] = ()) -> Path:
-    """`health` adds the http binding's health endpoints (default paths), `prometheus_port` a
+    """`health` adds the http binding's health endpoints (default paths, with the `details` a
+    test reads what readiness waits for from), `prometheus_port` a
     prometheus exporter, `engine` the `engine` section (YAML flow mapping such as
     `{workers: 2, drain: 3}`), `bootstrap_topics` the cache's bootstrap list."""
     live = ", ".join(f"{{name: {t}, defaultOffset: live}}" for t in live_topics)
@@ -174,7 +175,8 @@ def write_config(tmp: Path, bootstrap: str, port: int, idle: float = 15, retry: 
                          retry=f", retry: {retry}" if retry is not None else "",
                          bootstrap=bootstrap, max_messages=max_messages, max_bytes=max_bytes,
                          live_topics=live,
-                         http_options="\n    options: {health: {}}" if health else "",
+                         http_options="\n    options: {health: {details: true}}"
+                         if health else "",
                          prometheus=(f"\n    prometheus:\n      type: prometheus\n"
                                      f"      options: {{endpoints: [{{port: {prometheus_port}}}]}}"
                                      if prometheus_port else ""),

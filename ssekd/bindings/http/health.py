@@ -4,6 +4,10 @@ load balancer or an orchestrator probes on the same port as the traffic it balan
 They are answered before CORS, routing, guards, metrics and the request events: a probe every
 second or two from each balancer would otherwise drown what those are for. Only GET and HEAD
 match; any other method goes on to the routes like any request.
+
+They answer on the public port, to anyone: readiness says its status only (`ready`, `not ready`,
+`draining`). What it waits for names bindings, topics and the broker's state, which is the
+operator's business: `details: true` adds it (`waiting`), for a port only the balancer reaches.
 """
 
 from __future__ import annotations
@@ -31,6 +35,11 @@ SCHEMA = {"type": "object", "additionalProperties": False, "x-ssekd-addition": T
                   "description": "Path answering `200` once every Kafka cache reaches its "
                                  "broker and has loaded its bootstrap topics, `503` before, "
                                  "and `503` from SIGTERM on while the daemon drains."},
+    "details": {"type": "boolean", "default": False,
+                "description": "Whether readiness's body says what it waits for (`waiting`: "
+                               "binding and topic names, the broker's state). Off, the body is "
+                               "the status alone: the probes answer anyone who reaches the "
+                               "port. Turn it on where only your balancer or orchestrator can."},
 }}
 
 
@@ -41,13 +50,16 @@ class HealthPaths:
     liveness: bytes
     readiness: bytes
     health: Health
+    #: Whether readiness's body names what it waits for (`details`).
+    details: bool = False
 
     @classmethod
     def from_options(cls, options: dict[str, Any] | None, health: Health) -> HealthPaths | None:
         if options is None:
             return None
         return cls(str(options.get("liveness", DEFAULT_LIVENESS)).encode(),
-                   str(options.get("readiness", DEFAULT_READINESS)).encode(), health)
+                   str(options.get("readiness", DEFAULT_READINESS)).encode(), health,
+                   bool(options.get("details", False)))
 
     def answer(self, request: Request) -> bytes | None:
         """The response body when `request` is a probe (its code and headers set), else None."""
@@ -58,6 +70,8 @@ class HealthPaths:
             ok, body = self.health.liveness()
         elif req.path == self.readiness:
             ok, body = self.health.readiness()
+            if not self.details:
+                body = {"status": body.get("status")}
         else:
             return None
         req.setResponseCode(http.OK if ok else http.SERVICE_UNAVAILABLE)

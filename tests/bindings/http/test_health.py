@@ -29,7 +29,8 @@ def test_probes_on_the_configured_paths_before_routing() -> None:
     health = Health(clock)
     waiting = [Check("cache/boot", False, "loading")]
     health.checks = lambda: waiting
-    paths = HealthPaths.from_options({"liveness": "/livez", "readiness": "/readyz"}, health)
+    paths = HealthPaths.from_options({"liveness": "/livez", "readiness": "/readyz",
+                                      "details": True}, health)
     exit = GetOnly()
     events = EventLog("test")
     root = HttpRoot("http0", [], exit, AccessControl(), events, health=paths)
@@ -63,3 +64,31 @@ def test_default_paths_and_none_without_the_option() -> None:
     paths = HealthPaths.from_options({}, health)
     assert paths is not None
     assert (paths.liveness, paths.readiness) == (b"/health/live", b"/health/ready")
+
+
+def test_readiness_tells_its_status_only_unless_details_are_asked_for() -> None:
+    """Readiness told anyone on the public port the binding names, topics and broker state
+    (`{"waiting":{"caches":"no Kafka broker reachable",...}}`)."""
+    clock = MemoryReactorClock()
+    health = Health(clock)
+    waiting = [Check("south_kafka_cache_server", False, "no Kafka broker reachable"),
+               Check("south_kafka_cache_server/secret-topic", False, "loading")]
+    health.checks = lambda: waiting
+
+    def ready(options: dict[str, object]) -> tuple[int, bytes]:
+        paths = HealthPaths.from_options(options, health)
+        root = HttpRoot("http0", [], GetOnly(), AccessControl(), EventLog("test"), health=paths)
+        status, _, body = response(HttpSite(root, Limits(), clock),
+                                   b"GET /health/ready HTTP/1.1\r\nHost: x\r\n"
+                                   b"Connection: close\r\n\r\n")
+        return status, body
+
+    status, body = ready({})
+    assert status == 503 and json.loads(body) == {"status": "not ready"}
+    assert b"south" not in body and b"secret-topic" not in body and b"Kafka" not in body
+    status, body = ready({"details": True})
+    assert status == 503 and json.loads(body)["waiting"] == {
+        "south_kafka_cache_server": "no Kafka broker reachable",
+        "south_kafka_cache_server/secret-topic": "loading"}
+    health.draining = True
+    assert json.loads(ready({})[1]) == {"status": "draining"}
