@@ -17,21 +17,20 @@ Concurrent asks for the same thing share one request.
 from __future__ import annotations
 
 import json
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable
 from typing import Any
 
 from twisted.internet import threads
 from twisted.internet.defer import Deferred, succeed
 
+from ssekd import url_fetch
 from ssekd.catalogs.catalog import CatalogUnavailable, Schema, SchemaNotFound
 
 #: Seconds an answer for a subject and version is kept, unless `cache-ttl` says otherwise.
 DEFAULT_CACHE_TTL = 300.0
-#: Seconds one request may take.
-FETCH_TIMEOUT = 10.0
+#: Seconds one request may take in all (connect, redirects, headers, body).
+FETCH_DEADLINE = url_fetch.DEFAULT_DEADLINE
 #: Bytes of a registry answer read at most (a schema is text; this is plenty).
 MAX_ANSWER_BYTES = 4 * 1024 * 1024
 
@@ -40,15 +39,11 @@ Answer = tuple[int | None, bytes]
 
 
 def get_url(url: str) -> Answer:
-    """GET `url` (blocking: run it in a thread). A refused or timed-out connection raises."""
-    request = urllib.request.Request(url, headers={
-        "Accept": "application/vnd.schemaregistry.v1+json, application/json",
-        "User-Agent": "ssekd"})
-    try:
-        with urllib.request.urlopen(request, timeout=FETCH_TIMEOUT) as response:  # noqa: S310
-            return response.status, response.read(MAX_ANSWER_BYTES + 1)
-    except urllib.error.HTTPError as e:
-        return e.code, e.read(MAX_ANSWER_BYTES + 1)
+    """GET `url` (blocking: run it in a thread), within `FETCH_DEADLINE` seconds in all,
+    following redirects only while they stay https (`ssekd.url_fetch`). A refused connection, a
+    refused redirect or the deadline raise (`OSError`)."""
+    return url_fetch.fetch(url, "application/vnd.schemaregistry.v1+json, application/json",
+                           FETCH_DEADLINE, MAX_ANSWER_BYTES)
 
 
 class RegistryCatalog:

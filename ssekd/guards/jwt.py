@@ -27,7 +27,6 @@ is over - unless it already holds those kids.
 from __future__ import annotations
 
 import json
-import urllib.request
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +38,7 @@ from twisted.internet.interfaces import IDelayedCall
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from ssekd import url_fetch
 from ssekd.bindings.api import BuildContext, GuardType, Reactor, Refusal, Session, Siblings
 from ssekd.config.errors import ConfigError
 from ssekd.config.model import Guard as GuardConfig
@@ -62,7 +62,9 @@ DEFAULT_IDENTITY_CLAIM = "sub"
 MAX_RETRY = 30.0
 #: The largest JWKS document read (a key set is a few KiB).
 MAX_JWKS_BYTES = 1 << 20
-FETCH_TIMEOUT = 10.0
+#: Seconds a JWKS fetch may take in all (not per read: a server sending a byte every few
+#: seconds would otherwise hold it, and every token naming an unknown kid, for ever).
+FETCH_DEADLINE = url_fetch.DEFAULT_DEADLINE
 
 
 @dataclass(frozen=True)
@@ -93,7 +95,8 @@ def parse_jwk(data: Mapping[str, Any]) -> Key:
 
 
 def parse_jwks(document: bytes) -> tuple[dict[str, Key], list[str]]:
-    """The signing keys of a JWKS document, and why any key of it was skipped."""
+    """The signing keys of a JWKS document fetched from a URL, and why any key of it was
+    skipped (symmetric keys always are)."""
     data = json.loads(document)
     if not isinstance(data, dict) or not isinstance(data.get("keys"), list):
         raise ValueError("expected a JSON object with a `keys` list")
@@ -105,6 +108,11 @@ def parse_jwks(document: bytes) -> tuple[dict[str, Key], list[str]]:
             continue
         if item.get("use", "sig") != "sig":
             continue  # an encryption key: not for checking signatures
+        if item.get("kty") == "oct":
+            # an HMAC secret: one fetched is known to whoever served (or altered) the document,
+            # who could then sign any token; secrets belong in the config, not at a URL
+            skipped.append(f"keys[{i}]: a symmetric key (kty oct) is not taken from a URL")
+            continue
         try:
             key = parse_jwk(item)
         except Exception as e:  # PyJWT raises several kinds on odd JWKs; any skips the key
@@ -115,11 +123,11 @@ def parse_jwks(document: bytes) -> tuple[dict[str, Key], list[str]]:
 
 
 def fetch_url(url: str) -> bytes:
-    """GET `url` (blocking: run it in a thread)."""
-    request = urllib.request.Request(url, headers={"Accept": "application/json",
-                                                   "User-Agent": "ssekd"})
-    with urllib.request.urlopen(request, timeout=FETCH_TIMEOUT) as response:  # noqa: S310
-        body: bytes = response.read(MAX_JWKS_BYTES + 1)
+    """GET `url` (blocking: run it in a thread), within `FETCH_DEADLINE` seconds in all,
+    following redirects only while they stay https (`ssekd.url_fetch`)."""
+    status, body = url_fetch.fetch(url, "application/json", FETCH_DEADLINE, MAX_JWKS_BYTES)
+    if not 200 <= status < 300:
+        raise url_fetch.FetchError(f"HTTP Error {status}")
     if len(body) > MAX_JWKS_BYTES:
         raise ValueError(f"more than {MAX_JWKS_BYTES} bytes")
     return body
