@@ -57,6 +57,10 @@ RETRY_FIRST = 1.0
 RETRY_MAX = 30.0
 #: Seconds an id the registry said it does not have is not asked about again.
 UNKNOWN_ID_SECONDS = 30.0
+#: Ids remembered as unknown (or unavailable) at most, per model: records name ids, and a
+#: producer writing made-up ones must not grow the daemon's memory without end. Past it, the
+#: ones remembered longest are forgotten (asked about again if they come back).
+MAX_REMEMBERED_IDS = 1000
 #: The Confluent wire format: a zero byte, then the schema id as 4 bytes big-endian.
 WIRE_MAGIC = 0
 WIRE_HEADER = 5
@@ -375,9 +379,11 @@ class FieldModel:
             self._id_waits.pop(schema_id, None)
             error = failure.value
             if isinstance(error, SchemaNotFound):
-                self._unknown_ids[schema_id] = self.clock.seconds() + UNKNOWN_ID_SECONDS
+                _remember(self._unknown_ids, schema_id,
+                          self.clock.seconds() + UNKNOWN_ID_SECONDS, self.clock.seconds())
             elif isinstance(error, CatalogUnavailable):
-                self._id_retry_at[schema_id] = self.clock.seconds() + RETRY_FIRST * 5
+                _remember(self._id_retry_at, schema_id, self.clock.seconds() + RETRY_FIRST * 5,
+                          self.clock.seconds())
                 self.report("CATALOG_SCHEMA_UNAVAILABLE", f"schema id {schema_id}: {error}")
             else:
                 failure.raiseException()
@@ -391,10 +397,22 @@ class FieldModel:
             codec = self.compile(schema)
         except BadSchema as e:
             # the registry's schema for this id is unusable: every record naming it is invalid
-            self._unknown_ids[schema_id] = float("inf")
+            _remember(self._unknown_ids, schema_id, float("inf"), self.clock.seconds())
             raise Invalid(f"schema id {schema_id}: {e}") from None
         self._ids[schema_id] = codec
         return codec
+
+
+def _remember(until: dict[int, float], schema_id: int, at: float, now: float) -> None:
+    """`until[schema_id] = at`, keeping at most `MAX_REMEMBERED_IDS` entries: the expired go
+    first, then those remembered longest (a dict keeps its insertion order)."""
+    until.pop(schema_id, None)
+    if len(until) >= MAX_REMEMBERED_IDS:
+        for sid in [sid for sid, t in until.items() if t <= now]:
+            del until[sid]
+        while len(until) >= MAX_REMEMBERED_IDS:
+            del until[next(iter(until))]
+    until[schema_id] = at
 
 
 def _follow(d: Deferred[Any]) -> Deferred[None]:

@@ -27,6 +27,7 @@ is over - unless it already holds those kids.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -152,7 +153,15 @@ def _roles(value: Any) -> frozenset[str]:
 
 
 def _number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+    """A NumericDate: a number a float holds, finite. JSON as Python reads it takes `NaN` and
+    `Infinity` (and `1e400`, read as infinity): `NaN` passes every comparison by failing it, and
+    an infinite `exp` is a session that never ends."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:  # an int larger than any float
+        return False
 
 
 class JwtGuard(Service):

@@ -8,12 +8,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from twisted.internet.defer import Deferred, maybeDeferred
+from twisted.internet.defer import Deferred, fail, maybeDeferred
 from twisted.internet.testing import MemoryReactorClock
 
-from ssekd.catalogs.catalog import Schema
+from ssekd.catalogs.catalog import Schema, SchemaNotFound
 from ssekd.catalogs.local import LocalCatalog
 from ssekd.catalogs.models import (
+    MAX_REMEMBERED_IDS,
     FieldModel,
     Invalid,
     ModelConfig,
@@ -254,3 +255,35 @@ def test_a_stopped_model_stops_retrying(registry: Registry) -> None:
     field.stop()
     assert clock.getDelayedCalls() == []
     assert field.next_try_in is None
+
+
+class _NoSuchIds:
+    """A registry that has no schema for any id (answered at once)."""
+
+    has_ids = True
+
+    def __init__(self) -> None:
+        self.asked: list[int] = []
+
+    def known_id(self, schema_id: int) -> None:
+        return None
+
+    def by_id(self, schema_id: int) -> Deferred[Any]:
+        self.asked.append(schema_id)
+        return fail(SchemaNotFound(f"schema id {schema_id} not found"))
+
+
+def test_made_up_schema_ids_are_remembered_in_bounded_memory() -> None:
+    """Each made-up id a record carried stayed in `_unknown_ids` for ever."""
+    clock = MemoryReactorClock()
+    catalog = _NoSuchIds()
+    field = _model({"model": "avro", "catalog": {"sr": [{"strategy": "topic"}]}}, catalog, clock)
+    for schema_id in range(3 * MAX_REMEMBERED_IDS):
+        with pytest.raises(Pending):
+            field.check(wire(schema_id, b""))
+    assert len(field._unknown_ids) <= MAX_REMEMBERED_IDS
+    # the recent ones are still known to be unknown: no second GET for them
+    asked = len(catalog.asked)
+    with pytest.raises(Invalid, match="unknown schema id"):
+        field.check(wire(3 * MAX_REMEMBERED_IDS - 1, b""))
+    assert len(catalog.asked) == asked

@@ -362,3 +362,26 @@ def test_parse_jwk_refuses_keys_it_cannot_use(keys: dict[str, SigningKey]) -> No
                 {"kty": "RSA", "kid": "x", "alg": "RS256"}):
         with pytest.raises(Exception):  # noqa: B017 - PyJWT's or ours, a clear message either way
             parse_jwk(bad)
+
+
+@pytest.mark.parametrize(("claim", "text", "reason"), [
+    ("exp", b"NaN", "exp is not a number"),
+    ("exp", b"Infinity", "exp is not a number"),
+    ("exp", b"1e400", "exp is not a number"),  # read as a float: infinity
+    ("exp", b"1" + b"0" * 400, "exp is not a number"),  # an int no float holds
+    ("nbf", b"NaN", "token not yet valid (nbf)"),
+    ("nbf", b"-Infinity", "token not yet valid (nbf)"),
+])
+def test_exp_and_nbf_must_be_finite_numbers(keys: dict[str, SigningKey], claim: str,
+                                            text: bytes, reason: str) -> None:
+    """`NaN` passed both checks (every comparison with it is false) and `Infinity` made a session
+    that never expires; JSON as Python reads it accepts both."""
+    rsa = keys["rsa"]
+    claims = {"iss": ISSUER, "aud": AUDIENCE, "sub": "alice", "exp": int(NOW + 60),
+              claim: "PLACEHOLDER"}
+    payload = json.dumps(claims).encode().replace(b'"PLACEHOLDER"', text)
+    guard, events, _ = _guard([rsa])
+    verdict = guard.verify(rsa.sign_bytes(payload))
+    assert isinstance(verdict, Refusal) and verdict.status == 403, verdict
+    assert verdict.reason.startswith(reason), verdict.reason
+    assert not any("Traceback" in line for line in events.recent)
