@@ -223,10 +223,22 @@ class LimitedHTTPChannel(HTTPChannel):
 
     def headerReceived(self, line: bytes) -> bool:
         """A field value holding NUL, CR or LF is refused (RFC 9110 §5.5), as newer Twisted does
-        itself; Twisted 24.7 passed it on to the request."""
+        itself; Twisted 24.7 passed it on to the request.
+
+        So is any `Transfer-Encoding` but one `chunked`: Twisted ignores `identity` (which RFC
+        9112 no longer has), so `chunked` and then `identity` in two fields read as chunked here,
+        where the RFC makes the last coding, `identity`, the one that counts (a `400`). A proxy in
+        front reading the body the other way would let a request hide in it (smuggling)."""
         if len(line.translate(None, b"\x00\r\n")) != len(line):
             self._respond_and_close(b"400 Bad Request")
             return False
+        name, colon, value = line.partition(b":")
+        if colon and name.lower() == b"transfer-encoding":
+            seen = self.requests[-1].requestHeaders.hasHeader(b"transfer-encoding") \
+                if self.requests else False
+            if seen or value.strip(b" \t").lower() != b"chunked":
+                self._respond_and_close(b"400 Bad Request")
+                return False
         ok: bool = super().headerReceived(line)
         return ok
 
