@@ -240,3 +240,29 @@ def test_a_config_change_that_moves_the_port_moves_every_worker(kafka: Kafka,
                 socket.create_connection(("127.0.0.1", old), timeout=5).close()
     finally:
         assert daemon.stop() == 0
+
+
+def test_the_worker_sockets_are_private_to_the_daemons_user(kafka: Kafka,
+                                                            tmp_path: Path) -> None:
+    """Each worker's Unix socket answers its parent's scrapes and its siblings' renewals (which
+    carry tokens): it lives in a folder only the daemon's user may enter (mode 0700), made
+    afresh for each start, so another local user can neither connect nor put a socket of their
+    own among the siblings."""
+    daemon, _ = start_workers(tmp_path, kafka)
+    try:
+        sockets = []
+        for pid in daemon.worker_pids().values():
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            sockets.append(Path(argv[argv.index(b"--metrics-socket") + 1].decode()))
+        assert len(sockets) == 2
+        folders = {s.parent for s in sockets}
+        assert len(folders) == 1, "one folder for the siblings"
+        [folder] = folders
+        info = folder.stat()
+        assert info.st_mode & 0o777 == 0o700, oct(info.st_mode)
+        assert info.st_uid == os.getuid()
+        assert folder.name.startswith("ssekd-workers-")
+        for path in sockets:
+            assert path.is_socket() and path.stat().st_uid == os.getuid()
+    finally:
+        daemon.stop()

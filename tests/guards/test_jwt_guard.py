@@ -385,3 +385,30 @@ def test_exp_and_nbf_must_be_finite_numbers(keys: dict[str, SigningKey], claim: 
     assert isinstance(verdict, Refusal) and verdict.status == 403, verdict
     assert verdict.reason.startswith(reason), verdict.reason
     assert not any("Traceback" in line for line in events.recent)
+
+
+def test_keys_a_token_brings_along_are_never_used(keys: dict[str, SigningKey]) -> None:
+    """A token may name its own key (`jwk`), a URL of keys (`jku`, `x5u`) or carry a certificate
+    chain (`x5c`); the guard only ever checks with the keys of its config, picked by `kid`, and
+    fetches nothing but its own `keys` URL."""
+    attacker = rsa_key("rsa1")  # the kid of a trusted key, a key of the attacker's
+    claims = {"iss": ISSUER, "aud": AUDIENCE, "sub": "mallory", "exp": int(NOW + 60)}
+    headers: list[dict[str, Any]] = [
+        {"jwk": attacker.jwk},
+        {"jku": "http://evil.test/jwks.json"},
+        {"x5u": "http://evil.test/cert.pem"},
+        {"x5c": ["MIIB" + "A" * 40]},
+    ]
+    urls: list[str] = []
+    clock, events = _clock(), EventLog("t", clock=lambda: NOW)
+    document = json.dumps({"keys": [keys["rsa"].jwk]}).encode()
+    guard = JwtGuard("jwt0", {**OPTIONS, "keys": "http://keys.test/jwks.json"}, clock, events,
+                     fetch=lambda url: urls.append(url) or defer.succeed(document))
+    guard.startService()
+    for extra in headers:
+        verdict = _settle(guard.verify(attacker.sign(claims, extra)))
+        assert verdict == Refusal(403, "signature does not verify", reported=True), extra
+        other_kid = _settle(guard.verify(rsa_key("evil").sign(claims, extra)))
+        assert isinstance(other_kid, Refusal) and "unknown kid 'evil'" in other_kid.reason
+    assert set(urls) == {"http://keys.test/jwks.json"}, "no URL from a token was fetched"
+    guard.stopService()
