@@ -29,12 +29,6 @@ class CountingEol:
         self.scanned += max(0, end - pos)
         return self.pattern.finditer(string, pos, end)
 
-    def search(self, string: bytes, pos: int = 0, endpos: int | None = None
-               ) -> re.Match[bytes] | None:
-        end = len(string) if endpos is None else min(endpos, len(string))
-        self.scanned += max(0, end - pos)
-        return self.pattern.search(string, pos, end)
-
 
 def count_scans(monkeypatch: pytest.MonkeyPatch) -> CountingEol:
     """Replace the reader's pattern with a counting one for this test."""
