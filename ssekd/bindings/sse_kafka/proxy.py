@@ -210,22 +210,20 @@ class SseKafkaProxy:
             start = self._start(request, cache, topic)
             if isinstance(start, int):
                 return start
+            # First whether the cache follows the topic (`TopicLimitReached` if it may not),
+            # then its metric series: the cache forgets the series of the topics it drops, and
+            # a topic it refused is never dropped, so its series would stay for ever.
+            cache.topic(topic)
             key = (topic, filters, id_format)
             encoder = self._encoders.get(key)
-            fresh = encoder is None
             if encoder is None:
-                # its metric series only once the cache follows the topic (below): a topic it
-                # refuses is never dropped, and neither would its series be (the cache forgets
-                # the series of the topics it drops)
-                encoder = KafkaEventEncoder(topic, filters, id_format)
+                encoder = self._encoders[key] = KafkaEventEncoder(
+                    topic, filters, id_format,
+                    self.metrics.counter("sse.kafka.filtered", self.name, topic=topic))
             if start.has_id:
                 self._count_resume(start, cache, topic)
-            subscription = cache.subscribe(topic, encoder, sink, start)
-            if fresh:
-                encoder.filtered = self.metrics.counter("sse.kafka.filtered", self.name,
-                                                        topic=topic)
-                self._encoders[key] = encoder
-            return RouteHandle(subscription, self._subscribers[id(route)])
+            return RouteHandle(cache.subscribe(topic, encoder, sink, start),
+                               self._subscribers[id(route)])
         except TopicLimitReached as e:
             # Passes as idle topics are dropped: the browser is told to come back (docs/protocol.md).
             self.events.emit(self.name, "BINDING_SSE_KAFKA_TOPIC_LIMIT", f"{request.describe}: {e}")
