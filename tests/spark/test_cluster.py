@@ -18,8 +18,11 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
+from spark.models import models_for
+from spark.quality import RecordRules
 from spark.snapshot import run_snapshot, run_snapshot_stream
 from ssekd.broker import Broker
+from tests.spark.daemon_config import daemon_config
 from tests.spark.standalone import (
     PYTHON,
     PYTHON_LACKING_KAFKA,
@@ -100,19 +103,33 @@ def test_batch_and_streaming_snapshots_on_the_cluster_equal_local(
         kafka_config: dict[str, str], topic_name: str, tmp_path: Path) -> None:
     bootstrap, source = spark_broker.bootstrap, topic_name
     create_topic(bootstrap, source, PARTITIONS)
-    produced = produce(bootstrap, source, changes(random.Random(11), 6_000))
+    # One value that fails the topic's model (below), early: counted, never the latest.
+    rejected = produce(bootstrap, source, [Change(b"item-000", b"not json")])
+    produced = rejected + produce(bootstrap, source, changes(random.Random(11), 6_000))
     expected = state(produced)
     tombstones = sum(1 for value, _ in expected.values() if value is None)
     assert len(expected) == KEYS and tombstones >= 10
+    assert expected[(rejected[0].partition, b"item-000")][0] != b"not json"
+    (tmp_path / "revision.json").write_text('{"type": "object", "required": ["rev"]}')
+    config = daemon_config(
+        tmp_path, f"        - name: {source}\n          value: {{model: json, "
+                  f"catalog: {{files: [{{subject: revision}}]}}}}",
+        "  files:\n    type: filesystem\n    options:\n      subjects:\n"
+        "        revision: {path: revision.json}")
 
-    # Batch: the cluster and local[2] build the same snapshot, which is the expected one.
+    # Batch: the cluster and local[2] build the same snapshot, which is the expected one; the
+    # executors check the records against the daemon config's model.
     done, events = submit(cluster, bootstrap, tmp_path, "batch", "--topic", source,
-                          "--snapshot-topic", f"{source}-cluster")
+                          "--snapshot-topic", f"{source}-cluster", "--config", str(config))
     report = report_of(done)
     assert (report["records"], report["written"]) == (len(produced), KEYS)
     assert report["tombstones_written"] == tombstones
+    assert report["malformed"]["invalid_value"] == 1 and report["malformed"]["first"] == {
+        "invalid_value": f"{rejected[0].partition}/{rejected[0].offset}"}
     assert_ran_on_the_workers(cluster, events)
-    local = run_snapshot(spark_session, kafka_config, source, f"{source}-local")
+    rules = RecordRules(models=models_for(config, [source]))
+    local = run_snapshot(spark_session, kafka_config, source, f"{source}-local", rules=rules)
+    assert local.malformed.counts["invalid_value"] == 1
     assert (local.records, local.written) == (len(produced), KEYS)
     on_cluster = read_topic(bootstrap, f"{source}-cluster")
     assert state(on_cluster) == state(read_topic(bootstrap, f"{source}-local")) == expected
