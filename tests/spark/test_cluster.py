@@ -11,6 +11,7 @@ import json
 import random
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -71,12 +72,22 @@ def submit(cluster: Cluster, bootstrap: str, work: Path, name: str, *args: str,
            python: str = PYTHON) -> tuple[subprocess.CompletedProcess[str], Path]:
     """`ssekd-spark snapshot ARGS` against the cluster, from its own driver process."""
     event_log = work / "events" / name
+    began = time.monotonic()
     done = subprocess.run(
         [CLI, "snapshot", "--master", cluster.master, "--bootstrap", bootstrap,
          "--kafka", "fetch.wait.max.ms=10", "--log-level", "ERROR", "--json",
          *cluster.spark_conf(event_log, python), *args],
         env=cluster.driver_env(), cwd=work, capture_output=True, text=True, timeout=600)
+    print(f"{name}: ssekd-spark exited {done.returncode} after {time.monotonic() - began:.1f} s "
+          f"(the job's own report: {_seconds(done.stdout)} s)")
     return done, event_log
+
+
+def _seconds(stdout: str) -> str:
+    try:
+        return str(json.loads(stdout)["seconds"])
+    except ValueError:
+        return "-"
 
 
 def report_of(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
