@@ -20,6 +20,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from spark.models import models_for
+from spark.pack import pack_code
 from spark.quality import RecordRules
 from spark.snapshot import run_snapshot, run_snapshot_stream
 from ssekd.broker import Broker
@@ -27,6 +28,7 @@ from tests.spark.daemon_config import daemon_config
 from tests.spark.standalone import (
     PYTHON,
     PYTHON_LACKING_KAFKA,
+    SPARK_HOME,
     Cluster,
     JobEvidence,
     job_evidence,
@@ -182,6 +184,29 @@ def test_batch_and_streaming_snapshots_on_the_cluster_equal_local(
     # Only the driver wrote the checkpoint (offsets and commits; no executor-side state).
     assert {p.name for p in checkpoint.iterdir()} <= {"offsets", "commits", "metadata",
                                                        "sources", ".metadata.crc"}
+
+
+def test_spark_submit_with_the_packed_code_as_py_files(
+        cluster: Cluster, spark_broker: Broker, topic_name: str, tmp_path: Path) -> None:
+    """The other way in: `spark-submit --py-files` with the zip of `ssekd-spark pack`, from a
+    driver whose Python has the dependencies but not ssekd either."""
+    bootstrap = spark_broker.bootstrap
+    create_topic(bootstrap, topic_name, 2)
+    produced = produce(bootstrap, topic_name,
+                       [Change(f"k{i % 7}".encode(), f"v{i}".encode()) for i in range(100)])
+    archive = pack_code(tmp_path / "ssekd-spark.zip")
+    event_log = tmp_path / "events"
+    env = cluster.driver_env() | {"PYSPARK_PYTHON": PYTHON}
+    done = subprocess.run(
+        [str(SPARK_HOME / "bin" / "spark-submit"), "--master", cluster.master,
+         "--py-files", str(archive), *cluster.spark_conf(event_log),
+         str(Path(__file__).with_name("submitted_snapshot.py")), bootstrap, topic_name],
+        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert (report["records"], report["written"]) == (100, 7)
+    assert state(read_topic(bootstrap, f"{topic_name}-snapshots")) == state(produced)
+    assert_ran_on_the_workers(cluster, event_log)
 
 
 def test_a_worker_without_confluent_kafka_is_named_in_one_line(
