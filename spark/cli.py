@@ -139,8 +139,6 @@ def run(args: argparse.Namespace) -> int:
     conf = ({"spark.sql.shuffle.partitions": "8", "spark.ui.showConsoleProgress": "false"}
             | _pairs(args.conf, "--conf"))
     kafka = {"bootstrap.servers": args.bootstrap} | _pairs(args.kafka, "--kafka")
-    # Called from Python where a session already runs (a notebook, a test), use it and leave
-    # it running; from the shell, the session is ours to stop.
     models = None
     if getattr(args, "config", None):
         from .models import models_for
@@ -149,6 +147,9 @@ def run(args: argparse.Namespace) -> int:
         # Before Spark starts: a bad config or an unreachable catalog stops the job at once.
         models = models_for(args.config, [args.topic,
                                           args.snapshot_topic or snapshot_topic_for(args.topic)])
+    # Called from Python where a session already runs (a notebook, a test), use it and leave
+    # it running; from the shell, the session is ours to stop. Only a session of our own can
+    # be given the code to ship: a running one has its data source registered already.
     borrowed = SparkSession.getActiveSession() is not None
     shipped = None
     if not args.master.startswith("local") and not args.no_ship_code and not borrowed:

@@ -14,7 +14,8 @@ The driver resolves every configured schema first (a missing subject, a schema t
 compile or a registry that does not answer stops the job before it reads anything) and pins a
 registry's `latest` to the version it got, so that all executors check one run against one
 schema. Executors rebuild the catalogs from a picklable description and ask a registry
-themselves only for the ids that records carry, synchronously (an executor has no reactor).
+themselves, once per task and synchronously (an executor has no reactor), for that version and
+for the ids that wire-format records carry.
 """
 
 from __future__ import annotations
@@ -159,10 +160,11 @@ class RecordChecker:
 
     def __call__(self, key: bytes | None, value: bytes | None) -> tuple[str, str] | None:
         if self._checkers is None:
-            self._checkers = [_Checker(f) for f in self.models.fields]
-        # Keys first, as the daemon checks them; a tombstone or a keyless record has nothing
-        # to check in that part.
-        for checker in sorted(self._checkers, key=lambda c: c.check.part != "key"):
+            # Keys first, as the daemon checks them.
+            self._checkers = [_Checker(f) for f in sorted(self.models.fields,
+                                                          key=lambda f: f.part != "key")]
+        # A tombstone or a keyless record has nothing to check in that part.
+        for checker in self._checkers:
             payload = key if checker.check.part == "key" else value
             if payload is None:
                 continue

@@ -2,7 +2,8 @@
 its report printed as JSON. The driver's Python has the dependencies but not ssekd: the code
 comes from the zip, on the driver as on the executors.
 
-    spark-submit --master spark://... --py-files ssekd-spark.zip submitted_snapshot.py BOOTSTRAP TOPIC
+    spark-submit --master spark://... --py-files ssekd-spark.zip submitted_snapshot.py \
+        BOOTSTRAP TOPIC SNAPSHOT_TOPIC
 """
 
 from __future__ import annotations
@@ -16,15 +17,15 @@ from spark.session import register
 from spark.snapshot import run_snapshot
 
 
-def main(bootstrap: str, topic: str) -> None:
+def main(bootstrap: str, topic: str, target: str) -> None:
     session = register(SparkSession.builder.getOrCreate())
     try:
         report = run_snapshot(session, {"bootstrap.servers": bootstrap,
-                                        "fetch.wait.max.ms": "10"}, topic)
+                                        "fetch.wait.max.ms": "10"}, topic, target)
     finally:
         session.stop()
     print(json.dumps(report.as_dict(), default=str))
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(sys.argv[1], sys.argv[2], sys.argv[3])
