@@ -36,7 +36,10 @@ from tests.spark.standalone import (
 )
 from tests.support.kafka_records import Change, Record, create_topic, latest_per_key, produce, read_topic
 
-pytestmark = [pytest.mark.spark, pytest.mark.broker]
+# Each cluster job starts a driver and two executor JVMs: about 20 s on a quiet 2-core machine,
+# over 60 s when other test runs share it (seen at a load average of 11), and the first test
+# runs four of them. The suite's 300 s would then cut it short.
+pytestmark = [pytest.mark.spark, pytest.mark.broker, pytest.mark.timeout(900)]
 
 CLI = str(Path(sys.executable).with_name("ssekd-spark"))
 PARTITIONS, KEYS = 3, 300
