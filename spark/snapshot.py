@@ -62,6 +62,8 @@ class SnapshotReport:
     seconds: float = 0.0
     offsets: dict[int, tuple[int, int]] = field(default_factory=dict)
     malformed: MalformedCounts = field(default_factory=MalformedCounts)
+    #: The models records were checked against (`--config`), described; None: not asked.
+    models: list[str] | None = None
 
     @property
     def unchanged(self) -> int:
@@ -93,6 +95,10 @@ class SnapshotReport:
              f"held {self.held}"),
             f"  {self.malformed.describe()}",
         ]
+        if self.models is not None:
+            lines.append("  models: " + ("; ".join(self.models) if self.models else
+                                         f"none in the config for {self.source} or "
+                                         f"{self.target}"))
         return "\n".join(lines)
 
     def as_dict(self) -> dict[str, Any]:
@@ -102,7 +108,7 @@ class SnapshotReport:
         data["seconds"] = round(self.seconds, 3)
         data["records_per_second"] = round(self.records_per_second, 1)
         data["malformed"] = {"total": self.malformed.total, **self.malformed.counts,
-                             "first": self.malformed.first}
+                             "first": self.malformed.first, "reasons": self.malformed.reasons}
         return data
 
 
@@ -157,8 +163,8 @@ class SnapshotJob:
     def run_pass(self, session: SparkSession, changes: DataFrame, *, diff: bool,
                  name: str) -> SnapshotReport:
         """Fold `changes` (rows of the data source) into the snapshot topic: one Spark job."""
-        records, record_metrics = observe_records(
-            changes.withColumn("problem", self.rules.problem()), f"{name}-records")
+        records, record_metrics = observe_records(self.rules.annotate(changes),
+                                                  f"{name}-records")
         key_metrics = Observation(f"{name}-keys")
         latest = latest_per_key(records).observe(
             key_metrics,
@@ -210,6 +216,7 @@ def run_snapshot(session: SparkSession, kafka_config: Mapping[str, str], source:
                .load())
     report = job.run_pass(session, changes, diff=True, name=f"snapshot-{source}")
     report.offsets = ranges
+    report.models = rules.models.describe() if rules.models is not None else None
     report.seconds = time.monotonic() - began
     return report
 
@@ -261,7 +268,8 @@ def run_snapshot_stream(session: SparkSession, kafka_config: Mapping[str, str], 
     kafka = KafkaOptions(None, dict(kafka_config))
     job = SnapshotJob(kafka, source, target or snapshot_topic_for(source), rules)
     job.prepare()
-    report = SnapshotReport(source=job.source, target=job.target)
+    report = SnapshotReport(source=job.source, target=job.target,
+                            models=rules.models.describe() if rules.models is not None else None)
     asked = reader_options(kafka, source) | {"startingOffsets": starting}
     if since is not None:
         asked["since"] = since

@@ -44,7 +44,8 @@ def test_malformed_records_are_counted_reported_and_never_written(
     report = run_snapshot(spark_session, kafka_config, source, target, rules=rules)
     text = report.describe()
     print(text)
-    assert report.malformed.counts == {"null_key": 1, "undecodable_key": 2, "oversized_value": 2}
+    assert report.malformed.counts == {"null_key": 1, "undecodable_key": 2, "oversized_value": 2,
+                                       "invalid_key": 0, "invalid_value": 0}
     keyless = next(r for r in bad if r.key is None)
     assert report.malformed.first["null_key"] == f"{keyless.partition}/{keyless.offset}"
     assert "malformed: 5 never written" in text and "undecodable_key 2" in text
