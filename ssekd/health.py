@@ -4,10 +4,12 @@ Liveness answers "is the reactor turning": the answer is written by the reactor,
 whose reactor is stuck gives none and the probe times out; the body also says how late the last
 heartbeat ran, which shows a reactor that turns but slowly.
 
-Readiness answers "should a balancer send new clients here": not while draining (after SIGTERM,
-see `ssekd.tap`), and not before every Kafka cache has its broker connection and its bootstrap
-topics loaded to their end. A daemon that would send a new client an empty history, or nothing,
-is better skipped by the balancer in favour of one that can serve it.
+Readiness answers "is a new client sent here now served correctly": not while draining (after
+SIGTERM, see `ssekd.tap`), and not before every Kafka cache has loaded its bootstrap topics to
+their end once (a new client would get an incomplete history). It does not fail for an outage
+every daemon sees alike - Kafka, a JWKS endpoint, a schema registry: failing there would take
+every daemon out of the balancer at once, and the balancer's own 5xx ends each browser's
+EventSource for good, whereas a daemon keeps its streams open and answers new ones `200`.
 
 Both are for machines, not browsers: a plain `503` is the right refusal here (the SSE rule of
 answering temporary refusals with a `retry:` stream is for EventSource clients).

@@ -1,14 +1,19 @@
-"""deploy/haproxy/haproxy.cfg: HAProxy accepts it, it balances by open streams, and its health
+"""deploy/haproxy/haproxy.cfg: HAProxy accepts it, it balances by open streams, its health
 check asks the readiness path the shipped config's http binding answers, on that binding's
-cleartext port. (tests/e2e/test_haproxy.py runs it for real in front of three daemons.)"""
+cleartext port, and with no daemon up an EventSource still gets a `200` that says when to retry. (tests/e2e/test_haproxy.py runs it for real in front of three daemons.)"""
 
 from __future__ import annotations
 
+import http.client
 import re
 import subprocess
 from pathlib import Path
 
+from ssekd.broker import free_port
 from tests.support.deploy import DEPLOY, health_paths, served_ports, shipped_config
+from tests.support.haproxy import start_haproxy
+from tests.support.sse import SseClient
+from tests.support.wait import wait_until
 
 CFG = DEPLOY / "haproxy" / "haproxy.cfg"
 
@@ -35,3 +40,30 @@ def test_checks_ask_the_readiness_path_on_the_cleartext_port() -> None:
     assert binding is not None
     paths = health_paths(config, binding)
     assert paths is not None and path.encode() == paths.readiness
+
+
+def test_with_no_daemon_up_an_eventsource_gets_200_and_retry_never_a_5xx(
+        tmp_path: Path) -> None:
+    """Every daemon down at once (restarting, draining): HAProxy's own 503 would end every
+    browser's EventSource for good. An SSE request gets `200 text/event-stream` with `retry:`
+    that ends, so the browser comes back; other requests still get the 503."""
+    proxy = start_haproxy(tmp_path, free_port(), [free_port(), free_port()])
+    try:
+        wait_until(lambda: all(r["status"] == "DOWN" for r in proxy.show_stat().values()), 20,
+                   what=lambda: f"not all DOWN: {proxy.show_stat()}")
+        with SseClient(proxy.port, "/events") as stream:
+            assert stream.status == 200
+            assert stream.headers["content-type"] == "text/event-stream"
+            assert stream.headers["cache-control"] == "no-store"
+            # the whole answer (a browser reconnects once its body ended)
+            body = b"retry:5000\n: no server is up: try later\n\n"
+            assert int(stream.headers["content-length"]) == len(body)
+            assert stream.next_event(2) is None
+            assert stream.retry == 5000
+            assert stream.comment_lines == ["no server is up: try later"]
+        conn = http.client.HTTPConnection("127.0.0.1", proxy.port, timeout=10)
+        conn.request("GET", "/index.html")
+        assert conn.getresponse().status == 503
+        conn.close()
+    finally:
+        proxy.stop()

@@ -32,9 +32,10 @@ SCHEMA = {"type": "object", "additionalProperties": False, "x-ssekd-addition": T
                  "description": "Path answering `200` while the reactor turns (a stuck "
                                 "daemon gives no answer at all)."},
     "readiness": {"type": "string", "pattern": "^/", "default": DEFAULT_READINESS,
-                  "description": "Path answering `200` once every Kafka cache reaches its "
-                                 "broker and has loaded its bootstrap topics, `503` before, "
-                                 "and `503` from SIGTERM on while the daemon drains."},
+                  "description": "Path answering `200` once every Kafka cache has loaded "
+                                 "its bootstrap topics once, `503` before, and `503` from "
+                                 "SIGTERM on while the daemon drains. A Kafka outage later "
+                                 "does not make it fail (every daemon sees it alike)."},
     "details": {"type": "boolean", "default": False,
                 "description": "Whether readiness's body says what it waits for (`waiting`: "
                                "binding and topic names, the broker's state). Off, the body is "

@@ -448,15 +448,17 @@ class CacheServer(Service):
                 float(behind)
 
     def readiness(self) -> Iterable[Check]:
-        """Ready once the consumer reaches a broker and every bootstrap topic is loaded to its
-        end: before that, a new client here would get an incomplete history (or nothing)."""
+        """Ready once every bootstrap topic has been loaded to its end once: before that, a new
+        client here would get an incomplete history. A broker lost later does not count: every
+        daemon sees that outage alike, and failing for it would take them all out of the
+        balancer at once; streams (open and new) wait for the broker meanwhile."""
         tail = self.client.tails.get(self.binding)
-        if tail is not None and tail.connected is False:
-            yield Check(self.binding, False, "no Kafka broker reachable")
+        down = tail is not None and tail.connected is False
         for name in self.bootstrap:
             cache = self.topics.get(name)
             loaded = cache is not None and cache.log.loaded()
-            yield Check(f"{self.binding}/{name}", loaded, "loaded" if loaded else "loading")
+            yield Check(f"{self.binding}/{name}", loaded, "loaded" if loaded else
+                        "loading (no Kafka broker reachable)" if down else "loading")
 
     def stopService(self) -> None:
         super().stopService()
