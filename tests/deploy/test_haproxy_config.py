@@ -1,6 +1,7 @@
 """deploy/haproxy/haproxy.cfg: HAProxy accepts it, it balances by open streams, its health
 check asks the readiness path the shipped config's http binding answers, on that binding's
-cleartext port, and with no daemon up an EventSource still gets a `200` that says when to retry. (tests/e2e/test_haproxy.py runs it for real in front of three daemons.)"""
+cleartext port, and with no daemon up an EventSource still gets a `200` that says when to retry.
+(tests/e2e/test_haproxy.py runs it for real in front of three daemons.)"""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """The http binding's health endpoints, as a load balancer sees them: readiness is 503 until the
-bootstrap topics are loaded once, then 200, even when the broker goes away later; on SIGTERM with `engine.drain`,
-readiness turns 503 at once, streams go on for the drain time, then end, and the daemon exits 0."""
+bootstrap topics are loaded once, then 200, even when the broker goes away later; on SIGTERM
+with `engine.drain`, readiness turns 503 at once, streams go on for the drain time, then end,
+and the daemon exits 0."""
 
 from __future__ import annotations
 

@@ -51,6 +51,10 @@ class SseClient:
         # header names are case-insensitive (uvicorn sends them in lower case)
         self.chunked = any(k.lower() == "transfer-encoding" and v.lower() == "chunked"
                            for k, v in self.headers.items())
+        #: Body bytes still to come of a response with a Content-Length (its end is the end
+        #: of the stream even on a connection kept alive, as for a browser).
+        self._left: int | None = next((int(v) for k, v in self.headers.items()
+                                       if k.lower() == "content-length"), None)
 
     def _recv(self, deadline: float) -> bool:
         """Read more from the socket; False on timeout or end of stream."""
@@ -72,6 +76,13 @@ class SseClient:
 
     def _dechunk(self) -> None:
         if not self.chunked:
+            if self._left is not None:
+                taken, self._raw = self._raw[:self._left], self._raw[self._left:]
+                self._body += taken
+                self._left -= len(taken)
+                if self._left == 0:
+                    self.ended = True
+                return
             self._body += self._raw
             self._raw = b""
             return
