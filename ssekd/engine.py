@@ -14,7 +14,7 @@ accepted before the reload go on with the graph they started with.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,7 @@ from twisted.internet.task import LoopingCall
 from twisted.logger import Logger, LogLevel
 from twisted.python.failure import Failure
 
+from ssekd import __version__
 from ssekd.bindings.api import (
     ROLE_PROTOCOLS,
     ConnectionFactory,
@@ -49,7 +50,8 @@ from ssekd.health import Check, Health
 from ssekd.sockets import family_of, listening_socket
 from ssekd.telemetry import otlp, prometheus
 from ssekd.telemetry.events import EventLog, stdout_stream
-from ssekd.telemetry.metrics import Metrics, known_names, label_name, matches
+from ssekd.telemetry.memory_limit import MemoryLimit
+from ssekd.telemetry.metrics import Metrics, Reading, known_names, label_name, matches
 from ssekd.vaults import open_vault
 
 log = Logger()
@@ -61,6 +63,18 @@ ENGINE = "ssekd"
 #: deploy or a network blip), and each waits for its SYN to be retried: 1, 3, 7 s... (measured:
 #: 1,000 streams resuming at once took 9-12 s instead of half a second).
 LISTEN_BACKLOG = 4096
+
+
+_memory_limit = MemoryLimit()
+
+
+def build_figures() -> Iterable[Reading]:
+    """What any ssekd process reports of itself: `ssekd.build.info` and, under a control group
+    with a memory limit, `ssekd.memory.limit`."""
+    yield "ssekd.build.info", {"version": __version__}, 1.0
+    limit = _memory_limit()
+    if limit is not None:
+        yield "ssekd.memory.limit", {}, float(limit)
 
 
 class GraphBuilder:
@@ -416,6 +430,7 @@ class Engine(MultiService):
         self.metrics = Metrics()
         self.health = Health(reactor)
         self.health.checks = lambda: self.graph.readiness() if self.graph is not None else ()
+        self.metrics.reader(ENGINE, "engine", self._figures)
         # Build the first graph now, so a bad config fails before twistd daemonizes or listens.
         config = load_config(config_path, self.registry, environ)
         self._configure_events(config)
@@ -426,15 +441,22 @@ class Engine(MultiService):
 
     def _configure_events(self, config: Config) -> None:
         self.events.namespace = config.namespace
-        stdout = self.print_events and \
-            any(e.type == "stdout" for e in config.telemetry.exporters.values())
-        self.events.stdout = stdout_stream() if stdout else None
+        printers = [e for e in config.telemetry.exporters.values() if e.type == "stdout"]
+        self.events.stdout = stdout_stream() if self.print_events and printers else None
+        self.events.format = "json" if any(
+            (e.options or {}).get("format") == "json" for e in printers) else "text"
 
     def _configure_metrics(self, config: Config) -> None:
         self.metrics.configure(
             config.namespace, config.telemetry.metrics, config.telemetry.attributes,
             {n: b.metrics for n, b in config.bindings.items() if b.metrics is not None},
-            config.bindings)
+            [*config.bindings, ENGINE])
+
+    def _figures(self) -> Iterable[Reading]:
+        """The daemon's own: its version, whether it is ready, its memory limit."""
+        yield from build_figures()
+        if self.graph is not None:  # started (the parent of workers never starts its graph)
+            yield "ssekd.ready", {}, 1.0 if self.health.readiness()[0] else 0.0
 
     def _build(self, config: Config, previous: Graph | None) -> Graph:
         telemetry_issues = telemetry_problems(config)

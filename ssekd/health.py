@@ -2,7 +2,9 @@
 
 Liveness answers "is the reactor turning": the answer is written by the reactor, so a daemon
 whose reactor is stuck gives none and the probe times out; the body also says how late the last
-heartbeat ran, which shows a reactor that turns but slowly.
+heartbeat ran, which shows a reactor that turns but slowly. A worker also fails it once its
+parent has stopped checking on it (`ssekd.heartbeats`): the parent finds a stuck worker, and
+this is how a stuck parent is found.
 
 Readiness answers "is a new client sent here now served correctly": not while draining (after
 SIGTERM, see `ssekd.tap`), and not before every Kafka cache has loaded its bootstrap topics to
@@ -50,6 +52,14 @@ class Health:
         self._last = 0.0  # set at start: `ssekd check` builds an engine on no real reactor
         #: Seconds the last heartbeat ran behind its schedule.
         self.lag = 0.0
+        #: A worker's: seconds its parent may go without checking on it (`ssekd.heartbeats`)
+        #: before liveness fails; None for a process without a parent.
+        self.supervisor_timeout: float | None = None
+        self._supervised_at: float | None = None
+
+    def supervised(self) -> None:
+        """The parent checked on this worker (its heartbeat)."""
+        self._supervised_at = self.reactor.seconds()
 
     def start(self) -> None:
         if not self._beat.running:
@@ -66,7 +76,17 @@ class Health:
         self._last = now
 
     def liveness(self) -> tuple[bool, dict[str, object]]:
-        return True, {"status": "live", "lag_ms": round(self.lag * 1000.0, 1)}
+        """Live while the reactor turns (the answer is its doing). A worker whose parent has
+        stopped checking on it is not: its supervisor is stuck, and nothing would restart a
+        worker that fails, so the orchestrator should restart the daemon."""
+        lag = round(self.lag * 1000.0, 1)
+        timeout, seen = self.supervisor_timeout, self._supervised_at
+        if timeout is not None and seen is not None:
+            silent = self.reactor.seconds() - seen
+            if silent > timeout:
+                return False, {"status": "unsupervised", "lag_ms": lag,
+                               "supervisor_silent_s": round(silent, 1)}
+        return True, {"status": "live", "lag_ms": lag}
 
     def readiness(self) -> tuple[bool, dict[str, object]]:
         checks = list(self.checks())

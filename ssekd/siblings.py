@@ -40,6 +40,8 @@ from twisted.web.server import NOT_DONE_YET, Request, Site
 
 from ssekd.bindings.api import Refusal, Renewal
 from ssekd.engine import Graph
+from ssekd.health import Health
+from ssekd.heartbeats import HEARTBEAT_PATH
 from ssekd.telemetry.metrics import Metrics
 from ssekd.telemetry.prometheus import ExporterSite, MetricsPage
 
@@ -73,10 +75,14 @@ class SiblingKeys(Protocol):
 
 
 class Local(Protocol):
-    """Where a sibling's request is answered: this worker's current graph (the engine's)."""
+    """Where a sibling's request is answered: this worker's current graph (the engine's), and
+    its health, which the parent's heartbeat reaches (`ssekd.heartbeats`)."""
 
     @property
     def graph(self) -> Graph | None: ...
+
+    @property
+    def health(self) -> Health: ...
 
 
 # -- asking the siblings ------------------------------------------------------------------------
@@ -176,8 +182,8 @@ class UnixSiblings:
 
 
 class SiblingPage(Resource):
-    """The root of a worker's Unix-socket site: the metrics page for the parent's scrapes, and
-    the requests of the sibling workers."""
+    """The root of a worker's Unix-socket site: the metrics page for the parent's scrapes, its
+    heartbeat (`ssekd.heartbeats`), and the requests of the sibling workers."""
 
     isLeaf = True
 
@@ -188,6 +194,11 @@ class SiblingPage(Resource):
 
     def render(self, request: Request) -> bytes | int:
         req: Any = request  # twisted.web is untyped for mypy
+        if req.path == HEARTBEAT_PATH:
+            # answered by this reactor: that it answers is the heartbeat
+            self.local.health.supervised()
+            req.setHeader(b"content-type", b"application/json")
+            return json.dumps({"lag_ms": round(self.local.health.lag * 1000.0, 1)}).encode()
         if req.path not in (RENEW, KEYS):
             answer: bytes | int = self.metrics.render(request)
             return answer

@@ -17,13 +17,16 @@ from typing import Any, Protocol
 
 from twisted.application.internet import TimerService, UNIXServer
 from twisted.application.service import IService, MultiService, Service
+from twisted.logger import ILogObserver
 from twisted.python import usage
+from twisted.python.components import Componentized
 
-from ssekd import siblings
+from ssekd import sd_notify, siblings
 from ssekd.config import ConfigError
 from ssekd.config.model import DEFAULT_NAMESPACE
 from ssekd.engine import ENGINE, Engine
 from ssekd.telemetry.events import EventLog, stdout_stream
+from ssekd.telemetry.twistd_log import observer_for
 from ssekd.workers import Supervisor, parse_inherited, resolve_count
 
 DEFAULT_CONFIG = "etc/zilla.yaml"
@@ -87,7 +90,9 @@ class ReloadOnSignal(Service):
         super().startService()
         reactor = self.engine.reactor
         self._previous = signal.signal(
-            signal.SIGHUP, lambda signum, frame: reactor.callFromThread(self.engine.reload))
+            signal.SIGHUP,
+            lambda signum, frame: reactor.callFromThread(sd_notify.reload_announced,
+                                                         self.engine.reload))
 
     def stopService(self) -> None:
         super().stopService()
@@ -127,7 +132,7 @@ class WatchConfig(TimerService):
         stamp = self._stamp()
         if stamp is not None and stamp != self._seen:
             self._seen = stamp
-            self.engine.reload()
+            sd_notify.reload_announced(self.engine.reload)
 
 
 class ExitCleanlyOnTerm(Service):
@@ -148,19 +153,25 @@ class ExitCleanlyOnTerm(Service):
 
 
 class DrainOnTerm(Service):
-    """SIGTERM with `engine.drain` above 0: readiness turns 503 at once, so load balancers stop
-    sending new clients here, and the streams end (the reactor stops) `drain` seconds later,
-    when the balancers have moved on. A second SIGTERM stops at once. Without drain, SIGTERM
-    stops at once as always.
+    """SIGTERM starts the stop: with `engine.drain` above 0, readiness turns 503 at once, so load
+    balancers stop sending new clients here, and the streams end (the reactor stops) `drain`
+    seconds later, when the balancers have moved on. Without drain it stops at once.
+
+    A repeated SIGTERM does not shorten the drain: systemd's `KillMode=control-group` signals
+    every process of the unit, and a worker then gets its parent's forwarded SIGTERM too, so a
+    second SIGTERM is what a planned stop looks like. What ends a drain at once is a second
+    SIGINT (Ctrl-C twice; a first SIGINT drains like SIGTERM) or SIGKILL.
 
     Installed before the engine opens its ports (a SIGTERM between listening and `reactor.run`
     would otherwise kill the process with -15, leaving no ENGINE_STOPPED), and again once the
-    reactor runs: Twisted installs its own SIGTERM handler as it starts. `callFromThread` queues
-    the stop until the reactor turns."""
+    reactor runs: Twisted installs its own SIGTERM and SIGINT handlers as it starts.
+    `callFromThread` queues the stop until the reactor turns."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.stopping: Any = None
+        #: The reactor was told to stop: nothing more to do for any signal.
+        self.stopped = False
 
     def privilegedStartService(self) -> None:
         super().privilegedStartService()
@@ -172,25 +183,76 @@ class DrainOnTerm(Service):
 
     def _install(self) -> None:
         reactor = self.engine.reactor
-        signal.signal(signal.SIGTERM,
-                      lambda signum, frame: reactor.callFromThread(self.terminate))
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, lambda s, frame: reactor.callFromThread(self.terminate, s))
 
-    def terminate(self) -> None:
-        reactor = self.engine.reactor
+    def terminate(self, signum: int = signal.SIGTERM) -> None:
+        if self.stopped:
+            return
+        events = self.engine.events
+        if self.engine.health.draining:
+            if signum == signal.SIGINT:
+                events.emit(ENGINE, "ENGINE_DRAINING", "SIGINT again: streams end now")
+                self._stop_now()
+            else:
+                left = self.stopping.getTime() - self.engine.reactor.seconds() \
+                    if self.stopping is not None and self.stopping.active() else 0.0
+                events.emit(ENGINE, "ENGINE_DRAINING",
+                            f"{signal.Signals(signum).name} again: the drain goes on, streams "
+                            f"end in {max(0.0, left):.3g} s (a second SIGINT ends it now)")
+            return
         graph = self.engine.graph
         drain = graph.config.engine.drain if graph is not None else 0.0
-        if self.engine.health.draining or drain <= 0:
-            reactor.stop()
+        sd_notify.stopping()
+        if drain <= 0:
+            self._stop_now()
             return
         self.engine.health.draining = True
-        self.engine.events.emit(ENGINE, "ENGINE_DRAINING",
-                                f"readiness 503; streams end in {drain:g} s")
-        self.stopping = reactor.callLater(drain, reactor.stop)
+        events.emit(ENGINE, "ENGINE_DRAINING", f"readiness 503; streams end in {drain:g} s")
+        self.stopping = self.engine.reactor.callLater(drain, self._stop_now)
+
+    def _stop_now(self) -> None:
+        if self.stopping is not None and self.stopping.active():
+            self.stopping.cancel()
+        self.stopped = True
+        self.engine.reactor.stop()
 
     def stopService(self) -> None:
         super().stopService()
+        self.stopped = True  # stopped otherwise (the parent gone, a test)
         if self.stopping is not None and self.stopping.active():
             self.stopping.cancel()
+
+
+class NotifyReady(Service):
+    """`READY=1` to systemd once the reactor runs (the engine listens by then) - see
+    `ssekd.sd_notify`; a daemon with workers says it from the parent, once they all answer."""
+
+    def __init__(self, reactor: Any) -> None:
+        self.reactor = reactor
+
+    def startService(self) -> None:
+        super().startService()
+        self.reactor.callWhenRunning(sd_notify.ready)
+
+
+class Daemon(MultiService):
+    """The top of the service tree. Under twistd it gives the application twistd's log
+    observer (`ssekd.telemetry.twistd_log`), so twistd's own lines come in the events' format:
+    twistd asks the application for one after `makeService`, before it starts logging."""
+
+    def __init__(self, events: EventLog, twistd_options: Any = None) -> None:
+        super().__init__()
+        self.events = events
+        self.twistd_options = twistd_options
+
+    def setServiceParent(self, parent: Any) -> None:  # noqa: N802 - Twisted's name
+        if isinstance(parent, Componentized) and \
+                parent.getComponent(ILogObserver, None) is None:
+            observer = observer_for(self.events, self.twistd_options)
+            if observer is not None:
+                parent.setComponent(ILogObserver, observer)
+        super().setServiceParent(parent)
 
 
 class WatchParent(TimerService):
@@ -251,7 +313,9 @@ def makeService(options: Options | dict[str, Any], reactor: Any = None,
         for issue in e.issues:
             events.emit(ENGINE, "CONFIG_INVALID", str(issue))
         raise SystemExit(1) from None
-    top = MultiService()
+    # twistd's own options (`--logfile`, `--nodaemon`) when run by twistd
+    twistd_options = getattr(options, "parent", None) if whole_process else None
+    top = Daemon(engine.events, twistd_options)
     built = engine.built
     assert built is not None
     count = resolve_count(options.get("workers"), built.config.engine.workers)
@@ -266,11 +330,14 @@ def makeService(options: Options | dict[str, Any], reactor: Any = None,
     if whole_process:
         DrainOnTerm(engine).setServiceParent(top)  # first: its handler is in place before ports
     engine.setServiceParent(top)
+    if whole_process and worker is None:
+        NotifyReady(engine.reactor).setServiceParent(top)
     if own_socket:  # the parent scrapes its /metrics, the other workers ask it (ssekd.siblings)
         UNIXServer(str(own_socket), siblings.site(engine.metrics, engine, reactor)
                    ).setServiceParent(top)
     if worker is not None and whole_process:
         WatchParent(engine).setServiceParent(top)
+        engine.health.supervisor_timeout = built.config.engine.heartbeat_timeout
     if whole_process:
         gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
         # What start-up made (modules, classes, the config's objects: ~60,000) lives as long as

@@ -38,14 +38,19 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from prometheus_client.openmetrics.exposition import generate_latest
 from twisted.application.service import Service
 from twisted.internet import defer, protocol
+from twisted.internet.error import ProcessExitedAlready
 from twisted.internet.interfaces import IListeningPort
 from twisted.python.failure import Failure
 
-from ssekd.engine import ENGINE, Engine
+from ssekd import sd_notify
+from ssekd.engine import ENGINE, Engine, build_figures
+from ssekd.heartbeats import Heartbeats
 from ssekd.sockets import BACKLOG, listening_socket
 from ssekd.telemetry import prometheus
+from ssekd.telemetry.metrics import Metrics
 from ssekd.telemetry.prometheus import ExporterSite
 from ssekd.telemetry.summed import SummedPage
 
@@ -99,6 +104,8 @@ class WorkerProcess(protocol.ProcessProtocol):
         self.started = supervisor.reactor.seconds()
         #: The process id, kept: Twisted forgets it once the process has ended.
         self.pid: int | None = None
+        #: Killed for missing its heartbeats (`Supervisor._stuck`).
+        self.stuck = False
 
     def processEnded(self, reason: Failure) -> None:  # noqa: N802 - Twisted's name
         self.supervisor.ended(self, reason)
@@ -121,9 +128,24 @@ class Supervisor(Service):
         self.processes: dict[int, Any] = {}
         self.delays: dict[int, float] = {}
         self.stopping = False
+        #: A SIGTERM or SIGINT came: the next ones only do what a repeat does.
+        self.terminating = False
         self.all_stopped: defer.Deferred[None] | None = None
         self.rundir = ""
         self.drain = 0.0
+        graph = engine.built
+        assert graph is not None
+        config = graph.config
+        #: The parent's own figures (worker restarts, its process), added to the workers' sum.
+        self.metrics = Metrics()
+        self.metrics.configure(config.namespace, config.telemetry.metrics,
+                               config.telemetry.attributes, {}, [ENGINE])
+        self.restarts = self.metrics.counter("ssekd.worker.restarts", ENGINE)
+        self.metrics.reader(ENGINE, "build", build_figures)
+        self.heartbeats = Heartbeats(self.reactor, self._metrics_path,
+                                     config.engine.heartbeat_timeout, self._stuck, self._answered)
+        #: READY=1 was sent to systemd (once every worker answered a heartbeat).
+        self.announced = False
 
     # -- sockets --------------------------------------------------------------------------
 
@@ -148,8 +170,7 @@ class Supervisor(Service):
         self._serve_exporters(graph.config)
         # Twisted installs its SIGTERM handler only once the reactor runs; a SIGTERM before
         # that would kill the parent at once and leave its workers running
-        signal.signal(signal.SIGTERM,
-                      lambda signum, frame: self.reactor.callFromThread(self.reactor.stop))
+        self._install_stop_signals()
         self._install_sighup()
 
     def _serve_exporters(self, config: Any) -> None:
@@ -160,7 +181,8 @@ class Supervisor(Service):
         for key, endpoint in wanted.items():
             if key in self.exporters:
                 continue
-            site = ExporterSite(SummedPage(self.reactor, self.metric_sockets, endpoint.path),
+            site = ExporterSite(SummedPage(self.reactor, self.metric_sockets, endpoint.path,
+                                           own=self.own_page),
                                 reactor=self.reactor)
             site.displayTracebacks = False
             site.noisy = False
@@ -170,6 +192,11 @@ class Supervisor(Service):
     @property
     def config_path(self) -> Path:
         return self.engine.config_path
+
+    def own_page(self) -> str:
+        """The parent's own figures as OpenMetrics text, added to the workers' pages."""
+        page: bytes = generate_latest(self.metrics.registry)
+        return page.decode("utf-8")
 
     def metric_sockets(self) -> list[str]:
         """The Unix sockets of the workers' own metrics pages, one per running worker."""
@@ -182,11 +209,14 @@ class Supervisor(Service):
 
     def startService(self) -> None:
         super().startService()
+        # again once the reactor runs, over the handlers Twisted installs then
+        self.reactor.callWhenRunning(self._install_stop_signals)
         self.rundir = tempfile.mkdtemp(prefix="ssekd-workers-")
         self.events.emit(ENGINE, "ENGINE_STARTED",
                          f"{self.engine.config_path} pid {os.getpid()} with {self.count} workers")
         for i in range(1, self.count + 1):
             self.spawn(i)
+        self.heartbeats.start()
 
     def spawn(self, index: int) -> None:
         if self.stopping:
@@ -209,12 +239,37 @@ class Supervisor(Service):
         # must not kill it (it reads the config on disk as it starts anyway).
         handler = signal.signal(signal.SIGHUP, signal.SIG_IGN)
         try:
+            # the parent alone speaks for the daemon to systemd (`NotifyAccess=main`)
             self.processes[index] = self.reactor.spawnProcess(
-                worker, sys.executable, args, env=dict(os.environ), childFDs=child_fds)
+                worker, sys.executable, args, env=sd_notify.without_notify_socket(os.environ),
+                childFDs=child_fds)
         finally:
             signal.signal(signal.SIGHUP, handler)
         worker.pid = self.processes[index].pid
+        self.heartbeats.watch(index)
         self.events.emit(ENGINE, "ENGINE_WORKER_STARTED", f"worker {index} pid {worker.pid}")
+
+    def _answered(self, index: int) -> None:
+        """A worker answered its heartbeat: once every one has, the daemon serves."""
+        if not self.announced and not self.stopping and \
+                all(self.heartbeats.last.get(i) is not None for i in range(1, self.count + 1)):
+            self.announced = True
+            sd_notify.ready()
+
+    def _stuck(self, index: int, silent: float) -> None:
+        """A worker missed its heartbeats for the timeout: kill it; `ended` starts another."""
+        worker = self.workers.get(index)
+        process = self.processes.get(index)
+        if worker is None or process is None or self.stopping:
+            return
+        worker.stuck = True
+        self.events.emit(ENGINE, "ENGINE_WORKER_STUCK",
+                         f"worker {index} pid {worker.pid}: no heartbeat for {silent:.1f} s "
+                         f"(engine.heartbeat-timeout {self.heartbeats.timeout:g} s); killing it")
+        try:
+            process.signalProcess("KILL")
+        except ProcessExitedAlready:
+            pass
 
     def ended(self, worker: WorkerProcess, reason: Failure) -> None:
         index = worker.index
@@ -222,6 +277,7 @@ class Supervisor(Service):
             return
         del self.workers[index]
         self.processes.pop(index)
+        self.heartbeats.forget(index)
         status = getattr(reason.value, "status", None)
         how = describe_exit(status)
         if self.stopping:
@@ -247,6 +303,7 @@ class Supervisor(Service):
         delay = 0.0 if ran >= HEALTHY_RUN else \
             min(MAX_RESTART_DELAY, max(RESTART_DELAY, self.delays.get(index, 0.0) * 2))
         self.delays[index] = delay
+        self.restarts.value += 1
         self.events.emit(ENGINE, "ENGINE_WORKER_DIED",
                          f"worker {index} pid {worker.pid} {how}; starting it again in "
                          f"{delay:g} s")
@@ -254,13 +311,38 @@ class Supervisor(Service):
 
     # -- signals --------------------------------------------------------------------------
 
-    def _install_sighup(self) -> None:
-        signal.signal(signal.SIGHUP,
-                      lambda signum, frame: self.reactor.callFromThread(self.reload))
+    def _install_stop_signals(self) -> None:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum,
+                          lambda s, frame: self.reactor.callFromThread(self.terminate, s))
 
-    def reload(self) -> None:
+    def terminate(self, signum: int = signal.SIGTERM) -> None:
+        """The first SIGTERM or SIGINT stops the daemon: each worker gets SIGTERM and drains
+        (`engine.drain`). Another SIGTERM changes nothing (systemd's `KillMode=control-group`
+        sends one to every process of the unit); a second SIGINT ends the workers' drain now."""
+        if not self.terminating:
+            self.terminating = True
+            sd_notify.stopping()
+            self.reactor.stop()  # stopService forwards SIGTERM to every worker
+            return
+        name = signal.Signals(signum).name
+        if signum == signal.SIGINT:
+            self.events.emit(ENGINE, "ENGINE_DRAINING", f"{name} again: workers stop now")
+            for process in self.processes.values():
+                process.signalProcess("INT")
+        else:
+            self.events.emit(ENGINE, "ENGINE_DRAINING",
+                             f"{name} again: the workers' drain goes on (a second SIGINT ends "
+                             f"it now)")
+
+    def _install_sighup(self) -> None:
+        signal.signal(signal.SIGHUP, lambda signum, frame: self.reactor.callFromThread(
+            sd_notify.reload_announced, self.reload))
+
+    def reload(self) -> bool:
         """Close the sockets the new config dropped, serve its exporters, and let every
-        worker reload. A config that does not load changes nothing here: the workers say why."""
+        worker reload. A config that does not load changes nothing here: the workers say why.
+        True when the config loaded."""
         try:
             # built as a worker would (without the exporters) only to read its sockets; its
             # services never start
@@ -282,10 +364,12 @@ class Supervisor(Service):
                 self.events.emit(ENGINE, "CONFIG_RELOAD_FAILED", f"{type(e).__name__}: {e}")
         for process in self.processes.values():
             process.signalProcess("HUP")
+        return fresh is not None and fresh.built is not None
 
     def stopService(self) -> defer.Deferred[None]:
         super().stopService()
         self.stopping = True
+        self.heartbeats.stop()
         for port in self.exporters.values():
             port.stopListening()
         self.exporters.clear()

@@ -171,10 +171,33 @@ def test_readiness_first_then_the_streams_end_after_the_drain_time() -> None:
     assert clock.hasStopped
 
 
-def test_a_second_sigterm_or_no_drain_time_stops_at_once() -> None:
+def test_a_repeated_sigterm_never_shortens_the_drain() -> None:
+    """systemd's KillMode=control-group signals every process of the unit, and a worker gets
+    its parent's forwarded SIGTERM too: a second SIGTERM is part of a planned stop. (It cut the
+    drain short: `engine.drain: 6` ended after 2.5 s.)"""
     drain, clock, health = drainer(5.0)
-    drain.terminate()
-    drain.terminate()
+    drain.terminate(signal.SIGTERM)
+    clock.advance(1.0)
+    drain.terminate(signal.SIGTERM)
+    drain.terminate(signal.SIGTERM)
+    assert health.draining and not clock.hasStopped
+    assert "SIGTERM again: the drain goes on, streams end in 4 s" in drain.engine.events.recent[-1]
+    clock.advance(3.9)
+    assert not clock.hasStopped
+    clock.advance(0.1)
+    assert clock.hasStopped
+    drain.terminate(signal.SIGTERM)  # once stopping, nothing more happens
+
+
+def test_a_second_sigint_or_no_drain_time_stops_at_once() -> None:
+    drain, clock, health = drainer(5.0)
+    drain.terminate(signal.SIGINT)  # Ctrl-C drains like SIGTERM...
+    assert health.draining and not clock.hasStopped
+    drain.terminate(signal.SIGINT)  # ...and Ctrl-C again ends it now
+    assert clock.hasStopped and not clock.getDelayedCalls()
+    drain, clock, health = drainer(5.0)
+    drain.terminate(signal.SIGTERM)
+    drain.terminate(signal.SIGINT)
     assert clock.hasStopped
     drain, clock, health = drainer(0.0)
     drain.terminate()
@@ -190,12 +213,14 @@ def test_a_sigterm_before_the_reactor_runs_is_queued_not_fatal() -> None:
     clock.callFromThread = lambda f, *args: queued.append(f)  # type: ignore[method-assign]
     unhandled: list[int] = []  # stands for the default action (death), which would end pytest
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: unhandled.append(signum))
+    previous_int = signal.getsignal(signal.SIGINT)
     try:
         drain.privilegedStartService()
         os.kill(os.getpid(), signal.SIGTERM)  # the handler runs in this thread, before the next line
         assert queued == [drain.terminate] and not unhandled
     finally:
         signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous_int)
     assert not clock.hasStopped
     queued[0]()
     assert clock.hasStopped

@@ -87,6 +87,8 @@ class EngineOptions:
     workers: int = 1
     #: Seconds between SIGTERM (readiness turns 503) and the end of the streams.
     drain: float = 0.0
+    #: Seconds a worker may go without answering its parent's heartbeat (`ssekd.heartbeats`).
+    heartbeat_timeout: float = 10.0
 
 
 @dataclass(frozen=True)
@@ -156,7 +158,8 @@ def build_model(file: Path, data: Mapping[str, Any], document: Any = None) -> Co
     eng = data.get("engine", {})
     workers = eng.get("workers", 1)
     engine = EngineOptions(workers=0 if workers == "auto" else int(workers),
-                           drain=float(eng.get("drain", 0.0)))
+                           drain=float(eng.get("drain", 0.0)),
+                           heartbeat_timeout=float(eng.get("heartbeat-timeout", 10.0)))
     return Config(file=file, namespace=data.get("name", DEFAULT_NAMESPACE), bindings=bindings,
                   vaults=vaults, guards=guards, catalogs=data.get("catalogs", {}),
                   telemetry=telemetry, engine=engine, document=document)

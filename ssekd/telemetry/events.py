@@ -21,19 +21,25 @@ No event carries a token: anything shaped like a JWT is hidden in every detail
 
 Other exporters (OTLP's log records) subscribe to the events through `sinks`: they get the lines
 that are printed, after the flood limit, so a flood costs them no more than it costs stdout.
+
+**ssekd goes further**: a stdout exporter with `options: {format: json}` prints each event as
+one JSON object per line (`time`, `severity`, `namespace`, `binding`, `event`, `detail`, and the
+event's own fields when it has some, such as the stream-end event's), for log pipelines that
+read JSON; twistd's own lines come in the same format (`ssekd.telemetry.twistd_log`).
 """
 
 from __future__ import annotations
 
 import atexit
+import json
 import queue
 import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TextIO
+from typing import Literal, TextIO
 
 from twisted.logger import Logger
 
@@ -53,6 +59,56 @@ OWN_BINDING = "ssekd"
 #: Told of every event that is printed: (time, namespace, binding, name, detail); called on the
 #: reactor thread, so it must only hand the event on, never wait.
 Sink = Callable[[float, str, str, str, str], None]
+
+#: How event lines are written: Zilla's text (the default) or one JSON object per line.
+Format = Literal["text", "json"]
+FORMATS: tuple[Format, ...] = ("text", "json")
+
+#: Events that say the daemon cannot do what it should (severity ERROR in JSON lines).
+ERRORS = frozenset({
+    "CONFIG_INVALID", "CONFIG_RELOAD_FAILED", "ENGINE_WORKER_DIED", "ENGINE_WORKER_KILLED",
+    "ENGINE_WORKER_STUCK", "ENGINE_PARENT_GONE", "EVENTS_DROPPED", "BINDING_KAFKA_ERROR",
+    "BINDING_KAFKA_FETCH_ERROR", "BINDING_KAFKA_PARTITION_LOST", "BINDING_KAFKA_HISTORY_UNAVAILABLE",
+    "OTLP_EXPORT_FAILED"})
+#: Events that say it works degraded, by their name's end (severity WARNING).
+WARNING_ENDINGS = ("_UNAVAILABLE", "_FAILED", "_INVALID", "_UNKNOWN", "_STALLED", "_TRY_LATER",
+                   "_LIMIT", "_TOO_LARGE", "_RESET", "_PAST_END", "_SUPPRESSED", "_DRAINING")
+#: Events a client causes (a refused request, token or handshake): INFO, like any access line.
+CLIENT_EVENTS = frozenset({"BINDING_SSE_REQUEST_REJECTED", "BINDING_TLS_HANDSHAKE_FAILED",
+                           "GUARD_JWT_AUTHORIZATION_FAILED", "BINDING_TCP_CONNECTION_REFUSED",
+                           "BINDING_SSE_KAFKA_LAST_EVENT_ID_UNREADABLE",
+                           "BINDING_SSE_KAFKA_SINCE_INVALID"})
+
+
+def severity(name: str) -> str:
+    """The severity of an event in JSON lines: ERROR, WARNING or INFO (see the sets above)."""
+    if name in ERRORS:
+        return "ERROR"
+    if name in CLIENT_EVENTS:
+        return "INFO"
+    return "WARNING" if name.endswith(WARNING_ENDINGS) else "INFO"
+
+
+def format_iso(epoch: float) -> str:
+    """RFC 3339 UTC with milliseconds, for JSON lines: `2026-11-22T10:01:02.123Z`."""
+    t = time.gmtime(epoch)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", t) + f".{int(epoch * 1000) % 1000:03d}Z"
+
+
+#: Keys of a JSON line that an event's own fields may not take.
+CORE_KEYS = frozenset({"time", "severity", "namespace", "binding", "event", "detail"})
+
+
+def json_line(now: float, namespace: str, binding: str, name: str, detail: str,
+              fields: Mapping[str, object] | None = None, level: str | None = None) -> str:
+    """One event as a JSON object on one line (`json.dumps` escapes every control character,
+    so no detail can break the line)."""
+    obj: dict[str, object] = {"time": format_iso(now), "severity": level or severity(name),
+                              "namespace": namespace, "binding": binding, "event": name,
+                              "detail": detail}
+    if fields:
+        obj.update((k, v) for k, v in fields.items() if k not in CORE_KEYS)
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
 
 
 def format_time(epoch: float) -> str:
@@ -157,6 +213,8 @@ class EventLog:
         self.namespace = namespace
         self.clock = clock
         self.stdout = stdout
+        #: How lines are written (the stdout exporter's `format`); twistd's lines follow it.
+        self.format: Format = "text"
         self.max_per_second = max_per_second
         #: The most recent lines, for tests and for `ssekd` diagnostics.
         self.recent: deque[str] = deque(maxlen=keep)
@@ -166,10 +224,13 @@ class EventLog:
         #: Exporters that take the events too (see `Sink`).
         self.sinks: list[Sink] = []
 
-    def emit(self, binding: str, name: str, detail: str = "-") -> str:
+    def emit(self, binding: str, name: str, detail: str = "-",
+             fields: Mapping[str, object] | None = None) -> str:
+        """Report one event. `fields` are its parts one by one, for JSON lines (the text line
+        has `detail` only, which says the same)."""
         now = self.clock()
         detail = clean(hide_jwts(detail))
-        line = self._line(now, binding, name, detail)
+        line = self._line(now, binding, name, detail, fields)
         self.recent.append(line)
         second = int(now)
         window = self._windows.get((binding, name))
@@ -205,8 +266,16 @@ class EventLog:
         self._windows.clear()
         return self._report_drops(self.clock(), timeout) and self._writer.flush(timeout)
 
-    def _line(self, now: float, binding: str, name: str, detail: str) -> str:
+    def _line(self, now: float, binding: str, name: str, detail: str,
+              fields: Mapping[str, object] | None = None) -> str:
+        if self.format == "json":
+            return json_line(now, self.namespace, binding, name, detail, fields)
         return f"{self.namespace}:{binding} [{format_time(now)}] {name} {detail}"
+
+    def write_line(self, stream: TextIO, line: str) -> bool:
+        """Queue a line formatted elsewhere (twistd's own, see `ssekd.telemetry.twistd_log`)
+        for `stream`, in order with the events; False when the queue is full."""
+        return self._writer.offer(stream, line + "\n")
 
     def _summarize(self, binding: str, name: str, window: _Window, now: float) -> None:
         if window.suppressed:

@@ -32,14 +32,25 @@ from prometheus_client.metrics_core import (
     Metric,
 )
 
+from ssekd.telemetry.delivery import Deliveries
+
 Kind = Literal["counter", "gauge", "histogram"]
 Unit = Literal["", "bytes", "milliseconds", "seconds"]
+#: How the parent of workers combines one series of every worker into the daemon's (see
+#: `ssekd.telemetry.summed`): `sum` what each worker does on its own (requests, streams, bytes);
+#: `max` state every worker holds alike (a shared topic's lag, cache age and size: each worker
+#: consumes the same partitions); `min` limits and start times.
+Across = Literal["sum", "max", "min"]
 
 #: Buckets of the byte-size histograms (bytes).
 SIZE_BUCKETS = (64.0, 256.0, 1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0, 4194304.0)
 #: Buckets of `http.duration` (milliseconds): a static file takes ~1 ms, an SSE stream minutes.
 DURATION_BUCKETS = (1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0,
                     10000.0, 60000.0, 300000.0, 3600000.0)
+
+#: Buckets of `sse.delivery.latency` (seconds): a few ms on a quiet daemon, seconds when late.
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+                   30.0, 60.0)
 
 
 @dataclass(frozen=True)
@@ -52,6 +63,7 @@ class MetricDef:
     unit: Unit = ""
     labels: tuple[str, ...] = ()
     zilla: bool = False
+    across: Across = "sum"
 
 
 def _defs(*defs: MetricDef) -> dict[str, MetricDef]:
@@ -84,18 +96,21 @@ METRICS: Mapping[str, MetricDef] = _defs(
     MetricDef("http.duration", "histogram", "Time from a request's arrival to the end of its "
               "response (an SSE stream's whole life).", "milliseconds", zilla=True),
     MetricDef("http.active.requests", "gauge", "Requests being answered.", zilla=True),
-    MetricDef("kafka.cache.messages", "gauge", "Records in a topic's cache.", labels=("topic",)),
+    MetricDef("kafka.cache.messages", "gauge", "Records in a topic's cache.", labels=("topic",),
+              across="max"),
     MetricDef("kafka.cache.size", "gauge", "Bytes a topic's cache holds (keys, values, "
-              "headers and about 120 bytes per record).", "bytes", labels=("topic",)),
+              "headers and about 120 bytes per record).", "bytes", labels=("topic",),
+              across="max"),
     MetricDef("kafka.cache.oldest.age", "gauge", "Age of the oldest record a topic's cache "
-              "holds, by its timestamp.", "seconds", labels=("topic",)),
+              "holds, by its timestamp.", "seconds", labels=("topic",), across="max"),
     MetricDef("kafka.cache.subscribers", "gauge", "Streams reading a topic's cache.",
               labels=("topic",)),
     MetricDef("kafka.cache.invalid", "counter", "Records a topic's model refused (not "
               "delivered to any stream; counted once, as they enter the cache).",
-              labels=("topic",)),
+              labels=("topic",), across="max"),
     MetricDef("kafka.consumer.lag", "gauge", "Records of a partition not yet consumed: "
-              "high watermark minus next offset.", labels=("topic", "partition")),
+              "high watermark minus next offset.", labels=("topic", "partition"),
+              across="max"),
     MetricDef("sse.kafka.subscribers", "gauge", "Streams open per sse-kafka route.",
               labels=("route",)),
     MetricDef("sse.kafka.filtered", "counter", "Records at the tail a route's filters held "
@@ -110,7 +125,37 @@ METRICS: Mapping[str, MetricDef] = _defs(
               labels=("limit",)),
     MetricDef("tls.handshakes", "counter", "TLS handshakes by outcome (ok, failed) and "
               "negotiated protocol (h2, http/1.1, none).", labels=("outcome", "protocol")),
+    MetricDef("sse.kafka.delivered", "counter", "Events written to streams per sse-kafka "
+              "route (one per event per stream, history included).", labels=("route",)),
+    MetricDef("sse.delivery.latency", "histogram", "Time from a record's Kafka timestamp to "
+              "its write on a stream's socket, per event per stream, for records delivered "
+              "as they arrive (not history a stream catches up on).", "seconds"),
+    MetricDef("kafka.client.connected", "gauge", "1 while every consumer of the kafka client "
+              "reaches a broker, 0 while one reaches none.", across="min"),
+    MetricDef("ssekd.ready", "gauge", "1 while readiness answers 200 (bootstrap topics "
+              "loaded once, not draining), else 0.", across="min"),
+    MetricDef("ssekd.build.info", "gauge", "Always 1; the label `version` is ssekd's version.",
+              labels=("version",), across="max"),
+    MetricDef("ssekd.worker.restarts", "counter", "Workers the parent started again after "
+              "they died or missed their heartbeats (only with workers)."),
+    MetricDef("ssekd.memory.limit", "gauge", "The memory limit of the daemon's control group "
+              "(systemd's MemoryMax, a container's limit); absent without one.", "bytes",
+              across="min"),
 )
+
+#: How the process collector's families combine across workers (see `Across`): memory and CPU
+#: add up to the daemon's; open file descriptors stay comparable to the per-process limit.
+PROCESS_ACROSS: Mapping[str, Across] = {
+    "process_cpu_seconds": "sum", "process_resident_memory_bytes": "sum",
+    "process_virtual_memory_bytes": "sum", "process_open_fds": "max",
+    "process_max_fds": "min", "process_start_time_seconds": "min"}
+
+
+def across_workers() -> dict[str, Across]:
+    """Family name (as a scrape names it, without `_total`) -> how it combines."""
+    found = {prometheus_name(d): d.across for d in METRICS.values()}
+    found.update(PROCESS_ACROSS)
+    return found
 
 #: The dotted names under which the process collector's metrics are selected.
 PROCESS_METRICS = ("process.cpu.seconds", "process.open.fds", "process.max.fds",
@@ -186,6 +231,11 @@ class Histogram:
         self.counts[bisect.bisect_left(self.bounds, value)] += 1
         self.sum += value
 
+    def observe_many(self, value: float, times: int) -> None:
+        """`times` observations of the same value (the streams one write reached)."""
+        self.counts[bisect.bisect_left(self.bounds, value)] += times
+        self.sum += value * times
+
 
 Instrument = Counter | Gauge | Histogram
 InstT = TypeVar("InstT", Counter, Gauge, Histogram)
@@ -208,6 +258,8 @@ class Metrics:
         self._attributes: dict[str, str] = {}
         self._live: set[str] | None = None
         self._process: ProcessCollector | None = None
+        #: The batch being delivered at the tail, for `sse.delivery.latency`.
+        self.deliveries = Deliveries()
 
     # -- what the bindings use ------------------------------------------------------------------
 
@@ -219,7 +271,8 @@ class Metrics:
 
     def histogram(self, name: str, binding: str, **labels: str) -> Histogram:
         d = METRICS[name]
-        buckets = DURATION_BUCKETS if d.unit == "milliseconds" else SIZE_BUCKETS
+        buckets = DURATION_BUCKETS if d.unit == "milliseconds" else \
+            LATENCY_BUCKETS if d.unit == "seconds" else SIZE_BUCKETS
         return self._get(name, binding, labels, "histogram", lambda: Histogram(buckets))
 
     def reader(self, binding: str, key: str,

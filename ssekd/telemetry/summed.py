@@ -1,9 +1,14 @@
-"""The metrics page of a daemon that runs worker processes: the sum of the workers' pages.
+"""The metrics page of a daemon that runs worker processes: the workers' pages combined.
 
 Each worker keeps its metrics as plain numbers bumped by its reactor (see
 `ssekd.telemetry.metrics`) and serves them on a private Unix socket; the parent, which owns the
-configured exporter port, reads every worker's page when it is scraped and adds them up, so one
-scrape describes the whole daemon as one process would.
+configured exporter port, reads every worker's page when it is scraped and combines them, so one
+scrape describes the whole daemon as one process would. How a family combines is declared with
+it (`MetricDef.across`): what each worker does on its own adds up (requests, streams, bytes,
+deliveries, memory); state every worker holds alike takes the largest (each worker consumes the
+same partitions, so a topic's lag or cache age summed would read N times too high); limits and
+start times take the smallest, and open file descriptors the largest, comparable to the
+per-process limit. The parent adds its own figures (worker restarts, its own process).
 
 Why summing in the parent rather than the alternatives: prometheus-client's multiprocess mode
 keeps every value in a memory-mapped file, which puts a file write on the hot path of every
@@ -32,10 +37,11 @@ from twisted.web.http_headers import Headers
 from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET, Request
 
+from ssekd.telemetry.metrics import across_workers
 from ssekd.telemetry.prometheus import refused
 
-#: Samples that are points in time or limits, where a sum means nothing: the earliest is kept.
-EARLIEST = ("process_start_time_seconds", "process_max_fds")
+#: How each known family combines; others add up.
+ACROSS = across_workers()
 #: What the parent asks the workers for: OpenMetrics carries the units (`# UNIT`), which the
 #: text format drops, so the sum can be answered in either format as one process would.
 OPENMETRICS = b"application/openmetrics-text; version=1.0.0"
@@ -44,8 +50,9 @@ WORKER_TIMEOUT = 5.0
 
 
 def add_up(pages: list[str]) -> list[Metric]:
-    """The families of every page (OpenMetrics text), each sample the sum over the pages (the minimum for
-    timestamps and limits). Order is first-seen, which keeps a histogram's buckets in order."""
+    """The families of every page (OpenMetrics text), each sample combined over the pages as
+    its family declares (`ACROSS`; a `_created` time is the earliest). Order is first-seen,
+    which keeps a histogram's buckets in order."""
     families: dict[str, Metric] = {}
     values: dict[str, dict[tuple[str, tuple[tuple[str, str], ...]], float]] = {}
     for page in filter(None, pages):  # "": a worker that did not answer
@@ -54,13 +61,16 @@ def add_up(pages: list[str]) -> list[Metric]:
                 families[family.name] = Metric(family.name, family.documentation, family.type,
                                                family.unit)
             seen = values.setdefault(family.name, {})
+            across = ACROSS.get(family.name, "sum")
             for s in family.samples:
                 key = (s.name, tuple(sorted(s.labels.items())))
                 old = seen.get(key)
                 if old is None:
                     seen[key] = s.value
-                elif s.name.endswith("_created") or s.name in EARLIEST:
+                elif s.name.endswith("_created") or across == "min":
                     seen[key] = min(old, s.value)
+                elif across == "max":
+                    seen[key] = max(old, s.value)
                 else:
                     seen[key] = old + s.value
     for name, family in families.items():
@@ -104,10 +114,13 @@ class SummedPage(Resource):
 
     isLeaf = True
 
-    def __init__(self, reactor: Any, sockets: Callable[[], list[str]], path: str) -> None:
+    def __init__(self, reactor: Any, sockets: Callable[[], list[str]], path: str,
+                 own: Callable[[], str] | None = None) -> None:
         super().__init__()
         self.reactor = reactor
         self.sockets = sockets
+        #: The parent's own page (OpenMetrics), combined with the workers'.
+        self.own = own
         self.path = path.encode("utf-8")
         self.agent = Agent.usingEndpointFactory(reactor, _UnixSockets(reactor, sockets))
 
@@ -142,6 +155,8 @@ class SummedPage(Resource):
             if not gone:
                 req.finish()
             return
+        if self.own is not None:
+            pages = [*pages, self.own()]
         accept = req.getHeader(b"accept")
         body, content_type = render(pages, accept.decode("latin-1") if accept else "")
         req.setHeader(b"Content-Type", content_type.encode("latin-1"))

@@ -159,6 +159,11 @@ REFUSED: list[tuple[str, str, str, str, str]] = [
     ("stdout-interval", BASE + "telemetry:\n  exporters:\n    out:\n      type: stdout\n"
                                "      options: {interval: 30}\n",
      "options: {interval: 30}", "telemetry.exporters.out.options", "interval"),
+    ("stdout-format", BASE + "telemetry:\n  exporters:\n    out:\n      type: stdout\n"
+                             "      options: {format: xml}\n",
+     "options: {format: xml}", "telemetry.exporters.out.options.format", "'text', 'json'"),
+    ("heartbeat-timeout", BASE + "engine: {heartbeat-timeout: 0}\n",
+     "heartbeat-timeout: 0", "engine.heartbeat-timeout", "expected a number at least 1, got int 0"),
     ("otlp-endpoint", BASE + "telemetry:\n  exporters:\n    o:\n      type: otlp\n"
                              "      options: {interval: 5}\n",
      "options: {interval: 5}", "telemetry.exporters.o.options", "endpoint is required"),

@@ -244,10 +244,12 @@ COVERAGE: dict[str, str] = {
     "telemetry.exporters.<name>.options.endpoints[].port (prometheus)": TELEMETRY,
     "telemetry.exporters.<name>.options.endpoints[].path (prometheus)": TELEMETRY,
     "telemetry.exporters.<name>.options (stdout)": f"{REFUSED}[stdout-interval]",
+    "telemetry.exporters.<name>.options.format (stdout)":
+        "telemetry/test_log_formats.py::test_every_line_of_a_daemons_output_parses",
     "engine": "e2e/test_workers.py::test_one_scrape_sums_the_workers",
     "bindings.http/server.options.health":
-        "e2e/test_health.py::test_readiness_is_503_while_the_broker_is_down_and_200_once_"
-        "bootstrap_is_loaded",
+        "e2e/test_health.py::test_readiness_is_503_until_bootstrap_is_loaded_once_and_stays_200_"
+        "without_the_broker",
     "bindings.http/server.options.health.liveness":
         "bindings/http/test_health.py::test_probes_on_the_configured_paths_before_routing",
     "bindings.http/server.options.health.readiness":

@@ -166,8 +166,11 @@ def _build_client(ctx: BuildContext, binding: Binding) -> KafkaClient:
         path: tuple[str | int, ...] = ("bindings", binding.name, "options", "properties")
         raise ConfigError([ctx.issue(path + ((key,) if key else ()),
                                      f"expected properties librdkafka accepts: {reason}")])
-    return KafkaClient(ctx.reactor, settings, binding.name,
-                       lambda name, detail: ctx.events.emit(binding.name, name, detail))
+    client = KafkaClient(ctx.reactor, settings, binding.name,
+                         lambda name, detail: ctx.events.emit(binding.name, name, detail),
+                         deliveries=ctx.metrics.deliveries)
+    ctx.metrics.reader(binding.name, "client", client.figures)
+    return client
 
 
 def _build_cache_server(ctx: BuildContext, binding: Binding) -> CacheServer:

@@ -31,7 +31,7 @@ import queue
 import re
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -51,6 +51,8 @@ from twisted.logger import Logger
 
 from ssekd.bindings.kafka.message import Message, from_confluent, from_confluent_batch
 from ssekd.bindings.kafka.missing_topics import MissingTopics
+from ssekd.telemetry.delivery import Deliveries
+from ssekd.telemetry.metrics import Reading
 
 _log = Logger()
 
@@ -204,11 +206,13 @@ class KafkaClient(Service):
     """Runtime object of a `kafka` binding of kind `client`."""
 
     def __init__(self, reactor: Any, settings: ClientSettings, binding: str,
-                 emit: Callable[[str, str], object]) -> None:
+                 emit: Callable[[str, str], object],
+                 deliveries: Deliveries | None = None) -> None:
         self.reactor = reactor
         self.settings = settings
         self.binding = binding
         self._emit = emit
+        self.deliveries = deliveries
         #: One tail consumer per cache_server (docs/protocol.md: one consumer per cache_server topic set).
         self.tails: dict[str, TailConsumer] = {}
         self.history = HistoryFetcher(self)
@@ -232,7 +236,16 @@ class KafkaClient(Service):
             tail = self.tails[owner] = TailConsumer(self, owner)
             if self.running:
                 tail.start()
-        tail.changes.put((topic, _Follow(sink, from_end, give_up_after)))
+        follow = _Follow(sink, from_end, give_up_after)
+        follow.inbox.deliveries = self.deliveries
+        tail.changes.put((topic, follow))
+
+    def figures(self) -> Iterable[Reading]:
+        """`kafka.client.connected`: 1 while every consumer that has tried reaches a broker."""
+        tails = list(self.tails.values())
+        if tails:
+            up = all(t.connected is True for t in tails)
+            yield "kafka.client.connected", {}, 1.0 if up else 0.0
 
     def unconsume(self, owner: str, topic: str) -> None:
         """Stop consuming `topic` for `owner`: its partitions are unassigned."""
@@ -304,10 +317,12 @@ class _Inbox:
     """What the tail thread handed over for one topic and the reactor has not taken yet: the
     sink's calls in order, records of consecutive batches merged into one `on_records`."""
 
-    __slots__ = ("_merging", "calls", "changed", "records", "scheduled", "sink")
+    __slots__ = ("_merging", "calls", "changed", "deliveries", "records", "scheduled", "sink")
 
     def __init__(self, sink: TopicSink) -> None:
         self.sink = sink
+        #: Told of each batch of records as the sink delivers it (`sse.delivery.latency`).
+        self.deliveries: Deliveries | None = None
         self.changed = threading.Condition()
         #: (sink method, args) in the order the thread made them
         self.calls: list[tuple[Callable[..., None], tuple[Any, ...]]] = []
@@ -352,8 +367,17 @@ class _Inbox:
             self.records = 0
             self.scheduled = False
             self.changed.notify_all()
+        deliveries = self.deliveries
+        records = self.sink.on_records
         for method, args in calls:
-            method(*args)
+            if deliveries is not None and method == records:
+                deliveries.begin(args[0])
+                try:
+                    method(*args)
+                finally:
+                    deliveries.end()
+            else:
+                method(*args)
 
 
 @dataclass(frozen=True)

@@ -69,7 +69,10 @@ class SseServer(Service):
                  max_lag: float = DEFAULT_MAX_LAG,
                  metrics: Metrics | None = None) -> None:
         self.name = name
-        self.stats = SseStats(metrics or Metrics(), name)
+        metrics = metrics or Metrics()
+        self.stats = SseStats(metrics, name)
+        #: The batch being delivered at the tail (`sse.delivery.latency`).
+        self.deliveries = metrics.deliveries
         self.source = source
         self.clock: Any = clock  # an IReactorTime (a MemoryReactorClock in tests)
         self.events = events
@@ -81,6 +84,8 @@ class SseServer(Service):
         self.streams: dict[SseStream, None] = {}
         # the last data framed as an HTTP/1.1 chunk, and that chunk (see `chunk`)
         self._chunked: tuple[bytes, bytes] = (b"", b"")
+        # the last data counted for events, and its count (see `events_in`)
+        self._counted: tuple[bytes, int] = (b"", 0)
 
     def chunk(self, data: bytes) -> bytes:
         """`data` as an HTTP/1.1 chunk, framed once for all the streams it goes to.
@@ -94,6 +99,34 @@ class SseServer(Service):
             framed = http_chunk(data)
             self._chunked = (data, framed)
         return framed
+
+    def events_in(self, data: bytes) -> int:
+        """The events `data` holds: its blocks (each ends with a blank line) that are not
+        comments. Remembered for the last data, which at the tail goes to a whole group of
+        streams in a row (as `chunk` is)."""
+        last, count = self._counted
+        if data is not last:
+            count = data.count(b"\n\n") - data.count(b"\n:") - data.startswith(b":")
+            self._counted = (data, count)
+        return count
+
+    def ended(self, stream: SseStream, why: str) -> None:
+        """The stream-end event: who, what, how it went and why it ended - the access log of
+        streams, so only with a stdout exporter, as `BINDING_HTTP_REQUEST_ACCEPTED`. The path is
+        without its query (which may carry a token)."""
+        if self.events.stdout is None:
+            return
+        req = stream.request
+        peer = req.getClientAddress()
+        host = getattr(peer, "host", None)
+        who = f"{host}:{getattr(peer, 'port', 0)}" if host is not None else "-"
+        duration = self.clock.seconds() - stream.opened
+        fields = {"peer": who, "method": req.method.decode("latin-1"),
+                  "path": _text(req.path), "route": stream.route or "-", "status": 200,
+                  "duration_s": round(duration, 3), "bytes": stream.written,
+                  "events": stream.events, "why": why}
+        self.events.emit(str(self.name), "BINDING_SSE_STREAM_ENDED",
+                         " ".join(f"{k}={v}" for k, v in fields.items()), fields)
 
     def render(self, request: Request, ctx: HttpContext) -> bytes | int:
         req: Any = request  # twisted.web is untyped for mypy
@@ -173,4 +206,4 @@ class SseServer(Service):
         """End every open stream with a finished 200, so browsers reconnect elsewhere/later."""
         super().stopService()
         for stream in list(self.streams):
-            stream.end()
+            stream.end("drain")

@@ -24,6 +24,7 @@ class SseStats:
         self.data_received = metrics.counter("stream.data.received", binding)
         self.data_sent = metrics.counter("stream.data.sent", binding)
         self.pauses = metrics.counter("sse.pauses", binding)
+        self.latency = metrics.histogram("sse.delivery.latency", binding)
         self._metrics = metrics
         self._binding = binding
 

@@ -27,7 +27,9 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from twisted.internet.error import ConnectionDone, ConnectionLost
 from twisted.internet.interfaces import IPushProducer
+from twisted.python.failure import Failure
 from twisted.web.http_headers import Headers
 from twisted.web.server import Request
 from zope.interface import implementer
@@ -36,6 +38,8 @@ from ssekd.bindings.api import Lease, StreamHandle
 from ssekd.bindings.sse.eager import eager, send_now
 from ssekd.bindings.sse.stats import SseStats
 from ssekd.bindings.sse.wire import CHALLENGE, KEEPALIVE
+from ssekd.telemetry.delivery import Deliveries
+from ssekd.telemetry.metrics import Counter
 
 
 class StreamOwner(Protocol):
@@ -44,6 +48,7 @@ class StreamOwner(Protocol):
     clock: Any  # an IReactorTime
     max_idle: float
     stats: SseStats
+    deliveries: Deliveries
     #: seconds a stream may stay paused before it is ended
     max_lag: float
     #: open streams, insertion-ordered; a stream removes itself when it ends
@@ -55,6 +60,13 @@ class StreamOwner(Protocol):
     def stalled(self, stream: SseStream, paused: float) -> None:
         """`stream` is being ended for staying paused `paused` seconds (for its events)."""
 
+    def events_in(self, data: bytes) -> int:
+        """The events `data` holds (counted once per batch for every stream it goes to)."""
+
+    def ended(self, stream: SseStream, why: str) -> None:
+        """`stream` ended, for `why` (`client`, `drain`, `expired`, `limit`, `error`,
+        `upstream`): the stream-end event."""
+
 
 @implementer(IPushProducer)
 class SseStream:
@@ -63,6 +75,7 @@ class SseStream:
     __slots__ = (
         "__weakref__",
         "_challenge_call",
+        "_delivered",
         "_expiry_call",
         "_lease",
         "_eager",
@@ -70,10 +83,14 @@ class SseStream:
         "_stall",
         "_timer",
         "done",
+        "events",
         "handle",
         "last_write",
+        "opened",
         "request",
+        "route",
         "server",
+        "why",
         "written",
     )
 
@@ -83,8 +100,15 @@ class SseStream:
         self.request: Any = request
         self.handle: StreamHandle | None = None
         self.done = False
-        self.last_write = server.clock.seconds()
+        self.opened = self.last_write = server.clock.seconds()
         self.written = 0
+        #: Events written (what the stream-end event reports).
+        self.events = 0
+        #: The source's route, for the stream-end event and the per-route count of deliveries.
+        self.route: str | None = None
+        self._delivered: Counter | None = None
+        #: Why the stream ended, once it has (see `StreamOwner.ended`).
+        self.why: str | None = None
         self._timer: Any = None
         #: Ends the stream if it stays paused for max-lag (armed while paused).
         self._stall: Any = None
@@ -99,6 +123,8 @@ class SseStream:
     def start(self, handle: StreamHandle, first: bytes) -> None:
         """Send the headers (and `retry:`), become the request's producer, arm the keepalive."""
         self.handle = handle
+        self.route = getattr(handle, "route", None)
+        self._delivered = getattr(handle, "delivered", None)
         self.request.registerProducer(self, True)
         self.request.notifyFinish().addBoth(self._finished)
         self.request.write(first)  # sends the headers: Twisted decides on chunking here
@@ -118,8 +144,17 @@ class SseStream:
     def write(self, data: bytes) -> None:
         if self.done or not data:  # an empty chunk would end the response
             return
+        server = self.server
         self.written += len(data)
-        self.server.stats.data_sent.value += len(data)
+        server.stats.data_sent.value += len(data)
+        events = server.events_in(data)
+        if events:
+            self.events += events
+            if self._delivered is not None:
+                self._delivered.value += events
+            deliveries = server.deliveries
+            if deliveries.active:
+                deliveries.wrote(data, events, server.stats.latency)
         self.last_write = self.server.clock.seconds()
         transport = self._transport
         if transport is None:
@@ -131,11 +166,12 @@ class SseStream:
             else:
                 transport.write(self.server.chunk(data))
 
-    def end(self) -> None:
-        """Finish the response with a 200 that ends: the browser reconnects with its last id."""
+    def end(self, why: str = "upstream") -> None:
+        """Finish the response with a 200 that ends: the browser reconnects with its last id.
+        `why`: the source ended it (`upstream`), or the server stops (`drain`)."""
         if self.done:
             return
-        self._close(by_client=False)
+        self._close(why)
         try:
             self.request.unregisterProducer()
             self.request.finish()
@@ -157,7 +193,7 @@ class SseStream:
             self.handle.resume()
 
     def stopProducing(self) -> None:
-        self._close(by_client=True)
+        self._close("client")
 
     # -- internals ---------------------------------------------------------------------------
 
@@ -165,8 +201,13 @@ class SseStream:
         """The request, for events: method and path."""
         return f"{self.request.method.decode('latin-1')} {self.request.path.decode('latin-1')}"
 
-    def _finished(self, _: Any) -> None:
-        self._close(by_client=True)
+    def _finished(self, result: Any) -> None:
+        """The response is over: finished by `end` (already closed), or the connection went
+        away - the client's doing, unless it failed for another reason than a lost
+        connection."""
+        lost = not isinstance(result, Failure) or \
+            result.check(ConnectionDone, ConnectionLost, ConnectionError)
+        self._close("client" if lost else "error")
 
     def _cancel_stall(self) -> None:
         if self._stall is not None and self._stall.active():
@@ -180,7 +221,7 @@ class SseStream:
             return
         self.server.stalled(self, self.server.max_lag)
         self.server.stats.ended_by_limit("max-lag")
-        self._close(by_client=False)
+        self._close("limit")
         channel: Any = getattr(self.request, "channel", None)
         # HTTP/2: the H2Stream resets this stream only; HTTP/1.1: the connection, which holds
         # only this response
@@ -189,11 +230,12 @@ class SseStream:
         if target is not None:  # None: the connection is already gone
             target.abortConnection()
 
-    def _close(self, by_client: bool) -> None:
+    def _close(self, why: str) -> None:
         if self.done:
             return
         self.done = True
-        self.server.stats.closed(by_client)
+        self.why = why
+        self.server.stats.closed(why in ("client", "error"))  # the connection went away
         if self._timer is not None and self._timer.active():
             self._timer.cancel()
         self._timer = None
@@ -204,6 +246,7 @@ class SseStream:
         if self.handle is not None:
             self.handle.close()
         self.server.streams.pop(self, None)
+        self.server.ended(self, why)
 
     def _arm(self, delay: float) -> None:
         self._timer = self.server.clock.callLater(delay, self._keepalive)
@@ -255,7 +298,7 @@ class SseStream:
         self._expiry_call = None
         if self.done:
             return
-        self._close(by_client=False)
+        self._close("expired")
         request = self.request
         try:
             request.unregisterProducer()

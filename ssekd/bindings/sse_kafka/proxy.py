@@ -35,7 +35,7 @@ from ssekd.bindings.sse_kafka.encoder import Filter, KafkaEventEncoder
 from ssekd.patterns import Pattern, Unresolvable, substitute
 from ssekd.progress import ETAG_FORMAT, UndecodableId, parse_last_event_id
 from ssekd.telemetry.events import EventLog
-from ssekd.telemetry.metrics import Gauge, Metrics
+from ssekd.telemetry.metrics import Counter, Gauge, Metrics
 
 #: Kafka's own rule for topic names; anything else from a path is a 404, not a consumer.
 #: Matched with `fullmatch`: `$` would also match before a final newline, and `topic%0A` (or an
@@ -116,13 +116,17 @@ def parse_since(text: str) -> int:
 
 
 class RouteHandle:
-    """A subscription counted in its route's subscriber gauge until it closes."""
+    """A subscription counted in its route's subscriber gauge until it closes. The stream reads
+    `route` (its label, for the stream-end event) and counts what it writes in `delivered`."""
 
-    __slots__ = ("gauge", "subscription")
+    __slots__ = ("delivered", "gauge", "route", "subscription")
 
-    def __init__(self, subscription: Subscription, gauge: Gauge) -> None:
+    def __init__(self, subscription: Subscription, gauge: Gauge, route: str = "-",
+                 delivered: Counter | None = None) -> None:
         self.subscription = subscription
         self.gauge = gauge
+        self.route = route
+        self.delivered = delivered
         gauge.value += 1
 
     def pause(self) -> None:
@@ -160,6 +164,8 @@ class SseKafkaProxy:
         self.metrics = metrics or Metrics()
         #: id(route) -> its streams-open gauge (routes hold dicts: not hashable themselves)
         self._subscribers = {id(r): self.metrics.gauge("sse.kafka.subscribers", name,
+                                                       route=r.label()) for r in routes}
+        self._delivered = {id(r): self.metrics.counter("sse.kafka.delivered", name,
                                                        route=r.label()) for r in routes}
         # Weak: with filters from `{params}`, every distinct path would otherwise leave an
         # encoder behind forever; one lives exactly as long as a stream uses it.
@@ -223,7 +229,8 @@ class SseKafkaProxy:
             if start.has_id:
                 self._count_resume(start, cache, topic)
             return RouteHandle(cache.subscribe(topic, encoder, sink, start),
-                               self._subscribers[id(route)])
+                               self._subscribers[id(route)], route.label(),
+                               self._delivered[id(route)])
         except TopicLimitReached as e:
             # Passes as idle topics are dropped: the browser is told to come back (docs/protocol.md).
             self.events.emit(self.name, "BINDING_SSE_KAFKA_TOPIC_LIMIT", f"{request.describe}: {e}")

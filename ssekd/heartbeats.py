@@ -1,0 +1,184 @@
+"""The parent's check that every worker's reactor still turns, and what it does with a stuck one.
+
+Probes from a balancer or an orchestrator reach whichever worker the kernel picks, so a worker
+whose reactor is blocked (a bug, a disk that does not answer, SIGSTOP) would be found only by
+chance. The parent asks each worker `GET /heartbeat` on the worker's private Unix socket every
+`INTERVAL` seconds; the answer is written by the worker's reactor, so it shows that it turns. A
+worker that has not answered for `engine.heartbeat-timeout` seconds (one that is starting, for
+at least `STARTUP_GRACE`: it imports, reads its config, builds its graph) is stuck: the parent
+kills it with SIGKILL (a blocked reactor handles no SIGTERM) and starts it again as it does a
+worker that died.
+
+The worker notes each check in turn (`Health.supervised`): one whose parent has not checked on
+it for the timeout answers liveness `503`, so an orchestrator restarts a daemon whose supervisor
+is stuck. The same checks tell the parent when every worker serves, which is when it tells
+systemd `READY=1`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from twisted.internet import defer
+from twisted.internet.protocol import ClientFactory, Protocol, connectionDone
+from twisted.internet.task import LoopingCall
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+log = Logger()
+
+#: The path a worker answers its parent's heartbeat on (its private Unix socket only).
+HEARTBEAT_PATH = b"/heartbeat"
+#: Seconds between two heartbeats of the parent to each worker.
+INTERVAL = 1.0
+#: Seconds a worker that never answered yet has, whatever the timeout, before it is stuck.
+STARTUP_GRACE = 30.0
+#: Seconds without an answer after which a worker is stuck, unless the config says otherwise.
+DEFAULT_TIMEOUT = 10.0
+
+#: Ask the worker listening on a Unix socket path for a heartbeat: fires True when it answered.
+Ask = Callable[[str], "defer.Deferred[bool]"]
+
+
+class _Heartbeat(Protocol):
+    """One heartbeat: `GET /heartbeat` on a connection of its own; the answer's status line is
+    all it reads (HTTP/1.0, so the worker closes when it has answered)."""
+
+    def __init__(self, answered: defer.Deferred[bool]) -> None:
+        self.answered = answered
+        self.received = b""
+
+    def connectionMade(self) -> None:  # noqa: N802 - Twisted's name
+        assert self.transport is not None
+        self.transport.write(b"GET " + HEARTBEAT_PATH + b" HTTP/1.0\r\nHost: worker\r\n\r\n")
+
+    def dataReceived(self, data: bytes) -> None:  # noqa: N802 - Twisted's name
+        self.received += data
+        if b"\r\n" in self.received:
+            status = self.received.split(b"\r\n", 1)[0].split(b" ")
+            self._answer(len(status) > 1 and status[1] == b"200")
+            assert self.transport is not None
+            self.transport.loseConnection()
+
+    def connectionLost(self, reason: Failure = connectionDone) -> None:  # noqa: N802
+        self._answer(False)
+
+    def _answer(self, ok: bool) -> None:
+        if not self.answered.called:
+            self.answered.callback(ok)
+
+
+class _HeartbeatFactory(ClientFactory):
+    noisy = False  # one connection a second per worker: not worth a log line each
+
+    def __init__(self, answered: defer.Deferred[bool]) -> None:
+        self.answered = answered
+
+    def buildProtocol(self, addr: Any) -> _Heartbeat:  # noqa: N802 - Twisted's name
+        return _Heartbeat(self.answered)
+
+    def clientConnectionFailed(self, connector: Any, reason: Failure) -> None:  # noqa: N802
+        if not self.answered.called:
+            self.answered.callback(False)
+
+
+def unix_ask(reactor: Any, timeout: float) -> Ask:
+    """`Ask` over the worker's Unix socket with a connection of its own (never blocks the
+    reactor); cancelling it (its timeout) closes the connection."""
+
+    def ask(path: str) -> defer.Deferred[bool]:
+        connector: list[Any] = []
+
+        def cancel(d: defer.Deferred[bool]) -> None:
+            if connector:
+                connector[0].disconnect()
+        answered: defer.Deferred[bool] = defer.Deferred(cancel)
+        connector.append(reactor.connectUNIX(path, _HeartbeatFactory(answered),
+                                             timeout=timeout))
+        return answered
+    return ask
+
+
+class Heartbeats:
+    """The parent's heartbeat of its workers, by worker number (see the module docstring)."""
+
+    def __init__(self, reactor: Any, socket_of: Callable[[int], str], timeout: float,
+                 stuck: Callable[[int, float], None], answered: Callable[[int], None],
+                 ask: Ask | None = None, interval: float = INTERVAL) -> None:
+        self.reactor = reactor
+        self.socket_of = socket_of
+        self.timeout = timeout
+        #: Called with (worker, seconds silent) once a worker is found stuck; it is forgotten.
+        self.stuck = stuck
+        #: Called each time a worker answers.
+        self.answered = answered
+        self.interval = interval
+        #: How long one heartbeat waits for its answer: well within the timeout, so that one
+        #: lost on the way leaves time for the next.
+        self.wait = min(timeout / 2.0, 5.0)
+        self.ask = ask or unix_ask(reactor, self.wait)
+        #: Per watched worker: when it was started, and when it last answered (None: never).
+        self.started: dict[int, float] = {}
+        self.last: dict[int, float | None] = {}
+        self._asking: set[int] = set()
+        #: When the last check ran (to notice this reactor did not run for a while).
+        self._ticked = 0.0
+        self._loop = LoopingCall(self._tick)
+        self._loop.clock = reactor
+
+    def watch(self, index: int) -> None:
+        """Worker `index` was (re)started: check on it from now on."""
+        self.started[index] = self.reactor.seconds()
+        self.last[index] = None
+
+    def forget(self, index: int) -> None:
+        self.started.pop(index, None)
+        self.last.pop(index, None)
+
+    def start(self) -> None:
+        if not self._loop.running:
+            self._ticked = self.reactor.seconds()
+            self._loop.start(self.interval, now=False).addErrback(self._failed)
+
+    def stop(self) -> None:
+        if self._loop.running:
+            self._loop.stop()
+
+    def _failed(self, failure: Failure) -> None:
+        log.failure("checking the workers' heartbeats", failure)
+
+    def _tick(self) -> None:
+        now = self.reactor.seconds()
+        if now - self._ticked > max(2 * self.interval, self.timeout / 2):
+            # this reactor itself did not run meanwhile (the parent was stopped, or busy): the
+            # workers' silence says nothing about them, so each gets its time again from now
+            for index in self.started:
+                if self.last[index] is not None:
+                    self.last[index] = now
+                else:
+                    self.started[index] = now
+        self._ticked = now
+        for index in list(self.started):
+            last = self.last.get(index)
+            limit = self.timeout if last is not None else max(self.timeout, STARTUP_GRACE)
+            silent = now - (last if last is not None else self.started[index])
+            if silent > limit:
+                self.forget(index)
+                self.stuck(index, silent)
+            elif index not in self._asking:
+                self._ask(index)
+
+    def _ask(self, index: int) -> None:
+        self._asking.add(index)
+        started = self.started[index]
+        d = self.ask(self.socket_of(index))
+        d.addTimeout(self.wait, self.reactor)
+
+        def done(ok: object) -> None:
+            self._asking.discard(index)
+            # an answer of the worker it asked, not of a replacement started meanwhile
+            if ok is True and self.started.get(index) == started:
+                self.last[index] = self.reactor.seconds()
+                self.answered(index)
+        d.addBoth(done)

@@ -1,0 +1,104 @@
+"""The parent's heartbeat of its workers on a MemoryReactorClock: a worker that answers stays, one
+that stops answering is found stuck after the timeout (a starting one gets the start-up grace),
+and a parent that did not run for a while judges nobody on that gap."""
+
+from __future__ import annotations
+
+from twisted.internet import defer
+from twisted.internet.testing import MemoryReactorClock
+
+from ssekd.health import Health
+from ssekd.heartbeats import STARTUP_GRACE, Heartbeats
+
+
+class Workers:
+    """Answers heartbeats for the workers in `answering`; the others never answer."""
+
+    def __init__(self) -> None:
+        self.answering: set[str] = set()
+        self.stuck: list[tuple[int, float]] = []
+        self.answered: list[int] = []
+
+    def ask(self, path: str) -> defer.Deferred[bool]:
+        if path in self.answering:
+            return defer.succeed(True)
+        return defer.Deferred()  # never answered: the heartbeat's own timeout ends it
+
+
+def beats(timeout: float = 10.0) -> tuple[Heartbeats, Workers, MemoryReactorClock]:
+    clock = MemoryReactorClock()
+    workers = Workers()
+    hb = Heartbeats(clock, lambda i: f"w{i}", timeout,
+                    lambda i, silent: workers.stuck.append((i, silent)), workers.answered.append,
+                    ask=workers.ask)
+    return hb, workers, clock
+
+
+def run(clock: MemoryReactorClock, seconds: float) -> None:
+    for _ in range(int(seconds * 10)):
+        clock.advance(0.1)
+
+
+def test_a_worker_that_stops_answering_is_stuck_after_the_timeout() -> None:
+    hb, workers, clock = beats(timeout=10.0)
+    workers.answering = {"w1", "w2"}
+    hb.watch(1)
+    hb.watch(2)
+    hb.start()
+    run(clock, 3)
+    assert workers.stuck == [] and {1, 2} <= set(workers.answered)
+    workers.answering = {"w2"}  # worker 1's reactor is blocked from now on
+    run(clock, 9.5)
+    assert workers.stuck == []
+    run(clock, 2)
+    assert [i for i, _ in workers.stuck] == [1]
+    assert 10.0 < workers.stuck[0][1] <= 11.5
+    assert 1 not in hb.started  # forgotten until it is started again
+    run(clock, 30)
+    assert [i for i, _ in workers.stuck] == [1]
+    hb.stop()
+
+
+def test_a_starting_worker_has_the_start_up_grace() -> None:
+    hb, workers, clock = beats(timeout=2.0)
+    hb.watch(1)
+    hb.start()
+    run(clock, STARTUP_GRACE - 1)
+    assert workers.stuck == []
+    run(clock, 2)
+    assert [i for i, _ in workers.stuck] == [1]
+    hb.stop()
+
+
+def test_a_parent_that_did_not_run_judges_nobody_on_that_gap() -> None:
+    """SIGSTOP of the parent (or a long pause of its reactor): on resuming, every worker looks
+    silent for the whole pause; none may be killed for it."""
+    hb, workers, clock = beats(timeout=5.0)
+    workers.answering = {"w1"}
+    hb.watch(1)
+    hb.start()
+    run(clock, 3)
+    workers.answering = set()  # the parent stops: nothing is asked, nothing answered
+    clock.advance(60)          # one jump: the reactor did not run meanwhile
+    run(clock, 1)
+    assert workers.stuck == []
+    workers.answering = {"w1"}
+    run(clock, 20)
+    assert workers.stuck == []
+    hb.stop()
+
+
+def test_a_worker_whose_parent_stops_checking_fails_liveness() -> None:
+    clock = MemoryReactorClock()
+    health = Health(clock)
+    assert health.liveness()[0]  # no parent: nothing to miss
+    health.supervisor_timeout = 10.0
+    assert health.liveness()[0]  # not checked yet: a worker starting
+    health.supervised()
+    clock.advance(9.0)
+    assert health.liveness() == (True, {"status": "live", "lag_ms": 0.0})
+    clock.advance(2.0)
+    assert health.liveness() == (False, {"status": "unsupervised", "lag_ms": 0.0,
+                                         "supervisor_silent_s": 11.0})
+    health.supervised()
+    assert health.liveness()[0]
