@@ -77,3 +77,49 @@ def test_a_scrape_no_worker_answers_fails_instead_of_emptying_every_series() -> 
     assert req.finished and req.responseCode == 503
     assert req.responseHeaders.getRawHeaders(b"retry-after") == [b"1"]
     assert b"".join(req.written) == b""
+
+
+def shared_state_page(lag: float, age: float, subscribers: float, open_fds: float,
+                      max_fds: float, ready: float) -> str:
+    """One worker's page: a topic's lag and cache age (every worker consumes the same
+    partitions), its own streams, its own descriptors, whether it is ready."""
+    m = Metrics()
+    m.configure("ns", ["kafka.*", "ssekd.*"], {}, {}, ["cache"])  # process_*: written below
+    m.reader("cache", "t", lambda: [
+        ("kafka.consumer.lag", {"topic": "t", "partition": "0"}, lag),
+        ("kafka.cache.oldest.age", {"topic": "t"}, age),
+        ("kafka.cache.subscribers", {"topic": "t"}, subscribers),
+        ("ssekd.ready", {}, ready)])
+    process = (f"# TYPE process_open_fds gauge\nprocess_open_fds {open_fds}\n"
+               f"# TYPE process_max_fds gauge\nprocess_max_fds {max_fds}\n")
+    return process + generate_latest(m.registry).decode()
+
+
+def test_each_family_combines_as_it_declares() -> None:
+    """Summing every sample made a topic's lag and cache age N times what each worker sees
+    (lag alerts fired N times too early, a full cache was hidden) and summed open fds against
+    one process's limit (the fd alert fired N times too early)."""
+    v = rendered([shared_state_page(120.0, 3600.0, 5.0, 900.0, 1024.0, 1.0),
+                  shared_state_page(100.0, 3590.0, 7.0, 700.0, 1024.0, 0.0)])
+    labels = 'binding="cache",namespace="ns"'
+    assert v[f'kafka_consumer_lag{{{labels},partition="0",topic="t"}}'] == 120.0
+    assert v[f'kafka_cache_oldest_age_seconds{{{labels},topic="t"}}'] == 3600.0
+    assert v[f'kafka_cache_subscribers{{{labels},topic="t"}}'] == 12.0  # streams: each its own
+    assert v["process_open_fds"] == 900.0 and v["process_max_fds"] == 1024.0
+    assert v[f"ssekd_ready{{{labels}}}"] == 0.0  # ready only when every worker is
+
+
+def test_every_family_declares_how_it_combines() -> None:
+    from ssekd.telemetry.metrics import METRICS, across_workers, prometheus_name
+    across = across_workers()
+    assert all(across[prometheus_name(d)] in ("sum", "max", "min") for d in METRICS.values())
+    assert {n: across[n] for n in ("kafka_consumer_lag", "kafka_cache_oldest_age_seconds",
+                                   "kafka_cache_size_bytes", "kafka_cache_messages",
+                                   "process_open_fds", "process_max_fds",
+                                   "process_resident_memory_bytes", "ssekd_ready",
+                                   "kafka_client_connected")} == {
+        "kafka_consumer_lag": "max", "kafka_cache_oldest_age_seconds": "max",
+        "kafka_cache_size_bytes": "max", "kafka_cache_messages": "max",
+        "process_open_fds": "max", "process_max_fds": "min",
+        "process_resident_memory_bytes": "sum", "ssekd_ready": "min",
+        "kafka_client_connected": "min"}
