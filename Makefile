@@ -6,7 +6,7 @@ CONFIG ?= etc/zilla.yaml
 # Reinstall whenever pyproject.toml changes.
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 # Debian programs the tests and benchmarks drive as real clients.
-DEBS   := curl openssl wrk nghttp2-client chromium default-jre-headless prometheus haproxy
+DEBS   := curl openssl wrk nghttp2-client chromium default-jre-headless prometheus haproxy systemd
 PYTEST_ARGS ?=
 # The official AsyncAPI JSON Schemas (npm `@asyncapi/specs`), which the generated AsyncAPI
 # documents are validated against in the tests. Kept inside the venv folder (ignored, cleaned).
