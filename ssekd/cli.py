@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from ssekd import __version__
 from ssekd.bindings.api import Role
 from ssekd.bindings.registry import Registry, discover
 from ssekd.config import ConfigError
@@ -176,6 +177,7 @@ def run(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ssekd", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"ssekd {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("check", help="validate a zilla.yaml and print its binding graph")
     p.add_argument("--config", "-c", default="etc/zilla.yaml")

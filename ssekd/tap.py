@@ -21,7 +21,7 @@ from twisted.logger import ILogObserver
 from twisted.python import usage
 from twisted.python.components import Componentized
 
-from ssekd import sd_notify, siblings
+from ssekd import __version__, sd_notify, siblings
 from ssekd.config import ConfigError
 from ssekd.config.model import DEFAULT_NAMESPACE
 from ssekd.engine import ENGINE, Engine
@@ -67,6 +67,11 @@ class Options(usage.Options):
     optFlags = [
         ["watch", "w", "reload when the config file changes (SIGHUP always reloads)"],
     ]
+
+    def opt_version(self) -> None:
+        """`twistd ssekd --version`: ssekd's version (`twistd --version` says Twisted's)."""
+        print(f"ssekd {__version__}")
+        raise SystemExit(0)
 
     def postOptions(self) -> None:
         try:
