@@ -84,8 +84,8 @@ class SseServer(Service):
         self.streams: dict[SseStream, None] = {}
         # the last data framed as an HTTP/1.1 chunk, and that chunk (see `chunk`)
         self._chunked: tuple[bytes, bytes] = (b"", b"")
-        # the last data counted for events, and its count (see `events_in`)
-        self._counted: tuple[bytes, int] = (b"", 0)
+        #: The last data counted for events, and its count (see `events_in`).
+        self.counted: tuple[bytes, int] = (b"", 0)
 
     def chunk(self, data: bytes) -> bytes:
         """`data` as an HTTP/1.1 chunk, framed once for all the streams it goes to.
@@ -104,10 +104,10 @@ class SseServer(Service):
         """The events `data` holds: its blocks (each ends with a blank line) that are not
         comments. Remembered for the last data, which at the tail goes to a whole group of
         streams in a row (as `chunk` is)."""
-        last, count = self._counted
+        last, count = self.counted
         if data is not last:
             count = data.count(b"\n\n") - data.count(b"\n:") - data.startswith(b":")
-            self._counted = (data, count)
+            self.counted = (data, count)
         return count
 
     def ended(self, stream: SseStream, why: str) -> None:

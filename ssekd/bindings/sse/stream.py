@@ -60,6 +60,9 @@ class StreamOwner(Protocol):
     def stalled(self, stream: SseStream, paused: float) -> None:
         """`stream` is being ended for staying paused `paused` seconds (for its events)."""
 
+    #: The last data counted by `events_in`, and its count.
+    counted: tuple[bytes, int]
+
     def events_in(self, data: bytes) -> int:
         """The events `data` holds (counted once per batch for every stream it goes to)."""
 
@@ -147,7 +150,9 @@ class SseStream:
         server = self.server
         self.written += len(data)
         server.stats.data_sent.value += len(data)
-        events = server.events_in(data)
+        last, events = server.counted  # the same data goes to a whole group in a row
+        if data is not last:
+            events = server.events_in(data)
         if events:
             self.events += events
             if self._delivered is not None:
