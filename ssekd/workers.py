@@ -304,8 +304,9 @@ class Supervisor(Service):
             min(MAX_RESTART_DELAY, max(RESTART_DELAY, self.delays.get(index, 0.0) * 2))
         self.delays[index] = delay
         self.restarts.value += 1
+        stuck = " after missing its heartbeats" if worker.stuck else ""
         self.events.emit(ENGINE, "ENGINE_WORKER_DIED",
-                         f"worker {index} pid {worker.pid} {how}; starting it again in "
+                         f"worker {index} pid {worker.pid} {how}{stuck}; starting it again in "
                          f"{delay:g} s")
         self.reactor.callLater(delay, self.spawn, index)
 
@@ -329,7 +330,10 @@ class Supervisor(Service):
         if signum == signal.SIGINT:
             self.events.emit(ENGINE, "ENGINE_DRAINING", f"{name} again: workers stop now")
             for process in self.processes.values():
-                process.signalProcess("INT")
+                try:
+                    process.signalProcess("INT")
+                except ProcessExitedAlready:
+                    pass
         else:
             self.events.emit(ENGINE, "ENGINE_DRAINING",
                              f"{name} again: the workers' drain goes on (a second SIGINT ends "

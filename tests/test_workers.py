@@ -15,6 +15,7 @@ from twisted.internet.error import ProcessDone, ProcessTerminated
 from twisted.internet.testing import MemoryReactorClock
 from twisted.python.failure import Failure
 
+from ssekd.config.model import EngineOptions, Telemetry
 from ssekd.sockets import family_of, listening_socket
 from ssekd.telemetry.events import EventLog
 from ssekd.workers import (
@@ -86,7 +87,9 @@ class SpawningClock(MemoryReactorClock):
 def supervisor(count: int) -> tuple[Supervisor, SpawningClock, EventLog]:
     clock = SpawningClock()
     events = EventLog("test")
-    engine = SimpleNamespace(reactor=clock, events=events, config_path=Path("zilla.yaml"))
+    config = SimpleNamespace(namespace="test", telemetry=Telemetry(), engine=EngineOptions())
+    engine = SimpleNamespace(reactor=clock, events=events, config_path=Path("zilla.yaml"),
+                             built=SimpleNamespace(config=config))
     sup = Supervisor(engine, count, ["--config", "zilla.yaml"])  # type: ignore[arg-type]
     sup.rundir = "/nonexistent"
     return sup, clock, events

@@ -68,9 +68,9 @@ def test_sigterm_to_every_process_twice_never_shortens_the_drain(
         daemon.stop()
 
 
-@pytest.mark.parametrize("workers", [1, 2])
-def test_a_second_sigint_ends_the_drain_at_once(workers: int, kafka: Kafka,
-                                                tmp_path: Path) -> None:
+def test_a_second_sigint_ends_the_drain_at_once(kafka: Kafka, tmp_path: Path) -> None:
+    """With workers: the parent forwards the second SIGINT (one process: tests/test_tap.py)."""
+    workers = 2
     daemon, port, topic = started(kafka, tmp_path, workers)
     try:
         with SseClient(port, f"/events/{topic}") as stream:

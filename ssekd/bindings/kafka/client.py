@@ -368,7 +368,7 @@ class _Inbox:
             self.scheduled = False
             self.changed.notify_all()
         deliveries = self.deliveries
-        records = self.sink.on_records
+        records = self.sink.on_records if deliveries is not None else None
         for method, args in calls:
             if deliveries is not None and method == records:
                 deliveries.begin(args[0])
