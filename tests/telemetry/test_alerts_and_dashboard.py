@@ -80,10 +80,14 @@ def serve(kafka: Kafka, tmp: Path, topic: str, workers: int) -> Scraped:
                           bootstrap_topics=(topic,))
     daemon: Daemon = start_daemon(config, wait_ports=[port, metrics_port],
                                   extra_args=["--workers", str(workers)])
-    daemon.wait_output("ENGINE_STARTED", count=workers + (workers > 1))
-    folder = tmp / "prometheus"
-    folder.mkdir()
-    return Scraped(Streamd(daemon, port), start_prometheus(folder, metrics_port), [])
+    try:
+        daemon.wait_output("ENGINE_STARTED", count=workers + (workers > 1))
+        folder = tmp / "prometheus"
+        folder.mkdir()
+        return Scraped(Streamd(daemon, port), start_prometheus(folder, metrics_port), [])
+    except BaseException:
+        daemon.stop()  # not handed to the fixture yet: it would be left running
+        raise
 
 
 @pytest.fixture(scope="module")
