@@ -33,10 +33,13 @@ COMPAT_STAMP  := $(COMPAT)/.installed-$(SUM)
 # one), while setuptools' editable install reaches the packages through an import hook, so the
 # checkout goes on sys.path by a .pth file of our own: what the deprecated `editable_mode=compat`
 # did, without its deprecation notice. setuptools also prints a notice block on every editable
-# install ("Editable installation ... be careful with folders"): filtered out by its text.
+# install ("Editable installation ... be careful with folders"): filtered out by its text. The
+# venv's own pip does (PEP 660 editable installs need pip 21.3): upgrading it cost `make run`
+# seconds, and its "new release" notice is turned off. Modules are compiled when first imported
+# (--no-compile): compiling every installed one up front took half of `make run`'s install.
 define install
-	$(1) -m pip install -q --upgrade pip
-	PYTHONWARNINGS='ignore:Editable installation' $(1) -m pip install -q -e '.[$(2)]' $(3)
+	PYTHONWARNINGS='ignore:Editable installation' $(1) -m pip install -q --no-compile \
+	  --disable-pip-version-check -e '.[$(2)]' $(3)
 	echo '$(CURDIR)' > "$$($(1) -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/ssekd-checkout.pth"
 endef
 
