@@ -16,8 +16,9 @@ from tests.support.checkout import ROOT
 
 def planned(folder: Path, target: str) -> list[str]:
     """The commands `make TARGET` would run in `folder`."""
-    out = subprocess.run(["make", "-n", target], cwd=folder, capture_output=True, text=True,
-                         check=True, env={**os.environ, "MAKEFLAGS": ""}).stdout
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    out = subprocess.run(["make", "-n", "--no-print-directory", target], cwd=folder,
+                         capture_output=True, text=True, check=True, env=env).stdout
     return out.splitlines()
 
 

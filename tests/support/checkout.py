@@ -11,6 +11,7 @@ README promises: the commands run as the README shows them, on other numbers.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import socket
@@ -78,6 +79,7 @@ def clean_clone(dest: Path, ports: Ports) -> Path:
 def venv_is_current(clone: Path) -> bool:
     """Whether `make run` in the clone would install nothing: an install there would go into
     the linked venv of this checkout, and point it at the clone."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
     planned = subprocess.run(["make", "-n", "-C", str(clone), "run"], capture_output=True,
-                             text=True, check=True).stdout
+                             text=True, check=True, env=env).stdout
     return "pip install" not in planned

@@ -5,8 +5,11 @@ Ctrl-C sends."""
 from __future__ import annotations
 
 import os
+import pty
 import signal
 import subprocess
+import termios
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -54,11 +57,40 @@ class Launched:
 
 
 def launch(command: str, cwd: Path, env: Mapping[str, str] | None = None,
-           log: Path | None = None) -> Launched:
-    """Run `command` with bash in `cwd`, as its own process group."""
+           log: Path | None = None, terminal: bool = False) -> Launched:
+    """Run `command` with bash in `cwd`, as its own process group. With `terminal`, its output
+    goes to a pseudo-terminal, as in a terminal window: programs print there what they print
+    for a person (curl, for one, leaves out its progress meter), and it is copied to `log`."""
     log = log or cwd / f".launched-{time.monotonic_ns()}.log"
-    with open(log, "wb") as out:
-        process = subprocess.Popen(["bash", "-c", command], cwd=cwd, stdout=out,
-                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   env={**os.environ, **(env or {})}, start_new_session=True)
+    full_env = {**os.environ, **(env or {})}
+    if not terminal:
+        with open(log, "wb") as out:
+            process = subprocess.Popen(["bash", "-c", command], cwd=cwd, stdout=out,
+                                       stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                       env=full_env, start_new_session=True)
+        return Launched(process, log, command)
+    main, child = pty.openpty()
+    attributes = termios.tcgetattr(child)
+    attributes[1] &= ~termios.ONLCR  # lines end in \n, as in the file a test reads
+    termios.tcsetattr(child, termios.TCSANOW, attributes)
+    process = subprocess.Popen(["bash", "-c", command], cwd=cwd, stdout=child, stderr=child,
+                               stdin=subprocess.DEVNULL, env={**full_env, "TERM": "dumb"},
+                               start_new_session=True)
+    os.close(child)
+
+    def copy() -> None:
+        with open(log, "wb") as out:
+            while True:
+                try:
+                    chunk = os.read(main, 65536)
+                except OSError:  # EIO: every process holding the terminal has exited
+                    break
+                if not chunk:
+                    break
+                out.write(chunk)
+                out.flush()
+        os.close(main)
+
+    open(log, "wb").close()
+    threading.Thread(target=copy, daemon=True).start()
     return Launched(process, log, command)
