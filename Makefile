@@ -3,8 +3,14 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 CONFIG ?= etc/zilla.yaml
-# Reinstall whenever pyproject.toml changes.
-STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+# Two installs, each made again whenever pyproject.toml changes: `make run` installs what the
+# daemon and the demo need (the `demo` extra: the development broker); `make test`, `make bench`
+# and `make setup` everything the tests and benchmarks drive besides (Spark, the baseline bridge,
+# the linters), about ten times as much.
+SUM        := $(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+RUN_STAMP  := $(VENV)/.installed-run-$(SUM)
+STAMP      := $(VENV)/.installed-full-$(SUM)
+FULL_EXTRAS := dev,spark,bench
 # Debian programs the tests and benchmarks drive as real clients.
 DEBS   := curl openssl wrk nghttp2-client chromium default-jre-headless prometheus haproxy systemd
 PYTEST_ARGS ?=
@@ -18,20 +24,38 @@ ASYNCAPI_SPECS := $(NODE_DIR)/node_modules/@asyncapi/specs/schemas/3.0.0.json
 # (its `twisted[...]>=` floor, read from there so the two cannot disagree).
 COMPAT        := .venv-compat
 TWISTED_FLOOR := $(shell sed -n 's/.*"twisted\[[a-z0-9,]*\]>=\([0-9.]*\).*/\1/p' pyproject.toml)
-COMPAT_STAMP  := $(COMPAT)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+COMPAT_STAMP  := $(COMPAT)/.installed-$(SUM)
 
 .PHONY: run test test-compat bench setup system-deps asyncapi-specs check lint docs clean
+
+# An editable install of the checkout with the extras $(2) into the venv whose python is $(1).
+# twistd finds plugins in the folders on sys.path (twisted/plugins/ssekd_plugin.py is in this
+# one), while setuptools' editable install reaches the packages through an import hook, so the
+# checkout goes on sys.path by a .pth file of our own: what the deprecated `editable_mode=compat`
+# did, without its deprecation notice. setuptools also prints a notice block on every editable
+# install ("Editable installation ... be careful with folders"): filtered out by its text. The
+# venv's own pip does (PEP 660 editable installs need pip 21.3): upgrading it cost `make run`
+# seconds, and its "new release" notice is turned off. Modules are compiled when first imported
+# (--no-compile): compiling every installed one up front took half of `make run`'s install.
+define install
+	PYTHONWARNINGS='ignore:Editable installation' $(1) -m pip install -q --no-compile \
+	  --disable-pip-version-check -e '.[$(2)]' $(3)
+	echo '$(CURDIR)' > "$$($(1) -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/ssekd-checkout.pth"
+endef
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-$(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -q --upgrade pip
-	# Editable in "compat" mode puts the project folder on sys.path, which is how twistd
-	# finds twisted/plugins/ssekd_plugin.py.
-	$(BIN)/python -m pip install -q -e '.[dev,spark,bench]' --config-settings editable_mode=compat
-	rm -f $(VENV)/.installed-*
+$(RUN_STAMP): pyproject.toml | $(BIN)/python
+	$(call install,$(BIN)/python,demo)
+	rm -f $(VENV)/.installed-run-*
 	touch $@
+
+# The full install includes the run install: both stamps are set.
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(call install,$(BIN)/python,$(FULL_EXTRAS))
+	rm -f $(VENV)/.installed-*
+	touch $@ $(RUN_STAMP)
 
 setup: $(STAMP)
 
@@ -58,7 +82,7 @@ $(ASYNCAPI_SPECS):
 	test -f $@
 
 # Serve etc/zilla.yaml in the foreground: dev TLS key, dev broker and demo producer as needed.
-run: setup
+run: $(RUN_STAMP)
 	$(BIN)/python -m ssekd.dev --dev-broker --dev-tokens --config $(CONFIG)
 
 test: setup system-deps asyncapi-specs
@@ -69,9 +93,7 @@ $(COMPAT)/bin/python:
 
 $(COMPAT_STAMP): pyproject.toml | $(COMPAT)/bin/python
 	@test -n "$(TWISTED_FLOOR)" || { echo "no twisted>= floor found in pyproject.toml"; exit 1; }
-	$(COMPAT)/bin/python -m pip install -q --upgrade pip
-	$(COMPAT)/bin/python -m pip install -q -e '.[dev,spark,bench]' 'twisted[tls,http2]==$(TWISTED_FLOOR)' \
-	  --config-settings editable_mode=compat
+	$(call install,$(COMPAT)/bin/python,$(FULL_EXTRAS),'twisted[tls,http2]==$(TWISTED_FLOOR)')
 	rm -f $(COMPAT)/.installed-*
 	touch $@
 
@@ -90,7 +112,7 @@ test-compat: $(COMPAT_STAMP) system-deps asyncapi-specs
 bench: setup system-deps
 	FULL=$(FULL) $(BIN)/python bench/run.py $(if $(FULL),,--quick)
 
-check: setup
+check: $(RUN_STAMP)
 	$(BIN)/ssekd check --config $(CONFIG)
 
 # docs/config-reference.md is generated from the config schemas; a test fails when it is stale.

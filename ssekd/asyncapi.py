@@ -1,12 +1,21 @@
 """An AsyncAPI 3.0 document for a config: what a client of its event streams can rely on.
 
-One channel per sse-kafka route: its address is the route's path (with its `{name}` parameters),
-its messages the events a stream sends - a record (`event` absent, `data` the record's value; the
-payload schema from the topic's model when the route's topic is one with a model), `delete` for a
+A channel is a path that reaches an event stream through every binding on the way: from a tcp
+listener's port (through a tls binding when there is one), an http route whose `:path`,
+`:scheme` and `:method` let the request through to an sse binding, to the sse-kafka route that
+takes the path. First match wins at every step, so a path an earlier route takes elsewhere (the
+demo's static files, the health paths, this document) is not advertised, and a sse-kafka route
+`/{topic}` reached only through an http route for `/events` is the channel `/events` of topic
+`events`. `with` values are expanded with what the path captures (`{name}` for a part the path
+leaves open), so no title says `${params.topic}`.
+
+A channel's messages are the events a stream sends - a record (`event` absent, `data` the
+record's value; the payload schema from the topic's model when the channel's topic is one with
+a model, its `schemaFormat` the JSON Schema version the schema itself declares), `delete` for a
 tombstone (`data` the base64url key), and `challenge` when the route is guarded by a JWT guard
 with `challenge` (the client answers with a POST). Each channel has one `receive` operation,
-secured by the route's guard (a bearer JWT) when it has one. `servers` are the tcp listeners, as
-`https` when their connections go through a tls binding.
+secured by the route's guard (a bearer JWT) when it has one, and lists the servers (listener
+ports) it is reached on.
 
 Schemas come from the catalogs through `schema_of`, so the daemon can serve what it holds (never
 waiting on a registry on the reactor thread) while `ssekd asyncapi` may ask a registry.
@@ -14,16 +23,20 @@ waiting on a registry on the reactor thread) while `ssekd asyncapi` may ask a re
 
 from __future__ import annotations
 
+import copy
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
+import jsonschema
 import yaml
 
 from ssekd.catalogs.catalog import Catalog, Schema
 from ssekd.catalogs.models import ModelConfig
-from ssekd.config.model import Binding, Config
+from ssekd.config.model import Binding, Config, Route
+from ssekd.patterns import Pattern, Unresolvable, guard_references, substitute
 
 ASYNCAPI_VERSION = "3.0.0"
 #: How the daemon or the command finds a model's schema: None when not (yet) known.
@@ -35,6 +48,244 @@ _CHALLENGE = {"type": "object", "required": ["method", "headers"], "properties":
     "method": {"const": "POST"},
     "headers": {"type": "object", "properties": {
         "content-type": {"const": "application/x-challenge-response"}}}}}
+#: sse-kafka's topic when a route's `with` names none (its default, as in Zilla).
+DEFAULT_TOPIC = "${params.topic}"
+#: The http server's own paths, answered before its routes (its `options.health` defaults).
+_HEALTH_PATHS = ("/health/live", "/health/ready")
+#: The JSON Schema version of each jsonschema validator, as `schemaFormat` writes it.
+_JSON_SCHEMA_VERSIONS = {"Draft3Validator": "draft-03", "Draft4Validator": "draft-04",
+                         "Draft6Validator": "draft-06", "Draft7Validator": "draft-07",
+                         "Draft201909Validator": "2019-09", "Draft202012Validator": "2020-12"}
+
+
+@dataclass(frozen=True)
+class Server:
+    """One listening port, as a client reaches it."""
+
+    key: str
+    host: str
+    port: int
+    secure: bool
+    binding: str
+
+    @property
+    def url(self) -> str:
+        return f"{'https' if self.secure else 'http'}://{self.host}:{self.port}"
+
+
+@dataclass
+class Channel:
+    """A path that reaches an sse-kafka route's stream, and what it streams."""
+
+    key: str
+    address: str
+    #: The sse-kafka binding and the index of its route that takes `address`.
+    binding: str
+    route: int
+    #: The route's topic with the path's captures put in (`{name}` where the path leaves one
+    #: open).
+    topic: str
+    #: The topic exactly as configured, when no capture is left in it (models are looked up by it).
+    literal_topic: str | None
+    #: guard name -> roles, from the http route and the sse-kafka route together.
+    guarded: dict[str, tuple[str, ...]]
+    servers: list[Server] = field(default_factory=list)
+
+    @property
+    def parameters(self) -> list[str]:
+        return _PARAM.findall(self.address)
+
+
+def servers(config: Config) -> list[Server]:
+    """Every port of every tcp server, `secure` when its connections go through a tls binding."""
+    bindings = config.bindings
+    found: list[Server] = []
+    for b in bindings.values():
+        if b.type != "tcp" or b.kind != "server":
+            continue
+        host = str(b.options.get("host", "0.0.0.0"))  # noqa: S104 (only described here)
+        shown = "localhost" if host in ("0.0.0.0", "::", "") else host  # noqa: S104
+        for port in _ports(b.options.get("port")):
+            for exit_name in _tcp_exits(b, port):
+                nxt = bindings.get(exit_name)
+                secure = nxt is not None and nxt.type == "tls"
+                found.append(Server(_KEY.sub("_", f"{b.name}_{port}"), shown, port, secure,
+                                    b.name))
+                break
+    return found
+
+
+def channels(config: Config) -> list[Channel]:
+    """Every path that reaches an sse-kafka route, in config order (see the module's doc)."""
+    bindings = config.bindings
+    found: dict[tuple[str, int, str], Channel] = {}
+    for server in servers(config):
+        listener = bindings[server.binding]
+        for http in _http_servers(config, _tcp_exits(listener, server.port), server.secure):
+            for address, sse_kafka, i, guarded in _stream_paths(config, http, server.secure):
+                route = bindings[sse_kafka].routes[i]
+                slot = (sse_kafka, i, address)
+                channel = found.get(slot)
+                if channel is None:
+                    template = str((route.with_ or {}).get("topic", DEFAULT_TOPIC))
+                    topic = _expand(template, route, address)
+                    literal = None if "${" in template else template
+                    if literal is None and not _PARAM.search(topic):
+                        literal = topic  # every capture the topic uses is fixed by the path
+                    channel = found[slot] = Channel(
+                        "", address, sse_kafka, i, topic, literal,
+                        {**guarded, **route.guarded})
+                if server not in channel.servers:
+                    channel.servers.append(server)
+    result = sorted(found.values(), key=lambda c: (list(bindings).index(c.binding), c.route,
+                                                   c.address))
+    used: set[str] = set()
+    for c in result:
+        key = _KEY.sub("_", f"{c.binding}_{c.route}")
+        n = 1
+        while key in used:
+            n += 1
+            key = _KEY.sub("_", f"{c.binding}_{c.route}_{n}")
+        used.add(key)
+        c.key = key
+    return result
+
+
+def _tcp_exits(b: Binding, port: int) -> list[str]:
+    """Where a tcp server's connections on `port` can go: the first route for that port (and
+    those after it while a route matches only some peers, by `cidr`), else its `exit`."""
+    exits: list[str] = []
+    for route in b.routes:
+        for when in route.when or [{}]:
+            if "port" in when and port not in _ports(when["port"]):
+                continue
+            if route.exit:
+                exits.append(route.exit)
+            if "cidr" not in when:
+                return exits
+            break
+    if b.exit:
+        exits.append(b.exit)
+    return exits
+
+
+def _http_servers(config: Config, names: Sequence[str], secure: bool) -> Iterator[Binding]:
+    """The http servers that connections handed to `names` reach (through a tls binding: any
+    of its routes, by ALPN or server name, or its exit)."""
+    for name in names:
+        b = config.bindings.get(name)
+        if b is None:
+            continue
+        if b.type == "http" and b.kind == "server":
+            yield b
+        elif b.type == "tls" and b.kind == "server" and secure:
+            yield from _http_servers(config, [r.exit for r in b.routes if r.exit] +
+                                     ([b.exit] if b.exit else []), secure)
+
+
+def _stream_paths(config: Config, http: Binding, secure: bool
+                  ) -> Iterator[tuple[str, str, int, dict[str, tuple[str, ...]]]]:
+    """(address, sse-kafka binding, its route index, guards of the http route) for each path
+    that this http server hands to an sse binding whose exit is an sse-kafka binding, and that
+    no earlier route (or the server's own paths) takes first."""
+    scheme = "https" if secure else "http"
+    own = [Pattern.compile(p) for p in _own_paths(http)]
+    earlier: list[Pattern | None] = []  # `:path` patterns of earlier conditions (None: any)
+    routes: list[tuple[Route | None, str | None]] = [(r, r.exit) for r in http.routes]
+    if http.exit:
+        routes.append((None, http.exit))
+    for route, exit_name in routes:
+        whens = route.when if route is not None and route.when else [{}]
+        for when in whens:
+            headers = {str(k).lower(): str(v) for k, v in (when.get("headers") or {}).items()}
+            if not _allows(headers.get(":scheme"), scheme) or \
+                    not _allows(headers.get(":method"), "GET"):
+                continue
+            path = Pattern.compile(headers[":path"]) if ":path" in headers else None
+            sse = config.bindings.get(exit_name or "")
+            target = config.bindings.get(sse.exit or "") if sse is not None else None
+            if sse is not None and sse.type == "sse" and sse.kind == "server" and \
+                    target is not None and target.type == "sse-kafka":
+                guarded = dict(route.guarded) if route is not None else {}
+                for address, i in _sse_kafka_paths(target, path):
+                    if not any(_covers(p, address) for p in own) and \
+                            not any(_covers(p, address) for p in earlier):
+                        yield address, target.name, i, guarded
+            earlier.append(path)
+
+
+def _own_paths(http: Binding) -> list[str]:
+    """Paths an http server answers itself, before its routes."""
+    paths: list[str] = []
+    document = http.options.get("asyncapi")
+    if isinstance(document, Mapping) and "path" in document:
+        paths.append(str(document["path"]))
+    health = http.options.get("health")
+    if isinstance(health, Mapping):
+        paths += [str(health.get("liveness", _HEALTH_PATHS[0])),
+                  str(health.get("readiness", _HEALTH_PATHS[1]))]
+    return paths
+
+
+def _sse_kafka_paths(b: Binding, http_path: Pattern | None) -> Iterator[tuple[str, int]]:
+    """(address, route index) for each sse-kafka route path an http `:path` pattern lets
+    through, where no earlier route of the binding takes every such path first."""
+    earlier: list[Pattern] = []
+    for i, route in enumerate(b.routes):
+        for when in route.when:
+            text = when.get("path")
+            if not isinstance(text, str):
+                continue
+            pattern = Pattern.compile(text)
+            address = _meet(http_path, pattern)
+            if address is not None and not any(_covers(p, address) for p in earlier):
+                yield address, i
+            earlier.append(pattern)
+
+
+def _samples(address: str) -> tuple[str, str]:
+    """Two concrete paths of an address: its `{name}` parts filled two different ways."""
+    return (_PARAM.sub("a", address).replace("*", ""),
+            _PARAM.sub("zz-9", address).replace("*", "x/y"))
+
+
+def _meet(outer: Pattern | None, inner: Pattern) -> str | None:
+    """The address of the paths both patterns match: the narrower of the two, or None when they
+    share none (as far as two samples of each tell; patterns here are paths with `{name}`
+    segments and a trailing `*` at most)."""
+    if outer is None:
+        return inner.text
+    if all(outer.match(s) is not None for s in _samples(inner.text)):
+        return inner.text
+    if all(inner.match(s) is not None for s in _samples(outer.text)):
+        return outer.text
+    return None
+
+
+def _covers(pattern: Pattern | None, address: str) -> bool:
+    """Whether `pattern` matches every path of `address` (so an earlier route takes them all)."""
+    return pattern is None or all(pattern.match(s) is not None for s in _samples(address))
+
+
+def _allows(pattern: str | None, value: str) -> bool:
+    return pattern is None or Pattern.compile(pattern, ignore_case=True).match(value) is not None
+
+
+def _expand(template: str, route: Route, address: str) -> str:
+    """`template` with `${params.x}` from what `address` captures in the route's path (a part
+    the address leaves open stays `{name}`), and a guard's identity named in words."""
+    params: dict[str, str] = {}
+    for when in route.when:
+        text = when.get("path")
+        captured = Pattern.compile(text).match(address) if isinstance(text, str) else None
+        if captured is not None:
+            params = captured
+            break
+    identities = {g: f"{{identity of guard {g}}}" for g in guard_references(template)}
+    try:
+        return substitute(template, params, identities)
+    except Unresolvable:
+        return template
 
 
 def held_schema(catalog: Catalog, model: ModelConfig) -> Schema | None:
@@ -56,81 +307,85 @@ def fetched_schema(catalog: Catalog, model: ModelConfig) -> Schema | None:
 def document(config: Config, catalogs: Mapping[str, Catalog],
              schema_of: SchemaOf = held_schema) -> dict[str, Any]:
     """The AsyncAPI 3.0 document of `config`, as plain data (dump it as YAML or JSON)."""
-    bindings = config.bindings
-    channels: dict[str, Any] = {}
+    found = channels(config)
+    docs_channels: dict[str, Any] = {}
     operations: dict[str, Any] = {}
     schemes: dict[str, Any] = {}
-    outer = _http_guards(bindings)
-    for binding in bindings.values():
-        if binding.type != "sse-kafka":
-            continue
-        for i, route in enumerate(binding.routes):
-            guarded = {**outer.get(binding.name, {}), **route.guarded}
-            for j, when in enumerate(route.when):
-                path = when.get("path")
-                if not isinstance(path, str):
-                    continue
-                key = _KEY.sub("_", f"{binding.name}_{i}" + (f"_{j}" if j else ""))
-                topic = str((route.with_ or {}).get("topic", "${params.topic}"))
-                models = _models(config, route.exit, topic)
-                messages = {"record": _record(topic, models.get("value"), catalogs, schema_of),
-                            "delete": _DELETE}
-                security = []
-                for guard_name, roles in guarded.items():
-                    guard = config.guards.get(guard_name)
-                    schemes[guard_name] = {
-                        "type": "http", "scheme": "bearer", "bearerFormat": "JWT",
-                        "description": f"A JWT checked by guard `{guard_name}`"
-                                       + (f" (issuer {guard.options['issuer']})"
-                                          if guard and guard.options.get("issuer") else "")
-                                       + ". A browser's EventSource cannot set headers: where "
-                                         "the http binding allows it, send it as a query "
-                                         "parameter or cookie instead."}
-                    security.append({"$ref": f"#/components/securitySchemes/{guard_name}"})
-                    if guard is not None and guard.options.get("challenge"):
-                        messages["challenge"] = _challenge(guard.options["challenge"])
-                    if roles:
-                        messages["record"]["description"] += \
-                            f" Needs the role(s) {', '.join(roles)} of guard `{guard_name}`."
-                channel: dict[str, Any] = {
-                    "address": path,
-                    "title": f"{topic} as Server-Sent Events",
-                    "description": f"Records of Kafka topic `{topic}` as Server-Sent Events "
-                                   f"(route {i} of sse-kafka binding `{binding.name}`). Each "
-                                   f"event's `id` says where the stream is; a client that "
-                                   f"reconnects with it (`Last-Event-ID`) resumes exactly "
-                                   f"there.",
-                    "messages": messages}
-                params = _PARAM.findall(path)
-                if params:
-                    channel["parameters"] = {p: {"description": f"`{{{p}}}` of the path."}
-                                             for p in params}
-                channels[key] = channel
-                operation: dict[str, Any] = {
-                    "action": "receive", "channel": {"$ref": f"#/channels/{key}"},
-                    "summary": f"Stream {topic}",
-                    "messages": [{"$ref": f"#/channels/{key}/messages/{m}"} for m in messages]}
-                if security:
-                    operation["security"] = security
-                operations[f"receive_{key}"] = operation
+    for c in found:
+        route = config.bindings[c.binding].routes[c.route]
+        models = _models(config, route.exit, c.literal_topic)
+        messages = {"record": _record(models.get("value"), catalogs, schema_of),
+                    "delete": copy.deepcopy(_DELETE)}
+        security = []
+        for guard_name, roles in c.guarded.items():
+            guard = config.guards.get(guard_name)
+            schemes[guard_name] = {
+                "type": "http", "scheme": "bearer", "bearerFormat": "JWT",
+                "description": f"A JWT checked by guard `{guard_name}`"
+                               + (f" (issuer {guard.options['issuer']})"
+                                  if guard and guard.options.get("issuer") else "")
+                               + ". A browser's EventSource cannot set headers: where "
+                                 "the http binding allows it, send it as a query "
+                                 "parameter or cookie instead."}
+            security.append({"$ref": f"#/components/securitySchemes/{guard_name}"})
+            if guard is not None and guard.options.get("challenge"):
+                messages["challenge"] = _challenge(guard.options["challenge"])
+            if roles:
+                messages["record"]["description"] += \
+                    f" Needs the role(s) {', '.join(roles)} of guard `{guard_name}`."
+        channel: dict[str, Any] = {
+            "address": c.address,
+            "title": f"{c.topic} as Server-Sent Events",
+            "description": f"Records of Kafka topic `{c.topic}` as Server-Sent Events (route "
+                           f"{c.route} of sse-kafka binding `{c.binding}`). Each event's `id` "
+                           f"says where the stream is; a client that reconnects with it "
+                           f"(`Last-Event-ID`) resumes exactly there.",
+            "servers": [{"$ref": f"#/servers/{s.key}"} for s in c.servers],
+            "messages": messages}
+        if c.parameters:
+            channel["parameters"] = {p: {"description": f"`{{{p}}}` of the path"
+                                                        + (", the topic." if c.topic == f"{{{p}}}"
+                                                           else ".")}
+                                     for p in c.parameters}
+        docs_channels[c.key] = channel
+        operation: dict[str, Any] = {
+            "action": "receive", "channel": {"$ref": f"#/channels/{c.key}"},
+            "summary": f"Stream {c.topic}",
+            "messages": [{"$ref": f"#/channels/{c.key}/messages/{m}"} for m in messages]}
+        if security:
+            operation["security"] = security
+        operations[f"receive_{c.key}"] = operation
     doc: dict[str, Any] = {
         "asyncapi": ASYNCAPI_VERSION,
         "info": {"title": config.namespace, "version": "1.0.0",
                  "description": "Kafka topics served as Server-Sent Events by ssekd "
                                 "(generated from its config)."},
         "defaultContentType": "application/json"}
-    servers = _servers(bindings)
-    if servers:
-        doc["servers"] = servers
-    doc["channels"] = channels
+    listed = {s.key: s for s in servers(config)}
+    if listed:
+        doc["servers"] = {key: {"host": f"{s.host}:{s.port}",
+                                "protocol": "https" if s.secure else "http",
+                                "description": f"tcp binding `{s.binding}` (port {s.port})"
+                                               + (" through TLS" if s.secure else "") + "."}
+                          for key, s in listed.items()}
+    doc["channels"] = docs_channels
     doc["operations"] = operations
     if schemes:
         doc["components"] = {"securitySchemes": schemes}
     return doc
 
 
+class _NoAliases(yaml.SafeDumper):
+    """Every value written out in full: a reader of the document should not have to follow
+    `&id001`/`*id001` anchors that PyYAML adds for objects it meets twice."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
 def to_yaml(doc: Mapping[str, Any]) -> str:
-    return yaml.safe_dump(dict(doc), sort_keys=False, allow_unicode=True, width=100)
+    return yaml.dump(dict(doc), Dumper=_NoAliases, sort_keys=False, allow_unicode=True,
+                     width=100)
 
 
 def to_json(doc: Mapping[str, Any]) -> str:
@@ -151,11 +406,19 @@ def _challenge(seconds: Any) -> dict[str, Any]:
             "summary": f"Sent {seconds} s before the stream's token expires: answer with a POST "
                        f"carrying Content-Type application/x-challenge-response and a fresh "
                        f"token, or the stream ends when it expires.",
-            "contentType": "application/json", "payload": _CHALLENGE}
+            "contentType": "application/json", "payload": copy.deepcopy(_CHALLENGE)}
 
 
-def _record(topic: str, config: ModelConfig | None,
-            catalogs: Mapping[str, Catalog], schema_of: SchemaOf) -> dict[str, Any]:
+def json_schema_format(schema: Any) -> str:
+    """The `schemaFormat` of a JSON Schema: the version its `$schema` declares, or - without
+    one - the version ssekd checks records against (jsonschema's newest)."""
+    cls = jsonschema.validators.validator_for(schema if isinstance(schema, dict) else {})
+    version = _JSON_SCHEMA_VERSIONS.get(cls.__name__, "2020-12")
+    return f"application/schema+json;version={version}"
+
+
+def _record(config: ModelConfig | None, catalogs: Mapping[str, Catalog],
+            schema_of: SchemaOf) -> dict[str, Any]:
     message: dict[str, Any] = {"name": "record", "title": "Record",
                                "summary": "One Kafka record's value (event type `message`).",
                                "description": "The value as the topic holds it."}
@@ -171,8 +434,9 @@ def _record(topic: str, config: ModelConfig | None,
         message["description"] = "A JSON document valid against the topic's schema " \
                                  "(records that are not were never delivered)."
         if schema is not None:
-            message["payload"] = {"schemaFormat": "application/schema+json;version=draft-07",
-                                  "schema": json.loads(schema.text)}
+            document = json.loads(schema.text)
+            message["payload"] = {"schemaFormat": json_schema_format(document),
+                                  "schema": document}
         return message
     as_json = config.view == "json"
     message["description"] = ("The Avro record, delivered as JSON (view: json)." if as_json
@@ -185,10 +449,11 @@ def _record(topic: str, config: ModelConfig | None,
     return message
 
 
-def _models(config: Config, exit_name: str | None, topic: str) -> dict[str, ModelConfig]:
-    """The value model of `topic` on the cache_server behind a cache_client, when the route's
-    topic is literal (a topic from the path could be any)."""
-    if "${" in topic or exit_name is None:
+def _models(config: Config, exit_name: str | None, topic: str | None
+            ) -> dict[str, ModelConfig]:
+    """The value model of `topic` on the cache_server behind a cache_client, when the channel's
+    topic is known (a topic from the path could be any)."""
+    if topic is None or exit_name is None:
         return {}
     seen = set()
     name: str | None = exit_name
@@ -204,39 +469,6 @@ def _models(config: Config, exit_name: str | None, topic: str) -> dict[str, Mode
             return {}
         name = b.exit
     return {}
-
-
-def _http_guards(bindings: Mapping[str, Binding]) -> dict[str, dict[str, tuple[str, ...]]]:
-    """Per sse-kafka binding, the guards (and roles) of the http routes that lead to it through
-    an sse binding: a stream passes them before sse-kafka sees it."""
-    found: dict[str, dict[str, tuple[str, ...]]] = {}
-    for b in bindings.values():
-        if b.type != "http":
-            continue
-        for route in b.routes:
-            sse = bindings.get(route.exit) if route.exit else None
-            if route.guarded and sse is not None and sse.type == "sse" and sse.exit:
-                found.setdefault(sse.exit, {}).update(route.guarded)
-    return found
-
-
-def _servers(bindings: Mapping[str, Binding]) -> dict[str, Any]:
-    servers: dict[str, Any] = {}
-    for b in bindings.values():
-        if b.type != "tcp" or b.kind != "server":
-            continue
-        host = str(b.options.get("host", "0.0.0.0"))  # noqa: S104 (only described here)
-        shown = "localhost" if host in ("0.0.0.0", "::", "") else host  # noqa: S104
-        for port in _ports(b.options.get("port")):
-            exit_name = next((r.exit for r in b.routes
-                              if any(w.get("port") == port for w in r.when)), b.exit)
-            nxt = bindings.get(exit_name) if exit_name else None
-            secure = nxt is not None and nxt.type == "tls"
-            servers[_KEY.sub("_", f"{b.name}_{port}")] = {
-                "host": f"{shown}:{port}", "protocol": "https" if secure else "http",
-                "description": f"tcp binding `{b.name}` (listening on {host}:{port})"
-                               + (" through TLS" if secure else "") + "."}
-    return servers
 
 
 def _ports(spec: Any) -> list[int]:

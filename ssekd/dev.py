@@ -2,8 +2,11 @@
 
     python -m ssekd.dev --config etc/zilla.yaml [--dev-broker] [--dev-tokens] [--no-demo]
 
-1. A development TLS store for each vault store the config names that does not exist yet
-   (`ssekd.devcert`, password `$KEYSTORE_PASSWORD`, else the documented dev password).
+0. When a port the config listens on is taken already (a `make run` in another terminal), one
+   line says so and nothing is started.
+1. A development TLS store for each vault store the config names that does not exist yet, or
+   that is a development store the config's password does not open (`ssekd.devcert`, with the
+   password the config gives the store).
 2. With `--dev-broker` (as `make run` passes it), the development broker (tansu) on each local
    address a binding connects to (a kafka client's `servers`) when nothing listens there. A real
    Kafka that already listens is used as it is. Without the flag nothing is started, only
@@ -15,10 +18,14 @@
    (`ssekd.devtoken`) there, with a key it creates under the config's folder
    (`jwt/dev-key.pem`), and a `?token=` link to the demo page. Never without the flag: a token
    service with a key of its own must not stand in for a production JWKS endpoint.
-5. `twistd -n ssekd --config …` in the foreground. Ctrl-C or SIGTERM stops all of it.
+5. `twistd -n ssekd --config …` in the foreground, its output passed on line by line. Once it
+   serves (it listens, and the bootstrap topics are assigned or Kafka is reported unreachable),
+   one block says what to open - the pages, the streams, the https address with its CA, the
+   guarded demo's link - and that Ctrl-C stops it all. Ctrl-C or SIGTERM stops all of it.
 
 What a binding connects to and consumes comes from its kind (`KindSpec.connects_to`,
-`KindSpec.bootstrap_topics`): this launcher names no binding type.
+`KindSpec.bootstrap_topics`), and what is served from the config's AsyncAPI channels: this
+launcher names no binding type.
 """
 
 from __future__ import annotations
@@ -28,19 +35,30 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 from urllib.parse import quote, urlsplit
 
+from ssekd import asyncapi
 from ssekd.bindings.registry import Registry, discover
 from ssekd.broker import Broker, port_open, start_broker, stop_process
 from ssekd.config import ConfigError
 from ssekd.config.load import load_config
 from ssekd.config.model import Config
+from ssekd.sockets import port_in_use
 
 LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1"}
+#: Seconds the guarded demo's link token lives: long enough to read the output and click it.
+#: The page renews it (with tokens that live `devtoken.DEFAULT_TTL`) before it runs out.
+LINK_TOKEN_TTL = 300.0
+#: Seconds the ready block waits for the bootstrap topics before it is printed anyway.
+READY_WAIT = 20.0
+#: Records per second the demo producer writes.
+DEMO_RATE = 2
 
 
 def local_servers(config: Config, registry: Registry) -> list[tuple[str, int]]:
@@ -78,12 +96,24 @@ def dev_token_guards(config: Config) -> list[tuple[str, int, Any]]:
     return found
 
 
-def start_dev_tokens(config: Config, page: str) -> list[subprocess.Popen[bytes]]:
-    """The development token service for each local JWKS URL nothing answers yet, and a link
-    that opens the demo page with a token (and where to renew it)."""
+def listened_ports(config: Config) -> list[tuple[str, int]]:
+    """(host, port) of every port the daemon will listen on (its tcp servers)."""
+    ports: list[tuple[str, int]] = []
+    for server in asyncapi.servers(config):
+        host = str(config.bindings[server.binding].options.get("host", "0.0.0.0"))  # noqa: S104
+        if (host, server.port) not in ports:
+            ports.append((host, server.port))
+    return ports
+
+
+def start_dev_tokens(config: Config, page: str) -> tuple[list[subprocess.Popen[bytes]],
+                                                         list[str]]:
+    """The development token service for each local JWKS URL nothing answers yet, and links
+    that open the demo page with a token (and where to renew it)."""
     from ssekd import devtoken
 
     started = []
+    links = []
     key_path = config.folder / "jwt" / devtoken.KEY_NAME
     for host, port, options in dev_token_guards(config):
         if port_open(host, port):
@@ -98,85 +128,243 @@ def start_dev_tokens(config: Config, page: str) -> list[subprocess.Popen[bytes]]
         deadline = time.monotonic() + 10
         while not port_open(host, port) and time.monotonic() < deadline:
             time.sleep(0.05)
-        token = devtoken.mint(key, issuer, audience, ttl=devtoken.DEFAULT_TTL)
+        token = devtoken.mint(key, issuer, audience, ttl=LINK_TOKEN_TTL)
         renew = quote(f"http://{host}:{port}/token?sub=demo&scope=read", safe="")
-        print(f"ssekd.dev: development tokens on http://{host}:{port} (key {key_path});\n"
-              f"ssekd.dev: open the guarded demo: {page}?token={token}&renew={renew}",
-              file=sys.stderr)
-    return started
+        say(f"development tokens on http://{host}:{port} (key {shown(key_path)})")
+        links.append(f"{page}?token={token}&renew={renew}")
+    return started, links
 
 
-def ensure_dev_stores(config_path: Path) -> None:
-    """Create a dev PKCS#12 for vault stores that are missing (only under the config folder)."""
-    import yaml
-
+def ensure_dev_stores(config: Config) -> list[Path]:
+    """Create a development PKCS#12 for each vault `keys` store under the config's folder that
+    is missing, or that is a development store its configured password does not open (made
+    with another one); return the CA files of the development stores the config uses."""
     from ssekd import devcert
 
-    data = yaml.safe_load(config_path.read_text()) or {}
-    password = os.environ.setdefault("KEYSTORE_PASSWORD", devcert.DEV_PASSWORD)
-    for vault in (data.get("vaults") or {}).values():
-        store = ((vault or {}).get("options") or {}).get("keys", {}).get("store")
+    cas = []
+    for vault in config.vaults.values():
+        keys = (vault.options or {}).get("keys") or {}
+        store = keys.get("store")
         if not store:
             continue
-        path = (config_path.parent / store).resolve()
-        if not path.exists() and config_path.parent.resolve() in path.parents:
-            devcert.ensure_dev_store(path.parent, password)
-            print(f"ssekd.dev: created development TLS store {path} "
-                  f"(CA for curl --cacert: {path.parent / devcert.CA_NAME})", file=sys.stderr)
+        path = config.resolve_path(str(store))
+        password = keys.get("password")
+        password = str(password) if password is not None else None
+        inside = config.folder.resolve() in path.resolve().parents
+        stale = path.exists() and devcert.is_dev_store(path) and \
+            not devcert.store_is_current(path, password)
+        if inside and (not path.exists() or stale):
+            devcert.ensure_dev_store(path.parent, password, force=True)
+            say(f"{'made a new' if stale else 'created'} development TLS store "
+                f"{shown(path)} (its CA, for curl --cacert: {shown(path.parent / devcert.CA_NAME)})")
+        if devcert.is_dev_store(path):
+            cas.append(path.parent / devcert.CA_NAME)
+    return cas
+
+
+def shown(path: Path) -> str:
+    """A path as short as it can be said from here."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def say(text: str) -> None:
+    print(f"ssekd.dev: {text}", file=sys.stderr, flush=True)
+
+
+@dataclass
+class ReadyBlock:
+    """What `make run` prints once the daemon serves: what to open, and how to stop."""
+
+    config: Path
+    urls: list[tuple[str, str]]
+    links: list[str] = field(default_factory=list)
+    stop_what: str = "ssekd"
+
+    def text(self) -> str:
+        width = max((len(u) for u, _ in self.urls), default=0)
+        lines = [f"ssekd.dev: ssekd is serving {self.config}. Open:"]
+        lines += [f"  {url:<{width}}  {what}" for url, what in self.urls]
+        lines += [f"ssekd.dev: Ctrl-C stops {self.stop_what}."]
+        for link in self.links:
+            lines += ["ssekd.dev: the guarded demo page, with a token that lives "
+                      f"{LINK_TOKEN_TTL / 60:g} minutes (the page renews it):", f"  {link}"]
+        return "\n".join(lines)
+
+
+def ready_block(config_path: Path, config: Config, cas: Sequence[Path], links: Sequence[str],
+                started: Sequence[str]) -> ReadyBlock:
+    """The pages and streams of the config, by listener: on the first plain port the page and
+    each stream, on the first TLS port the page with the CA to trust."""
+    urls: list[tuple[str, str]] = []
+    found = asyncapi.channels(config)
+    listed = asyncapi.servers(config)
+    plain = next((s for s in listed if not s.secure), None)
+    secure = next((s for s in listed if s.secure), None)
+    if plain is not None:
+        urls.append((f"{plain.url}/", "the demo page"))
+        for c in found:
+            if plain in c.servers:
+                what = f"topic {c.topic} as a stream" + \
+                       (" (needs a token)" if c.guarded else
+                        f": curl -N {plain.url}{c.address}")
+                urls.append((f"{plain.url}{c.address}", what))
+    if secure is not None:
+        trust = f" (curl --cacert {shown(cas[0])})" if cas else ""
+        urls.append((f"{secure.url}/", f"the same over TLS and HTTP/2{trust}"))
+    stop = ", ".join(["ssekd", *started[:-1]]) + (f" and {started[-1]}" if started else "")
+    return ReadyBlock(config_path, urls, list(links), stop)
+
+
+class DaemonOutput:
+    """Passes the daemon's output on, line by line, and notes what says it serves: on threads
+    of their own, so a daemon that writes a lot never waits on this launcher."""
+
+    def __init__(self, process: subprocess.Popen[bytes], topics: Sequence[str]) -> None:
+        self.lock = threading.Lock()
+        self.waiting = set(topics)
+        self.kafka_unreachable = False
+        self.changed = threading.Event()
+        self.threads = [threading.Thread(target=self._pass_on, args=(src, dst), daemon=True)
+                        for src, dst in ((process.stdout, sys.stdout),
+                                         (process.stderr, sys.stderr)) if src is not None]
+        for t in self.threads:
+            t.start()
+
+    def _pass_on(self, source: IO[bytes], sink: IO[str]) -> None:
+        for raw in iter(source.readline, b""):
+            line = raw.decode("utf-8", errors="replace")
+            self._note(line)
+            with self.lock:
+                sink.write(line)
+                sink.flush()
+
+    def _note(self, line: str) -> None:
+        if " BINDING_KAFKA_PARTITIONS_ASSIGNED " in line:
+            topic = line.split(" BINDING_KAFKA_PARTITIONS_ASSIGNED ", 1)[1].split(" ", 1)[0]
+            self.waiting.discard(topic)
+            self.changed.set()
+        elif " BINDING_KAFKA_BROKER_UNAVAILABLE " in line:
+            self.kafka_unreachable = True
+            self.changed.set()
+
+    def print(self, text: str) -> None:
+        with self.lock:
+            print(text, flush=True)
+
+    def join(self, timeout: float = 5.0) -> None:
+        for t in self.threads:
+            t.join(timeout)
+
+
+def wait_serving(process: subprocess.Popen[bytes], output: DaemonOutput,
+                 ports: Sequence[tuple[str, int]], timeout: float = READY_WAIT) -> bool:
+    """Wait until the daemon accepts connections on every port and its bootstrap topics are
+    assigned (or Kafka is reported unreachable, or `timeout` passed); False if it exited."""
+    deadline = time.monotonic() + timeout
+    for host, port in ports:
+        probe = "127.0.0.1" if host in ("0.0.0.0", "", "localhost") else host  # noqa: S104
+        probe = "::1" if probe == "::" else probe
+        while not port_open(probe, port):
+            if process.poll() is not None:
+                return False
+            if time.monotonic() > deadline:
+                return True
+            time.sleep(0.05)
+    while output.waiting and not output.kafka_unreachable and time.monotonic() < deadline:
+        if process.poll() is not None:
+            return False
+        output.changed.wait(0.1)
+        output.changed.clear()
+    return process.poll() is None
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m ssekd.dev",
+        description="What `make run` runs: prepare what the config needs on a development "
+                    "machine (a TLS store, the development broker and demo producer, the "
+                    "development token service), then run the daemon in the foreground and "
+                    "say what to open once it serves. Ctrl-C stops all of it.")
+    p.add_argument("--config", "-c", type=Path, default=Path("etc/zilla.yaml"),
+                   help="the zilla.yaml to serve (default: etc/zilla.yaml)")
+    p.add_argument("--dev-broker", action="store_true",
+                   help="start the development broker on local Kafka addresses where nothing "
+                        "listens (make run passes it)")
+    p.add_argument("--no-demo", action="store_true", help="do not run the demo producer")
+    p.add_argument("--dev-tokens", action="store_true",
+                   help="start the development token service for a guard whose JWKS URL is "
+                        "local and silent (make run passes it)")
+    p.add_argument("--page", default=None,
+                   help="the demo page, for the link printed for a guarded config (default: "
+                        "/ on the config's first cleartext port)")
+    return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", "-c", type=Path, default=Path("etc/zilla.yaml"))
-    parser.add_argument("--dev-broker", action="store_true",
-                        help="start the development broker on local Kafka addresses where "
-                             "nothing listens (make run passes it)")
-    parser.add_argument("--no-demo", action="store_true", help="do not run the demo producer")
-    parser.add_argument("--dev-tokens", action="store_true",
-                        help="start the development token service for a guard whose JWKS URL "
-                             "is local and silent (make run passes it)")
-    parser.add_argument("--page", default="http://localhost:7114/",
-                        help="the demo page, for the link printed for a guarded config")
-    args = parser.parse_args(argv)
+    args = parser().parse_args(argv)
+    from ssekd import devcert
 
-    ensure_dev_stores(args.config)
+    # a config of one's own that reads the store password from the environment, as Zilla's
+    # example does, runs with the development store's
+    os.environ.setdefault("KEYSTORE_PASSWORD", devcert.DEV_PASSWORD)
     try:
         registry = discover()
         config = load_config(args.config, registry)
     except ConfigError as e:
         print(e, file=sys.stderr)
         return 1
+    ports = listened_ports(config)
+    for host, port in ports:
+        if port and port_in_use(host, port):
+            say(f"port {port} is in use (another ssekd? a `make run` in another terminal?): "
+                f"stop it, or change the port in {args.config}")
+            return 1
+    cas = ensure_dev_stores(config)
 
     brokers: list[Broker] = []
     children: list[subprocess.Popen[bytes]] = []
+    started: list[str] = []
+    links: list[str] = []
     bin_dir = Path(sys.executable).parent
+    plain = next((s for s in asyncapi.servers(config) if not s.secure), None)
+    page = args.page or (f"{plain.url}/" if plain is not None else "http://localhost:7114/")
     try:
         if args.dev_tokens:
-            children += start_dev_tokens(config, args.page)
+            tokens, links = start_dev_tokens(config, page)
+            children += tokens
+            started += ["the token service"] if tokens else []
         for host, port in local_servers(config, registry):
             if port_open(host, port):
                 continue
             if args.dev_broker:
                 brokers.append(start_broker(port, host))
-                print(f"ssekd.dev: development broker (tansu) on {host}:{port}",
-                      file=sys.stderr)
+                say(f"development broker (tansu) on {host}:{port}")
             else:
-                print(f"ssekd.dev: nothing listens on {host}:{port} yet; the daemon retries "
-                      f"until it does (--dev-broker starts a development broker there)",
-                      file=sys.stderr)
+                say(f"nothing listens on {host}:{port} yet; the daemon retries until it "
+                    f"does (--dev-broker starts a development broker there)")
+        started += ["the development broker"] if brokers else []
         topics = bootstrap_topics(config, registry)
         if brokers and topics and not args.no_demo:
             for topic in topics:
                 children.append(subprocess.Popen(
                     [sys.executable, "-m", "ssekd.produce", "--bootstrap",
-                     brokers[0].bootstrap, "--topic", topic, "--rate", "2"],
+                     brokers[0].bootstrap, "--topic", topic, "--rate", str(DEMO_RATE)],
                     start_new_session=True))
-                print(f"ssekd.dev: demo producer writing 2 records/s to {topic}",
-                      file=sys.stderr)
+                say(f"demo producer writing {DEMO_RATE} records/s to {topic} (every 25th "
+                    f"deletes its key)")
+            started += ["the demo producer"]
         # Own sessions: Ctrl-C reaches only this launcher, which stops the daemon once, in order.
+        # Unbuffered: its lines are passed on as they come, not when a pipe buffer fills.
         daemon = subprocess.Popen([str(bin_dir / "twistd"), "-n", "--pidfile=", "ssekd",
-                                   "--config", str(args.config)], start_new_session=True)
+                                   "--config", str(args.config)], start_new_session=True,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  stdin=subprocess.DEVNULL,
+                                  env={**os.environ, "PYTHONUNBUFFERED": "1"})
         children.append(daemon)
+        output = DaemonOutput(daemon, topics)
 
         forwarded: list[int] = []
 
@@ -188,7 +376,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         signal.signal(signal.SIGTERM, forward)
         signal.signal(signal.SIGINT, forward)
-        return daemon.wait()
+        if wait_serving(daemon, output, ports) and not forwarded:
+            output.print(ready_block(args.config, config, cas, links, started).text())
+        status = daemon.wait()
+        output.join()
+        return status
     finally:
         for child in children:
             stop_process(child)

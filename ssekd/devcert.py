@@ -7,10 +7,11 @@ certificate under alias `ssekd-dev-ca`) and `<dir>/ca.pem` (give it to curl with
 import it into a browser to trust the dev server). Nothing happens when the store already exists
 and its certificate is still valid, so `make run` can call this every time.
 
-The password is `$KEYSTORE_PASSWORD` when set, else `DEV_PASSWORD` below - a published value,
-because this store protects nothing: it exists so the shipped `etc/zilla.yaml`, which reads
-`${{env.KEYSTORE_PASSWORD}}` like the seed deployment, runs as is. The CA's private key is never
-written anywhere, so it cannot be used to mint certificates for other names later.
+`make run` gives it the password the config names for it; the shipped configs name
+`DEV_PASSWORD` below - a published value, because this store protects nothing: it exists so
+`etc/zilla.yaml` checks and runs as it is. From the command line the password is
+`$KEYSTORE_PASSWORD` when set, else that one. The CA's private key is never written anywhere, so
+it cannot be used to mint certificates for other names later.
 
 The helpers (`make_ca`, `issue`, `write_store`) are also what the TLS tests use to build stores.
 """
@@ -43,6 +44,8 @@ DEV_DIR = Path("etc/tls")
 STORE_NAME = "localhost.p12"
 CA_NAME = "ca.pem"
 CA_ALIAS = "ssekd-dev-ca"
+#: The common name of the development CA, by which `is_dev_store` knows a store made here.
+DEV_CA_NAME = "ssekd development CA"
 
 
 @dataclass(frozen=True)
@@ -57,7 +60,7 @@ def _now() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
 
 
-def make_ca(common_name: str = "ssekd development CA", days: int = 3650) -> Issued:
+def make_ca(common_name: str = DEV_CA_NAME, days: int = 3650) -> Issued:
     """A self-signed CA certificate (P-256: small and fast to handshake with)."""
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
@@ -132,10 +135,11 @@ def write_store(path: Path, alias: str | None, issued: Issued | None, password: 
     tmp.replace(path)
 
 
-def store_is_current(path: Path, password: str) -> bool:
+def store_is_current(path: Path, password: str | None) -> bool:
     """Does `path` hold a readable store whose key certificate is valid for another day?"""
     try:
-        loaded = pkcs12.load_pkcs12(path.read_bytes(), password.encode())
+        loaded = pkcs12.load_pkcs12(path.read_bytes(),
+                                    password.encode() if password is not None else None)
     except (OSError, ValueError):
         return False
     if loaded.cert is None:
@@ -143,7 +147,7 @@ def store_is_current(path: Path, password: str) -> bool:
     return loaded.cert.certificate.not_valid_after_utc > _now() + datetime.timedelta(days=1)
 
 
-def ensure_dev_store(folder: Path = DEV_DIR, password: str = DEV_PASSWORD,
+def ensure_dev_store(folder: Path = DEV_DIR, password: str | None = DEV_PASSWORD,
                      names: Sequence[str] = ("localhost", "127.0.0.1", "::1"),
                      force: bool = False) -> tuple[Path, bool]:
     """Create the development store in `folder` unless a current one exists.
@@ -160,9 +164,37 @@ def ensure_dev_store(folder: Path = DEV_DIR, password: str = DEV_PASSWORD,
     return store, True
 
 
+def is_dev_store(store: Path) -> bool:
+    """Whether `store` was made here: beside it is the `ca.pem` of a development CA."""
+    try:
+        ca = x509.load_pem_x509_certificate((store.parent / CA_NAME).read_bytes())
+    except (OSError, ValueError):
+        return False
+    names = ca.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+    return bool(names) and names[0].value == DEV_CA_NAME
+
+
+def store_hint(store: Path, missing: bool) -> str:
+    """What to do about a vault store that is missing or does not open with its password, when
+    it is (or would be) a development store; "" otherwise. For the config error."""
+    if missing and store.name == STORE_NAME:
+        return (f"; `make run` makes a development store there (or: python -m ssekd.devcert "
+                f"--dir {store.parent} --password ...)")
+    if not missing and is_dev_store(store):
+        return (f"; it is a development store made by `make run` with another password: give "
+                f"that one, or remove {store.parent} and `make run` makes it again with the "
+                f"password the config gives")
+    return ""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ssekd.devcert", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m ssekd.devcert",
+        description=f"Write a development TLS store: <dir>/{STORE_NAME} (alias localhost: a key "
+                    f"and its certificate from a throwaway CA, plus the CA's certificate) and "
+                    f"<dir>/{CA_NAME} (for curl --cacert, or a browser's trusted CAs). Nothing "
+                    f"happens when a current store is there already. For development only: "
+                    f"the default password, {DEV_PASSWORD}, is published.")
     parser.add_argument("--dir", type=Path, default=DEV_DIR, help="where to write (etc/tls)")
     parser.add_argument("--password", default=os.environ.get("KEYSTORE_PASSWORD", DEV_PASSWORD),
                         help="store password ($KEYSTORE_PASSWORD, else the dev password)")

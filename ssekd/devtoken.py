@@ -113,15 +113,23 @@ def serve(key: ec.EllipticCurvePrivateKey, host: str, port: int, issuer: str | N
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--key", type=Path, default=Path("etc/jwt") / KEY_NAME)
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=7180)
-    parser.add_argument("--issuer")
-    parser.add_argument("--audience")
+    parser = argparse.ArgumentParser(
+        prog="python -m ssekd.devtoken",
+        description="A development token service: serves the public key at /jwks.json and "
+                    "signs a token for anyone at /token?sub=...&scope=...&ttl=... (what `make "
+                    "run CONFIG=etc/zilla-jwt.yaml` starts). Never expose it.")
+    parser.add_argument("--key", type=Path, default=Path("etc/jwt") / KEY_NAME,
+                        help="the signing key, made when missing (default: etc/jwt/dev-key.pem)")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="the address to listen on (default: 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=7180,
+                        help="the port to listen on (default: 7180)")
+    parser.add_argument("--issuer", help="the tokens' `iss` claim")
+    parser.add_argument("--audience", help="the tokens' `aud` claim")
     parser.add_argument("--mint", action="store_true", help="print one token and exit")
-    parser.add_argument("--sub", default="demo")
-    parser.add_argument("--ttl", type=float, default=DEFAULT_TTL)
+    parser.add_argument("--sub", default="demo", help="the minted token's subject (default: demo)")
+    parser.add_argument("--ttl", type=float, default=DEFAULT_TTL,
+                        help=f"the minted token's lifetime in seconds (default: {DEFAULT_TTL:g})")
     args = parser.parse_args(argv)
     key = ensure_dev_key(args.key)
     if args.mint:

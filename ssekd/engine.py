@@ -13,7 +13,9 @@ accepted before the reload go on with the graph they started with.
 
 from __future__ import annotations
 
+import errno
 import os
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +23,7 @@ from typing import Any
 
 from twisted.application.service import IService, MultiService, Service
 from twisted.internet import defer
+from twisted.internet.error import CannotListenError
 from twisted.internet.interfaces import IAddress, IListeningPort, IProtocol, IReactorTCP
 from twisted.internet.protocol import ServerFactory
 from twisted.internet.task import LoopingCall
@@ -520,7 +523,17 @@ class Engine(MultiService):
         then runs unprivileged; connections are not accepted before the reactor runs."""
         assert self._pending is not None, "Engine started twice"
         super().privilegedStartService()
-        self._listen(self._pending)
+        try:
+            self._listen(self._pending)
+        except CannotListenError as e:
+            # one line, no traceback: a port taken since `makeService` looked, or one under
+            # 1024 without the right to it
+            why = "is in use (another ssekd?)" \
+                if getattr(e.socketError, "errno", None) == errno.EADDRINUSE else \
+                f"cannot be opened ({getattr(e.socketError, 'strerror', None) or e.socketError})"
+            print(f"ssekd: port {e.port} {why}: cannot listen on {e.interface or '*'}:{e.port}",
+                  file=sys.stderr)
+            raise SystemExit(1) from None
 
     def startService(self) -> None:
         graph, self._pending = self._pending, None

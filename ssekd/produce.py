@@ -14,8 +14,24 @@ import json
 import random
 import sys
 import time
+from typing import Any
 
 KEYS = ("sensor-a", "sensor-b", "sensor-c", "sensor-d", "sensor-e", "sensor-f")
+
+
+class QuietLog:
+    """librdkafka's log for the demo producer: each distinct line once, on stderr, instead of
+    `%3|...|FAIL|...` twenty times a second while the broker is away."""
+
+    def __init__(self) -> None:
+        self.said: set[str] = set()
+
+    def log(self, level: int, fmt: str, *args: object) -> None:
+        message = str(args[-1]) if args else fmt
+        text = message.split(" (after ", 1)[0]  # "(after 0ms in state CONNECT)" varies
+        if text not in self.said and len(self.said) < 100:
+            self.said.add(text)
+            print(f"ssekd produce: {text}", file=sys.stderr)
 
 
 def ensure_topic(bootstrap: str, topic: str, partitions: int = 3, timeout: float = 30.0) -> None:
@@ -23,7 +39,8 @@ def ensure_topic(bootstrap: str, topic: str, partitions: int = 3, timeout: float
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    conf: dict[str, Any] = {"bootstrap.servers": bootstrap, "logger": QuietLog()}
+    admin = AdminClient(conf)
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -52,7 +69,7 @@ def produce(bootstrap: str, topic: str, rate: float = 2.0, count: int | None = N
 
     ensure_topic(bootstrap, topic)
     rng = random.Random(seed)
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "logger": QuietLog()})
     interval = 1.0 / rate if rate > 0 else 0.0
     sent = 0
     next_at = time.monotonic()
@@ -78,10 +95,15 @@ def produce(bootstrap: str, topic: str, rate: float = 2.0, count: int | None = N
     return sent
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Produce demo records for the demo page.")
-    parser.add_argument("--bootstrap", default="localhost:9092")
-    parser.add_argument("--topic", default="events")
+def main(argv: list[str] | None = None, prog: str = "python -m ssekd.produce") -> int:
+    parser = argparse.ArgumentParser(
+        prog=prog, description="Write demo records to a topic, for the demo page: a reading "
+                               "of one of six sensors at a time, and every 25th record a "
+                               "delete of its key (a tombstone). Creates the topic (3 "
+                               "partitions) when it does not exist.")
+    parser.add_argument("--bootstrap", default="localhost:9092",
+                        help="Kafka bootstrap servers, host:port (default: localhost:9092)")
+    parser.add_argument("--topic", default="events", help="the topic (default: events)")
     parser.add_argument("--rate", type=float, default=2.0, help="records per second")
     parser.add_argument("--count", type=int, default=None, help="stop after this many")
     args = parser.parse_args(argv)

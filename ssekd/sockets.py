@@ -7,6 +7,7 @@ then lets each worker's reactor adopt it (`adoptStreamPort`).
 
 from __future__ import annotations
 
+import errno
 import os
 import socket
 
@@ -42,3 +43,21 @@ def family_of(fd: int) -> socket.AddressFamily:
         return probe.family
     finally:
         probe.close()
+
+
+def port_in_use(host: str, port: int) -> bool:
+    """Whether another socket holds (host, port), so listening there would fail: a bind as
+    `listenTCP` makes it (SO_REUSEADDR, so a port left in TIME_WAIT is free), without
+    SO_REUSEPORT (which would share the port with another process that set it too)."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+    except OSError:
+        return False  # an address that does not resolve: the daemon says so itself
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as e:
+            return e.errno == errno.EADDRINUSE
+    return False

@@ -11,7 +11,7 @@ import os
 import re
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -22,9 +22,11 @@ from twisted.python import usage
 from twisted.python.components import Componentized
 
 from ssekd import __version__, sd_notify, siblings
+from ssekd.bindings.api import ListenSpec
 from ssekd.config import ConfigError
 from ssekd.config.model import DEFAULT_NAMESPACE
 from ssekd.engine import ENGINE, Engine
+from ssekd.sockets import port_in_use
 from ssekd.telemetry.events import EventLog, stdout_stream
 from ssekd.telemetry.twistd_log import observer_for
 from ssekd.workers import Supervisor, parse_inherited, resolve_count
@@ -323,6 +325,8 @@ def makeService(options: Options | dict[str, Any], reactor: Any = None,
     top = Daemon(engine.events, twistd_options)
     built = engine.built
     assert built is not None
+    if worker is None and whole_process:
+        refuse_taken_ports(built.listen_specs())
     count = resolve_count(options.get("workers"), built.config.engine.workers)
     if worker is None and count > 1 and whole_process:
         supervisor = Supervisor(engine, count, worker_arguments(options))
@@ -354,6 +358,17 @@ def makeService(options: Options | dict[str, Any], reactor: Any = None,
     if options.get("watch"):
         WatchConfig(engine, float(options.get("watch-interval", 1.0))).setServiceParent(top)
     return top
+
+
+def refuse_taken_ports(specs: Iterable[ListenSpec]) -> None:
+    """A port another process holds (a second `make run`, a daemon already running) stops the
+    daemon here, with one line, before twistd starts logging or daemonizes: the user sees why
+    in the terminal, and no traceback."""
+    for spec in specs:
+        if spec.port and port_in_use(spec.host, spec.port):
+            print(f"ssekd: port {spec.port} is in use (another ssekd?): cannot listen on "
+                  f"{spec.host}:{spec.port}", file=sys.stderr)
+            raise SystemExit(1)
 
 
 def worker_arguments(options: Options | dict[str, Any]) -> list[str]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import yaml
 
 from ssekd.cli import main
 from tests.support.asyncapi import ROOT, problems
+from tests.support.channels import EXPECTED, write_walk_config
 from tests.support.schema_registry import Registry
 
 AVRO = {"type": "record", "name": "Price",
@@ -33,9 +35,7 @@ def _asyncapi(config: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> 
     return out.out, out.err
 
 
-def test_demo_config_document_is_valid_asyncapi_3(capsys: pytest.CaptureFixture[str],
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("KEYSTORE_PASSWORD", "unused-here")
+def test_demo_config_document_is_valid_asyncapi_3(capsys: pytest.CaptureFixture[str]) -> None:
     text, _ = _asyncapi(ROOT / "etc" / "zilla.yaml", capsys)
     doc = yaml.safe_load(text)
     assert problems(doc) == []
@@ -44,24 +44,41 @@ def test_demo_config_document_is_valid_asyncapi_3(capsys: pytest.CaptureFixture[
     assert doc["asyncapi"] == "3.0.0"
     assert {s["host"]: s["protocol"] for s in doc["servers"].values()} == \
         {"localhost:7143": "https", "localhost:7114": "http"}
-    events = next(c for c in doc["channels"].values() if c["address"] == "/events")
+    # the sse-kafka route is `/{topic}`, but the http routes let only /events through to it
+    [events] = doc["channels"].values()
+    assert events["address"] == "/events" and "parameters" not in events
+    assert events["title"] == "events as Server-Sent Events"
+    assert sorted(s["$ref"] for s in events["servers"]) == \
+        ["#/servers/north_tcp_server_7114", "#/servers/north_tcp_server_7143"]
     record = events["messages"]["record"]
     schema = json.loads((ROOT / "etc" / "schemas" / "events.json").read_text())
-    assert record["payload"] == {"schemaFormat": "application/schema+json;version=draft-07",
+    assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+    assert record["payload"] == {"schemaFormat": "application/schema+json;version=2020-12",
                                  "schema": schema}
     assert events["messages"]["delete"]["payload"]["type"] == "string"
-    anything = next(c for c in doc["channels"].values() if c["address"] == "/{topic}")
-    assert "payload" not in anything["messages"]["record"]  # a topic from the path: any
-    assert set(anything["parameters"]) == {"topic"}
     assert all(o["action"] == "receive" for o in doc["operations"].values())
+    assert "${" not in text, "every title and description expanded"
+    assert not re.search(r"[&*]id\d", text), "no YAML anchors or aliases"
 
 
 def test_guarded_routes_and_registry_models_document_is_valid(
-        tmp_path: Path, registry: Registry, capsys: pytest.CaptureFixture[str],
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("KEYSTORE_PASSWORD", "unused-here")
+        tmp_path: Path, registry: Registry, capsys: pytest.CaptureFixture[str]) -> None:
     registry.register("prices-value", AVRO)
     text = (ROOT / "etc" / "zilla-jwt.yaml").read_text()
+    text = text.replace("""        guarded:
+          jwt0:
+            - read
+""", """        guarded:
+          jwt0:
+            - read
+      - when:
+          - headers:
+              :path: /prices/*
+        exit: north_sse_server
+        guarded:
+          jwt0:
+            - read
+""")
     text = text.replace("""    routes:
       - when:
           - path: /{topic}
@@ -125,9 +142,8 @@ def test_guarded_routes_and_registry_models_document_is_valid(
 
 
 def test_the_official_schema_catches_a_broken_document(
-        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+        capsys: pytest.CaptureFixture[str]) -> None:
     """The check above can fail: the same validator refuses what AsyncAPI 3.0 does not allow."""
-    monkeypatch.setenv("KEYSTORE_PASSWORD", "unused-here")
     doc = yaml.safe_load(_asyncapi(ROOT / "etc" / "zilla.yaml", capsys)[0])
     for breakage in ("action", "address", "version"):
         broken = copy.deepcopy(doc)
@@ -138,3 +154,37 @@ def test_the_official_schema_catches_a_broken_document(
         else:
             broken["asyncapi"] = "2.6.0"
         assert problems(broken) != [], breakage
+
+
+def test_a_channel_is_a_path_that_reaches_a_stream_through_every_binding(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """First match wins at the tcp, http and sse-kafka routes, the http binding's own paths
+    come first, `:scheme` and `:method` count, and the topic is expanded with what the path
+    captures (tests/support/channels.py says which paths reach a stream, and why)."""
+    config = write_walk_config(tmp_path, 7000, 7001)
+    text, _ = _asyncapi(config, capsys)
+    doc = yaml.safe_load(text)
+    assert problems(doc) == []
+    servers = {"#/servers/tcp_7000": "plain", "#/servers/tcp_7001": "secure"}
+    assert doc["servers"]["tcp_7001"]["protocol"] == "https"
+    got = {c["address"]: (c["title"].removesuffix(" as Server-Sent Events"),
+                          {servers[s["$ref"]] for s in c["servers"]})
+           for c in doc["channels"].values()}
+    assert got == EXPECTED
+    assert "${" not in text
+    by_address = {c["address"]: (k, c) for k, c in doc["channels"].items()}
+    key, topics = by_address["/topics/{topic}"]
+    assert topics["parameters"] == {"topic": {"description": "`{topic}` of the path, the topic."}}
+    assert "security" not in doc["operations"][f"receive_{key}"]
+    key, mine = by_address["/mine"]
+    assert doc["operations"][f"receive_{key}"]["security"] == \
+        [{"$ref": "#/components/securitySchemes/jwt0"}]
+
+
+def test_no_yaml_aliases_even_where_channels_share_a_message(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Every channel has a `delete` message (and guarded ones a `challenge`): PyYAML writes an
+    object met twice as an anchor and aliases unless told not to."""
+    text, _ = _asyncapi(write_walk_config(tmp_path, 7000, 7001), capsys)
+    assert text.count("name: delete") == len(EXPECTED)
+    assert not re.search(r"(^|\s)[&*]id\d+", text)

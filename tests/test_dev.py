@@ -1,14 +1,24 @@
-"""`make run`'s launcher asks the binding kinds what to start (`KindSpec.connects_to`,
-`KindSpec.bootstrap_topics`); it names no binding type, so a plugin's kinds count the same."""
+"""`make run`'s launcher: it asks the binding kinds what to start (`KindSpec.connects_to`,
+`KindSpec.bootstrap_topics`), naming no binding type, so a plugin's kinds count the same; run
+from a clean clone it says once, after the broker's lines, what to open and how to stop, and a
+second one on the same ports says in one line why it cannot start."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+import jwt
+import pytest
 
 from ssekd.bindings.api import BindingType, KindSpec, Role
 from ssekd.bindings.registry import Registry, discover
+from ssekd.broker import port_open
 from ssekd.config.load import load_config
-from ssekd.dev import bootstrap_topics, local_servers
+from ssekd.dev import LINK_TOKEN_TTL, bootstrap_topics, local_servers
+from tests.support.checkout import Ports, clean_clone, venv_is_current
+from tests.support.launched import launch
 
 CONFIG = """\
 name: dev
@@ -36,3 +46,89 @@ def test_what_make_run_starts_comes_from_the_kinds(tmp_path: Path) -> None:
                                                ("127.0.0.1", 5672)], \
         "local ones only, localhost as 127.0.0.1, each once"
     assert bootstrap_topics(config, registry) == ["a", "b", "c", "d"]
+
+
+# -- `make run` from a clean clone --------------------------------------------------------------
+
+
+@pytest.fixture
+def clone(tmp_path: Path) -> tuple[Path, Ports]:
+    ports = Ports.free()
+    folder = clean_clone(tmp_path / "ssekd", ports)
+    assert venv_is_current(folder), "make setup first: make run here must not install"
+    return folder, ports
+
+
+MAKE_RUN = ".venv/bin/python -m ssekd.dev --dev-broker --dev-tokens --config {config}"
+
+
+@pytest.mark.daemon
+@pytest.mark.timeout(120)
+def test_make_run_says_what_to_open_once_it_serves(clone: tuple[Path, Ports]) -> None:
+    """The ready block comes once, after the broker's lines (where it does not scroll away):
+    the page, the stream and the https address with the CA to trust, then how to stop."""
+    folder, ports = clone
+    run = launch(MAKE_RUN.format(config="etc/zilla.yaml"), folder)
+    try:
+        out = run.wait_output("Ctrl-C stops")
+        http, https = f"http://localhost:{ports[7114]}", f"https://localhost:{ports[7143]}"
+        assert out.count("ssekd is serving etc/zilla.yaml. Open:") == 1
+        block = out[out.index("ssekd is serving"):]
+        assert [line.split()[0] for line in block.splitlines()[1:4]] == \
+            [f"{http}/", f"{http}/events", f"{https}/"]
+        assert f"curl -N {http}/events" in block
+        assert "(curl --cacert etc/tls/ca.pem)" in block
+        assert "Ctrl-C stops ssekd, the development broker and the demo producer." in block
+        assert out.index("BINDING_KAFKA_PARTITIONS_ASSIGNED events") < out.index(block)
+        time.sleep(2)
+        assert run.output().count("ssekd is serving") == 1, "said once"
+    finally:
+        status = run.interrupt()
+    assert status == 0, run.output()[-3000:]
+    assert not port_open("127.0.0.1", ports[9092]), "the development broker stopped too"
+    assert "Traceback" not in run.output()
+
+
+@pytest.mark.daemon
+@pytest.mark.timeout(120)
+def test_the_guarded_demo_link_comes_last_with_a_token_that_lives_minutes(
+        clone: tuple[Path, Ports]) -> None:
+    folder, ports = clone
+    run = launch(MAKE_RUN.format(config="etc/zilla-jwt.yaml"), folder)
+    try:
+        out = run.wait_output("renew=")
+        time.sleep(1)
+        last = run.output().rstrip().splitlines()[-1].strip()
+        assert last.startswith(f"http://localhost:{ports[7114]}/?token="), run.output()
+        token = parse_qs(urlsplit(last).query)["token"][0]
+        claims = jwt.decode(token, options={"verify_signature": False})
+        assert claims["exp"] - claims["iat"] == LINK_TOKEN_TTL >= 120
+        assert "(needs a token)" in out
+        assert "Ctrl-C stops ssekd, the token service, the development broker and the demo " \
+               "producer." in out
+    finally:
+        assert run.interrupt() == 0, run.output()[-3000:]
+
+
+@pytest.mark.daemon
+@pytest.mark.timeout(120)
+def test_a_second_make_run_says_the_port_is_in_use_in_one_line(
+        clone: tuple[Path, Ports]) -> None:
+    folder, ports = clone
+    first = launch(MAKE_RUN.format(config="etc/zilla.yaml"), folder)
+    try:
+        first.wait_output("Ctrl-C stops")
+        second = launch(MAKE_RUN.format(config="etc/zilla.yaml"), folder)
+        assert second.wait(30) == 1
+        assert second.output().strip().splitlines() == [
+            f"ssekd.dev: port {ports[7143]} is in use (another ssekd? a `make run` in another "
+            f"terminal?): stop it, or change the port in etc/zilla.yaml"]
+        # the daemon itself, started by hand on a taken port: one line too, before it logs
+        daemon = launch(".venv/bin/twistd -n --pidfile= ssekd --config etc/zilla.yaml", folder)
+        assert daemon.wait(30) == 1
+        assert daemon.output().strip().splitlines() == [
+            f"ssekd: port {ports[7143]} is in use (another ssekd?): cannot listen on "
+            f"0.0.0.0:{ports[7143]}"]
+        assert first.running()
+    finally:
+        assert first.interrupt() == 0

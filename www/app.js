@@ -1,19 +1,22 @@
-// The demo page: one EventSource, a table of the latest value per key.
+// The demo page: one EventSource, a table of the latest value per key with the values' fields as
+// columns, a live chart of a numeric field, and a log of the connection.
 //
 // The key of an event comes from its id when the route uses the key id format
 // ["<base64url(key)>","<progress>"]; otherwise from a JSON payload's "key" field; otherwise the
-// payload itself is the row. `delete` events (tombstones) carry base64url(key) and remove the row.
-// The browser's EventSource reconnects on its own after a dropped stream and sends the last id it
-// saw as Last-Event-ID, so the table continues without gaps or repeats.
+// payload itself is the row. `delete` events (tombstones) carry base64url(key): the row fades
+// out. The browser's EventSource reconnects on its own after a dropped stream and sends the last
+// id it saw as Last-Event-ID, so the table continues without gaps or repeats; the log says when
+// the stream resumed, and with which id.
 //
 // Guarded streams: with `?token=<jwt>` the page opens the stream with it (as `access_token`: an
 // EventSource cannot send headers). Before the token expires the server sends a `challenge`
 // event; the page then gets a fresh token from `?renew=<url>` (a login backend; `make run`'s
 // development token service) and answers with the POST the challenge describes, carrying the
 // fresh token. The server answers 204 and the stream goes on past the old expiry ("renewed");
-// without an answer it ends at the expiry ("expired"). Should the browser's own reconnect be
-// refused (its URL holds an older token), the page opens the stream again with the latest token
-// and its last event id, so nothing is missed.
+// without an answer it ends at the expiry ("expired"). When the stream is refused (the token in
+// its URL expired, say, because the page was opened late) and there is a way to renew, the page
+// gets a fresh token and opens the stream again with its last event id, so nothing is missed;
+// without a token, a stream that asks for one shows "needs a token".
 "use strict";
 
 (function () {
@@ -21,19 +24,34 @@
   const url = params.get("stream") || "/events";
   const renewFrom = params.get("renew");
   let token = params.get("token");
-  const rows = new Map();
-  const tbody = document.getElementById("rows");
-  const state = document.getElementById("state");
-  const counts = document.getElementById("counts");
-  const lastId = document.getElementById("last-id");
-  const empty = document.getElementById("empty");
-  document.getElementById("stream").textContent = url;
+  const $ = (id) => document.getElementById(id);
+  const tbody = $("rows");
+  const state = $("state");
+  const counts = $("counts");
+  const lastIdText = $("last-id");
+  const empty = $("empty");
+  const columnsRow = $("columns");
+  const logList = $("log");
+  const rateText = $("rate");
+  const topic = decodeURIComponent(url.split("?")[0].split("/").filter(Boolean).pop() || url);
+  $("stream").textContent = url;
+  $("topic").textContent = topic;
+  for (const el of document.querySelectorAll(".topic-name")) el.textContent = topic;
+
+  const FADE_MS = 3000;
+  const chart = new window.LiveChart($("chart"), $("legend"), 60);
+  let chartField = null;
 
   // What a test (or a curious user in the console) can inspect.
   const stats = (window.ssekd = {
-    url, received: [], opens: 0, errors: 0, deletes: 0,
-    challenges: 0, renewals: 0, refusedRenewals: 0, reopens: 0, states: [],
+    url, received: [], opens: 0, errors: 0, deletes: 0, faded: [],
+    challenges: 0, renewals: 0, refusedRenewals: 0, reopens: 0, states: [], resumes: [],
+    columns: [], chartField: null,
   });
+
+  const rows = new Map(); // key -> {tr, value, id, at}
+  const fields = []; // the value fields shown as columns, in the order they first came
+  const arrivals = []; // ms of recent records, for the rate
 
   function fromBase64Url(text) {
     const b64 = text.replace(/-/g, "+").replace(/_/g, "/");
@@ -41,50 +59,156 @@
     return new TextDecoder().decode(bytes);
   }
 
-  function keyOf(event) {
+  function parsed(data) {
+    try {
+      const value = JSON.parse(data);
+      if (value && typeof value === "object" && !Array.isArray(value)) return value;
+    } catch (e) { /* not JSON */ }
+    return null;
+  }
+
+  function keyOf(event, value) {
     if (event.lastEventId.startsWith("[")) {
       try {
         const [key] = JSON.parse(event.lastEventId);
         return key === null ? "(null key)" : fromBase64Url(key);
       } catch (e) { /* not the key form after all */ }
     }
-    try {
-      const value = JSON.parse(event.data);
-      if (value && typeof value === "object" && "key" in value) return String(value.key);
-    } catch (e) { /* not JSON */ }
+    if (value && "key" in value) return String(value.key);
     return event.data;
   }
 
+  const isTime = (name, v) => typeof v === "number" &&
+    (/^(at|time|ts|timestamp)$/i.test(name) || (v > 1e9 && v < 1e11 && !Number.isInteger(v)));
+
+  const decimals = new Set(); // fields that have held a number with a fraction
+
+  function shown(name, v) {
+    if (v === null || v === undefined) return "";
+    if (isTime(name, v)) return new Date(v * 1000).toLocaleTimeString();
+    if (typeof v === "number") {
+      if (!Number.isInteger(v)) decimals.add(name);
+      return decimals.has(name) ? v.toFixed(1) : String(v);
+    }
+    if (typeof v === "object") return JSON.stringify(v);
+    return String(v);
+  }
+
+  function renderHead() {
+    columnsRow.replaceChildren(...["key", ...fields, "event id", "updated"].map((name) => {
+      const th = document.createElement("th");
+      th.textContent = name;
+      return th;
+    }));
+    stats.columns = fields.slice();
+  }
+
+  function renderRow(key, row) {
+    const cells = [key];
+    for (const f of fields) cells.push(row.value ? shown(f, row.value[f]) : "");
+    cells.push(row.id, row.at.toLocaleTimeString());
+    row.tr.replaceChildren(...cells.map((text, i) => {
+      const td = document.createElement("td");
+      td.textContent = text;
+      if (i === cells.length - 2) td.className = "id";
+      else if (i > 0 && i < cells.length - 2) td.className = "field";
+      return td;
+    }));
+  }
+
+  function addFields(value) {
+    const fresh = value ? Object.keys(value).filter((k) => k !== "key" && !fields.includes(k))
+      : (fields.includes("value") ? [] : ["value"]);
+    if (!fresh.length) return;
+    fields.push(...fresh);
+    renderHead();
+    for (const [key, row] of rows) renderRow(key, row);
+  }
+
+  function pickChartField(value) {
+    if (chartField || !value) return;
+    chartField = Object.keys(value).find((k) => typeof value[k] === "number" &&
+      !isTime(k, value[k]) && !/^(seq|offset|count|n)$/i.test(k)) || null;
+    if (chartField) {
+      stats.chartField = chartField;
+      $("chart-title").textContent = `${chartField} by key, last 60 s`;
+    }
+  }
+
+  function upsert(key, data, id) {
+    const value = parsed(data);
+    addFields(value);
+    pickChartField(value);
+    let row = rows.get(key);
+    if (!row) {
+      row = { tr: document.createElement("tr") };
+      rows.set(key, row);
+      tbody.appendChild(row.tr);
+    }
+    clearTimeout(row.removal);
+    row.tr.classList.remove("deleted");
+    Object.assign(row, { value: value || { value: data }, id, at: new Date() });
+    renderRow(key, row);
+    row.tr.classList.remove("flash");
+    void row.tr.offsetWidth; // restart the highlight animation
+    row.tr.classList.add("flash");
+    if (chartField && value && typeof value[chartField] === "number") {
+      // at the record's own time when it carries one: history arrives all at once
+      const when = Object.keys(value).find((k) => isTime(k, value[k]));
+      chart.add(key, value[chartField], when ? value[when] * 1000 : Date.now());
+    }
+  }
+
+  function fade(key) {
+    const row = rows.get(key);
+    if (!row) return;
+    row.tr.classList.remove("flash");
+    row.tr.classList.add("deleted");
+    stats.faded.push(key);
+    chart.deleted(key);
+    row.removal = setTimeout(() => {
+      if (rows.get(key) === row) { row.tr.remove(); rows.delete(key); render(); }
+    }, FADE_MS);
+  }
+
   function render() {
-    counts.textContent = `${stats.received.length} events, ${rows.size} keys`;
+    const live = [...rows.values()].filter((r) => !r.tr.classList.contains("deleted")).length;
+    counts.textContent = `${stats.received.length} events, ${live} keys, ${stats.deletes} deletes`;
     empty.hidden = rows.size > 0;
   }
 
-  function upsert(key, value, id) {
-    let tr = rows.get(key);
-    if (!tr) {
-      tr = document.createElement("tr");
-      for (let i = 0; i < 4; i++) tr.appendChild(document.createElement("td"));
-      tr.cells[0].textContent = key;
-      rows.set(key, tr);
-      tbody.appendChild(tr);
+  // Records a second over the last 10 s, counting from a second after the stream opened: what
+  // the cache held arrives at once then, and is no rate.
+  function showRate() {
+    const now = Date.now();
+    while (arrivals.length && (arrivals[0] < now - 10000 || arrivals[0] < liveSince)) {
+      arrivals.shift();
     }
-    tr.cells[1].textContent = value;
-    tr.cells[2].textContent = id;
-    tr.cells[3].textContent = new Date().toLocaleTimeString();
-    tr.classList.remove("flash");
-    void tr.offsetWidth; // restart the highlight animation
-    tr.classList.add("flash");
+    const span = Math.min(10, (now - liveSince) / 1000);
+    if (span < 2) return;
+    rateText.textContent = `${(arrivals.length / span).toFixed(1)} records/s`;
   }
 
   function setState(name) {
     state.textContent = name;
-    state.className = `state ${name}`;
+    state.className = `state ${name.replace(/ /g, "-")}`;
     if (stats.states[stats.states.length - 1] !== name) stats.states.push(name);
   }
 
+  function log(text, kind = "") {
+    const li = document.createElement("li");
+    if (kind) li.className = kind;
+    const time = document.createElement("time");
+    time.textContent = new Date().toLocaleTimeString();
+    li.append(time, ` ${text}`);
+    logList.prepend(li);
+    while (logList.children.length > 8) logList.lastChild.remove();
+  }
+
   let lastEventId = null;
-  let source = null;
+  let liveSince = Infinity;
+  let droppedAt = null;
+  let renewTries = 0;
 
   function streamUrl() {
     const target = new URL(url, location.href);
@@ -93,13 +217,35 @@
     return target.toString();
   }
 
+  async function freshToken() {
+    try {
+      const reply = await fetch(renewFrom);
+      return reply.ok ? (await reply.text()).trim() : null;
+    } catch (e) {
+      return null;
+    }
+  }
+
+  // Why a stream was refused for good: its status, asked once more and hung up on at once.
+  async function statusOf(target) {
+    const abort = new AbortController();
+    try {
+      const reply = await fetch(target, { signal: abort.signal, cache: "no-store" });
+      return reply.status;
+    } catch (e) {
+      return 0;
+    } finally {
+      abort.abort();
+    }
+  }
+
   // A challenge: fetch a fresh token, send it the way the challenge says.
   async function answer(event) {
     stats.challenges += 1;
-    if (!renewFrom) { setState("expiring"); return; }
+    if (!renewFrom) { setState("expiring"); log("the token expires soon, and there is no way to renew it", "warn"); return; }
     try {
       const challenge = JSON.parse(event.data);
-      const fresh = (await (await fetch(renewFrom)).text()).trim();
+      const fresh = await freshToken();
       const reply = await fetch(url, {
         method: challenge.method || "POST",
         headers: { ...(challenge.headers || {}), authorization: `Bearer ${fresh}` },
@@ -108,6 +254,7 @@
         token = fresh;
         stats.renewals += 1;
         setState("renewed");
+        log("challenge answered: the token was renewed, the stream goes on");
       } else {
         stats.refusedRenewals += 1;
         setState("expiring");
@@ -118,46 +265,95 @@
     }
   }
 
-  function open() {
-    const openedWith = token;
-    const es = (source = new EventSource(token ? streamUrl() : url));
-    es.onopen = () => { stats.opens += 1; setState(stats.renewals ? "renewed" : "open"); };
-    es.onerror = () => {
-      stats.errors += 1;
-      if (es.readyState !== EventSource.CLOSED) { setState("reconnecting"); return; }
-      if (token && token !== openedWith) {
-        // refused with the token in its URL, and a fresher one is at hand: open again
+  async function refused(openedWith) {
+    const status = await statusOf(streamUrl());
+    if ((status === 401 || status === 403) && renewFrom && renewTries < 3) {
+      renewTries += 1;
+      const fresh = await freshToken();
+      if (fresh) {
+        token = fresh;
         stats.reopens += 1;
         setState("reconnecting");
-        setTimeout(open, 100);
-      } else {
-        setState(token ? "expired" : "closed");
+        log(status === 401 ? "the stream needs a token: got one" :
+          "the token was refused (expired?): got a fresh one", "warn");
+        setTimeout(open, 200 * renewTries);
+        return;
       }
+    }
+    if (token && token !== openedWith) {
+      // refused with the token in its URL, and a fresher one is at hand: open again
+      stats.reopens += 1;
+      setState("reconnecting");
+      setTimeout(open, 100);
+    } else if (status === 401) {
+      setState("needs a token");
+      log("this stream needs a token: open the link `make run` printed (it carries one)", "warn");
+    } else if (status === 403 && token) {
+      setState("expired");
+      log("the token expired or was refused, and there is no way to renew it", "warn");
+    } else {
+      setState("closed");
+      log(`the stream was refused${status ? ` (${status})` : ""}`, "warn");
+    }
+  }
+
+  function open() {
+    const openedWith = token;
+    const es = new EventSource(token || lastEventId !== null ? streamUrl() : url);
+    es.onopen = () => {
+      stats.opens += 1;
+      renewTries = 0;
+      liveSince = Date.now() + 1000;
+      setState(stats.renewals ? "renewed" : "open");
+      if (lastEventId === null) {
+        log(`connected to ${url}: the stream starts with what the cache holds`);
+      } else {
+        const after = droppedAt ? ((Date.now() - droppedAt) / 1000).toFixed(1) : "0.0";
+        stats.resumes.push({ lastEventId, after: Number(after) });
+        log(`resumed after ${after} s with Last-Event-ID ${lastEventId}: nothing missed, ` +
+            "nothing twice", "resume");
+      }
+      droppedAt = null;
+    };
+    es.onerror = () => {
+      stats.errors += 1;
+      droppedAt = droppedAt || Date.now();
+      if (es.readyState !== EventSource.CLOSED) {
+        if (state.textContent !== "reconnecting") log("the stream dropped: reconnecting", "warn");
+        setState("reconnecting");
+        return;
+      }
+      refused(openedWith);
     };
     es.onmessage = onMessage;
     es.addEventListener("delete", onDelete);
     es.addEventListener("challenge", answer);
   }
 
-  function onMessage(event) {
+  function received(event, deleted) {
     lastEventId = event.lastEventId;
-    stats.received.push({ id: event.lastEventId, data: event.data });
-    lastId.textContent = `id ${event.lastEventId}`;
-    upsert(keyOf(event), event.data, event.lastEventId);
+    const record = { id: event.lastEventId, data: event.data };
+    if (deleted) record.deleted = true;
+    stats.received.push(record);
+    arrivals.push(Date.now());
+    lastIdText.textContent = `id ${event.lastEventId}`;
+  }
+
+  function onMessage(event) {
+    received(event, false);
+    upsert(keyOf(event, parsed(event.data)), event.data, event.lastEventId);
     render();
   }
 
   function onDelete(event) {
-    lastEventId = event.lastEventId;
-    stats.received.push({ id: event.lastEventId, data: event.data, deleted: true });
+    received(event, true);
     stats.deletes += 1;
     let key = event.data ? fromBase64Url(event.data) : "(null key)";
-    if (event.lastEventId.startsWith("[")) key = keyOf(event);
-    const tr = rows.get(key);
-    if (tr) { tr.remove(); rows.delete(key); }
-    lastId.textContent = `id ${event.lastEventId}`;
+    if (event.lastEventId.startsWith("[")) key = keyOf(event, null);
+    fade(key);
     render();
   }
 
+  setInterval(() => { chart.draw(); showRate(); }, 250);
   open();
 })();

@@ -112,7 +112,11 @@ class TcpServer:
     def build_protocol(self, port: int, peer: IAddress) -> IProtocol | None:
         exit_ = self.route(port, peer)
         if exit_ is None:
-            return None  # no route and no default exit: Twisted closes the connection
+            # no route and no default exit: closed at once (Twisted does it), and said
+            self.events.emit(self.name, "BINDING_TCP_NO_ROUTE",
+                             f"{getattr(peer, 'host', '?')} to port {port}: no route takes it, "
+                             f"closed")
+            return None
         address = str(getattr(peer, "host", ""))
         refused = self.table.admit(self.name, address, self.limits)
         if refused is not None:
@@ -169,6 +173,13 @@ def _build_server(ctx: BuildContext, binding: Binding) -> TcpServer:
                 route_ports = frozenset(expand_ports(when["port"])) if "port" in when else None
             except ValueError as e:
                 raise ConfigError([ctx.issue(path + ("port",), f"expected {e}")]) from e
+            strays = sorted((route_ports or frozenset()) - set(ports))
+            if strays:
+                # no connection arrives there: the route would never match, silently
+                raise ConfigError([ctx.issue(
+                    path + ("port",),
+                    f"expected a port this server listens on ({', '.join(map(str, ports))}); "
+                    f"it does not listen on {', '.join(map(str, strays))}")])
             try:
                 network = ipaddress.ip_network(when["cidr"], strict=False) \
                     if "cidr" in when else None

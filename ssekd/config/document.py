@@ -168,6 +168,44 @@ class _Builder:
         return [self.build(item, path + (i,)) for i, item in enumerate(node.value)]
 
 
+def in_words(error: yaml.MarkedYAMLError) -> str:
+    """What PyYAML's message means for the person who wrote the file, for the mistakes people
+    make (its own text otherwise): "expected <block end>, but found '<block mapping start>'"
+    says that a line is indented wrongly."""
+    problem = str(error.problem or error)
+    context = str(error.context or "")
+    line = error.problem_mark.line + 1 if error.problem_mark else None
+    opened = error.context_mark.line + 1 if error.context_mark else None
+    since = f" (the block from line {opened})" if opened and opened != line else ""
+    found = re.match(r"found character '(.+)' that cannot start any token", problem)
+    if problem.startswith("expected <block end>"):
+        return (f"this line is indented differently from the lines of the block it is in"
+                f"{since}: indent it as far as the keys or items beside it, with spaces")
+    if problem == "mapping values are not allowed here":
+        return ("a `key:` where no key can start: a second `key:` on one line, a line indented "
+                "deeper than the key above it, or a value with `: ` in it that needs quotes")
+    if found and found.group(1) == "\\t":
+        return "a tab: YAML indents with spaces only"
+    if found:
+        return (f"a value cannot start with {found.group(1)!r} unless it is quoted: put it in "
+                f"quotes")
+    if problem == "could not find expected ':'":
+        return "this line is neither `key: value` nor `- item` (a `:` missing after the key?)"
+    if problem.startswith(("expected ',' or ']'", "expected ',' or '}'")):
+        kind = "[ list ]" if "']'" in problem else "{ mapping }"
+        where = f" opened at line {opened}" if opened else ""
+        return (f"the {kind}{where} is not closed on its line (a missing "
+                f"`{kind[-1]}`, or an unquoted `:` inside it)")
+    if problem.startswith("found undefined alias"):
+        name = problem.rsplit(" ", 1)[-1].strip("'")
+        return f"`*{name}` refers to an anchor `&{name}` that is not defined above it"
+    if "quoted scalar" in context and "end of stream" in problem:
+        return f"the quote opened at line {opened} is never closed"
+    if context.startswith("found duplicate anchor"):
+        return f"{context.split(';')[0].removeprefix('found ')}, first at line {opened}"
+    return f"{problem}" + (f" ({context} at line {opened})" if context and opened else "")
+
+
 def parse_text(text: str, file: Path, environ: Mapping[str, str] | None = None) -> Document:
     """Parse config text, with `${{ env.NAME }}` from `environ` (default: the process's).
     Raises ConfigError with file and line."""
@@ -176,8 +214,10 @@ def parse_text(text: str, file: Path, environ: Mapping[str, str] | None = None) 
         nodes = list(yaml.compose_all(env.text, Loader=yaml.SafeLoader))
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
+        if e.problem == "could not find expected ':'" and e.context_mark is not None:
+            mark = e.context_mark  # the key without its `:` is where to look
         line = mark.line + 1 if mark else None
-        raise ConfigError([ConfigIssue(file, line, "", f"YAML syntax: {e.problem or e}")]) from e
+        raise ConfigError([ConfigIssue(file, line, "", f"YAML syntax: {in_words(e)}")]) from e
     except yaml.YAMLError as e:
         raise ConfigError([ConfigIssue(file, None, "", f"YAML: {e}")]) from e
     except RecursionError:  # PyYAML's composer recurses once per level of nesting

@@ -7,6 +7,7 @@ no binding by name and imports none of them.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -41,9 +42,11 @@ def check_references(config: Config, doc: Document, registry: Registry) -> list[
         spec = registry.kind(binding)
         other = config.bindings.get(target)
         if other is None:
+            near = difflib.get_close_matches(target, list(config.bindings), n=1, cutoff=0.75)
+            expected = f"did you mean {near[0]!r}?" if near else \
+                f"expected one of {', '.join(sorted(config.bindings))}"
             issues.append(doc.issue(path, f"exit {target!r} of binding {binding.name!r} is not a "
-                                          f"binding; expected one of "
-                                          f"{', '.join(sorted(config.bindings))}"))
+                                          f"binding; {expected}"))
             return
         role = registry.kind(other).role
         if role not in spec.exit_roles:

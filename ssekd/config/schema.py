@@ -218,6 +218,11 @@ def _deepest(error: ValidationError) -> ValidationError:
         named = isinstance(error.schema, dict) and error.schema.get("x-expected")
         alternatives = [s for s in error.validator_value if isinstance(s, dict)]
         if named or any(s.get("x-expected") for s in alternatives):
+            # a list whose elements are what is wrong (`port: [7143, 71144]`): name the element,
+            # not the whole list ("got a list")
+            inside = [e for e in error.context if len(e.absolute_path) > len(error.absolute_path)]
+            if isinstance(error.instance, list) and inside:
+                return _deepest(max(inside, key=lambda e: len(e.absolute_path)))
             return error
         best = max(error.context, key=lambda e: len(e.absolute_path))
         if len(best.absolute_path) > len(error.absolute_path):

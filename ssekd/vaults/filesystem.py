@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ssekd.config.errors import ConfigError
 from ssekd.config.model import Config, Vault
+from ssekd.devcert import store_hint
 from ssekd.vaults.pkcs12 import StoreEntry, StoreError, read_store
 
 #: The three stores a filesystem vault may name, as in Zilla.
@@ -70,7 +71,8 @@ def load_filesystem_vault(config: Config, vault: Vault) -> FilesystemVault:
             data = path.read_bytes()
         except FileNotFoundError:
             issues.append(config.issue(where, f"vault {vault.name!r} {role} store {path} "
-                                              f"does not exist", environment=True))
+                                              f"does not exist{store_hint(path, True)}",
+                                       environment=True))
             continue
         except OSError as e:
             issues.append(config.issue(where, f"vault {vault.name!r} {role} store {path} "
@@ -79,7 +81,8 @@ def load_filesystem_vault(config: Config, vault: Vault) -> FilesystemVault:
         try:
             entries = read_store(data, spec.get("password"))
         except StoreError as e:
-            issues.append(config.issue(where, f"vault {vault.name!r} {role} store {path}: {e}"))
+            issues.append(config.issue(where, f"vault {vault.name!r} {role} store {path}: {e}"
+                                              f"{store_hint(path, False)}"))
             continue
         by_alias: dict[str, StoreEntry] = {}
         for entry in entries:

@@ -55,7 +55,7 @@ bindings:
 
 # (id, replace-this, with-this, line, path, words the message must contain)
 CASES = [
-    ("wrong-type-port", "port: {port}", "port: [true]", 8, "bindings.tcp0.options.port",
+    ("wrong-type-port", "port: {port}", "port: [true]", 8, "bindings.tcp0.options.port[0]",
      "expected a port"),
     ("unknown-binding-type", "type: http-filesystem", "type: http-files", 19,
      "bindings.files_map.type", "unknown binding type 'http-files'"),
@@ -101,6 +101,19 @@ CASES = [
     ("undefined-guard", "        exit: files_map",
      "        exit: files_map\n        guarded:\n          jwt0: [read]", 19,
      "bindings.http0.routes[0].guarded.jwt0", "guard 'jwt0' used by binding 'http0'"),
+    # the first fifteen minutes (issue 24): what passed or misled
+    ("tcp-route-on-a-port-not-listened", "    exit: http0\n",
+     "    routes:\n      - when: [{{port: 7115}}]\n        exit: http0\n", 10,
+     "bindings.tcp0.routes[0].when[0].port",
+     "expected a port this server listens on ({port}); it does not listen on 7115"),
+    ("bad-element-of-a-port-list", "port: {port}", "port: [{port}, 71144]", 8,
+     "bindings.tcp0.options.port[1]",
+     'expected a port 1-65535 or a range such as "8080-8090", got int 71144'),
+    ("misspelt-exit", "exit: http0", "exit: htp0", 9, "bindings.tcp0.exit",
+     "exit 'htp0' of binding 'tcp0' is not a binding; did you mean 'http0'?"),
+    ("yaml-indentation", "    kind: server\n    options:", "    kind: server\n   options:", 6,
+     "", "YAML syntax: this line is indented differently from the lines of the block it is "
+         "in (the block from line 3)"),
     ("route-exit-wrong-role", "    routes:\n      - when:\n          - path: /{{path}}\n"
      "        exit: files\n", "    exit: files_map\n    routes:\n      - when:\n"
      "          - path: /{{path}}\n        exit: files\n", 21, "bindings.files_map.exit",
@@ -134,7 +147,7 @@ def test_issue_names_file_line_path_and_expectation(tmp_path: Path, case: tuple)
     assert issue.file == config
     assert issue.line == line, str(caught.value)
     assert issue.path == path, str(caught.value)
-    assert words in issue.message, str(caught.value)
+    assert words.replace("{port}", "7114") in issue.message, str(caught.value)
     assert f"{config}:{line}: " in str(caught.value)
 
 
@@ -149,7 +162,7 @@ def test_daemon_refuses_to_start(tmp_path: Path, case: tuple) -> None:
     output = (result.stdout + result.stderr).decode()
     assert result.returncode == 1, output
     assert f"{config}:{case[3]}: " in output
-    assert case[5] in output
+    assert case[5].replace("{port}", str(port)) in output
     assert "Traceback" not in output
     assert not port_open("127.0.0.1", port)
 
@@ -269,3 +282,41 @@ bindings:
     (issue,) = caught.value.issues
     assert (issue.line, issue.path) == (13, "bindings.sse0.options.max-idle-time")
     assert "less than the idle-timeout of http binding 'http0' (20 s)" in issue.message
+
+
+def test_an_unknown_exit_far_from_every_name_lists_them() -> None:
+    """No near name to suggest: the names there are."""
+    config = GOOD.replace("exit: http0", "exit: kafka").format(port=7114)
+    with pytest.raises(ConfigError) as caught:
+        load_config_text(config)
+    assert "expected one of files, files_map, http0, tcp0" in str(caught.value)
+
+
+def load_config_text(text: str) -> None:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "zilla.yaml"
+        path.write_text(text)
+        load_config(path, discover())
+
+
+@pytest.mark.parametrize(("text", "line", "words"), [
+    ("a: b: c\n", 1, "a `key:` where no key can start"),
+    ("a: [x\nb: 1\n", 2, "the [ list ] opened at line 1 is not closed"),
+    ("a:\n\tb: 1\n", 2, "a tab: YAML indents with spaces only"),
+    ("a: 1\nb\nc: 2\n", 2, "this line is neither `key: value` nor `- item`"),
+    ("a: \"abc\nb: 1\n", 3, "the quote opened at line 1 is never closed"),
+    ("a: *x\n", 1, "`*x` refers to an anchor `&x` that is not defined"),
+    ("a: @x\n", 1, "a value cannot start with '@' unless it is quoted"),
+])
+def test_a_yaml_syntax_error_is_said_in_words(text: str, line: int, words: str) -> None:
+    """Not PyYAML's "expected <block end>, but found '<block mapping start>'"."""
+    from ssekd.config.document import parse_text
+
+    with pytest.raises(ConfigError) as caught:
+        parse_text(text, Path("zilla.yaml"), {})
+    [issue] = caught.value.issues
+    assert issue.line == line, str(issue)
+    assert issue.message.startswith("YAML syntax: ") and words in issue.message, str(issue)
+    assert "<block" not in issue.message and "expected ','" not in issue.message

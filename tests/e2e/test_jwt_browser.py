@@ -102,3 +102,49 @@ def test_without_renewal_the_page_shows_expired(kafka_broker: Broker, tmp_path: 
         browser.close()
         daemon.stop()
         jwks.down()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.broker
+def test_a_page_opened_late_or_without_a_token_gets_a_fresh_one(kafka_broker: Broker,
+                                                                 tmp_path: Path) -> None:
+    """The link `make run` printed, opened after its token expired, and the page opened with
+    only the way to renew: both fetch a token and stream (before: a red "expired", "0 events",
+    "Waiting for events…"). With neither, the page says it needs a token."""
+    kafka = Kafka(kafka_broker.bootstrap)
+    topic = kafka.topic(1, prefix="jwt-late")
+    for i in range(3):
+        kafka.produce(topic, json.dumps({"key": f"k{i}", "seq": i}).encode(), key=f"k{i}".encode())
+    kafka.flush()
+    key = ec_key()
+    jwks = JwksServer([key]).up()
+    port = free_port()
+    daemon = start_daemon(write_config(tmp_path, port, kafka_broker.bootstrap, jwks.url,
+                                       challenge=3), wait_ports=[port])
+    wait_keys_loaded(daemon)
+    renew = quote(f"{jwks.token_url}?sub=alice&scope=read&ttl=60", safe="")
+    page = f"http://127.0.0.1:{port}/www/index.html?stream=/events/{topic}"
+    pages = {"expired": f"{page}&token={key.token(ttl=-30)}&renew={renew}",
+             "no token": f"{page}&renew={renew}"}
+    try:
+        for what, url in pages.items():
+            browser = Browser(url)
+            try:
+                _wait(browser, "window.ssekd && window.ssekd.received.length", 3)
+                stats = json.loads(browser.evaluate("JSON.stringify(window.ssekd)"))
+                assert stats["reopens"] == 1 and stats["opens"] == 1, (what, stats)
+                assert browser.evaluate("document.getElementById('state').textContent") == \
+                    "open", what
+            finally:
+                browser.close()
+        browser = Browser(page)
+        try:
+            _wait(browser, "document.getElementById('state').textContent", "needs a token",
+                  timeout=10)
+            assert "needs a token" in browser.evaluate("document.getElementById('log')"
+                                                       ".textContent")
+        finally:
+            browser.close()
+    finally:
+        daemon.stop()
+        jwks.down()

@@ -79,8 +79,9 @@ def confs(monkeypatch: pytest.MonkeyPatch, settings: ClientSettings) -> tuple[di
     monkeypatch.setattr(kafka_client, "AdminClient", fake_admin)
     client = KafkaClient(MemoryReactorClock(), settings, "kc", lambda name, detail: None)
     tail = TailConsumer(client, "cs")
-    tail.stopping.set()  # build both, then leave the loop at once
+    tail.stopping.set()  # build the consumer, then leave the loop at once
     tail.run()
+    tail._compacted("t")  # the admin client is made when a topic's policy is asked
     return seen["consumer"], seen["admin"]
 
 
@@ -116,7 +117,8 @@ def test_admin_client_gets_every_security_setting(monkeypatch: pytest.MonkeyPatc
     security = {k: v for k, v in consumer.items()
                 if k.startswith(("security.", "ssl.", "sasl."))}
     assert len(security) == 9  # five ssl/sasl properties, three from `sasl`, the protocol
-    assert admin == {"bootstrap.servers": "kafka:9093", **security}
+    logged = {"logger": consumer["logger"], "log_level": consumer["log_level"]}  # the same log
+    assert admin == {"bootstrap.servers": "kafka:9093", **security, **logged}
     assert "group.id" not in admin and "fetch.wait.max.ms" not in admin
 
 

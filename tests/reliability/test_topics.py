@@ -369,22 +369,22 @@ def test_the_tail_consumer_backs_off_for_missing_topics_gives_up_and_unassigns_d
     client.consume("cs", "later", later, give_up_after=5)
     client.consume("cs", "kept", kept, give_up_after=5)
     tail: TailConsumer = client.tails["cs"]  # not started: this test runs its steps
-    tail._compacted = lambda admin, topic: False  # type: ignore[method-assign]
+    tail._compacted = lambda topic: False  # type: ignore[method-assign]
     assert tail._apply_changes(consumer)
     consumer.topics = {"kept": 2}
-    tail._refresh(consumer, None)
+    tail._refresh(consumer)
     assert ghost.missing and "ghost" not in tail._follows, "given up after its one look"
     assert not later.missing and tail._unknown.next_due() is not None
     consumer.topics = {"kept": 2, "later": 1}  # created: found, not due for a look any more
-    tail._refresh(consumer, None)
+    tail._refresh(consumer)
     assert tail._unknown.next_due() is None and tail._assigned == {"kept": 2, "later": 1}
-    tail._refresh(consumer, None)  # nothing changed: still nothing due
+    tail._refresh(consumer)  # nothing changed: still nothing due
     assert tail._unknown.next_due() is None
     consumer.topics = {"later": 1}  # e.g. a broker that restarted empty
-    tail._refresh(consumer, None)
+    tail._refresh(consumer)
     assert "kept" in tail._unknown and not kept.missing
     consumer.topics = {"kept": 2, "later": 1}  # back, as it was: no look due any more
-    tail._refresh(consumer, None)
+    tail._refresh(consumer)
     assert tail._unknown.next_due() is None, "a found topic would be looked for in a busy loop"
     client.unconsume("cs", "kept")
     tail._apply_changes(consumer)

@@ -132,3 +132,38 @@ def test_devcert_creates_once_and_keeps_a_current_store(tmp_path: Path) -> None:
     entries = {e.alias: e for e in read_store(before, DEV_PASSWORD)}
     assert entries["localhost"].key is not None
     assert "ssekd-dev-ca" in entries
+
+
+DEV_VAULT = """\
+name: t
+vaults:
+  v:
+    type: filesystem
+    options:
+      keys: {store: tls/localhost.p12, type: pkcs12, password: %s}
+bindings:
+  tcp0: {type: tcp, kind: server, options: {host: 127.0.0.1, port: 7114}, exit: tls0}
+  tls0: {type: tls, kind: server, vault: v, options: {keys: [localhost]}, exit: http0}
+  http0: {type: http, kind: server, exit: files_map}
+  files_map:
+    type: http-filesystem
+    kind: proxy
+    routes: [{when: [{path: "/{path}"}], exit: files, with: {path: "${params.path}"}}]
+  files: {type: filesystem, kind: server, options: {location: .}}
+"""
+
+
+def test_a_missing_or_refusing_development_store_says_how_to_get_one(tmp_path: Path) -> None:
+    """The dev secret: a missing development store says `make run` makes it; one made with
+    another password says so, and how to make it again."""
+    config = tmp_path / "zilla.yaml"
+    config.write_text(DEV_VAULT % DEV_PASSWORD)
+    with pytest.raises(ConfigError) as missing:
+        Engine(config, reactor=MemoryReactorClock(), environ={})
+    assert "does not exist; `make run` makes a development store there" in str(missing.value)
+    ensure_dev_store(tmp_path / "tls", "another-password")
+    with pytest.raises(ConfigError) as refused:
+        Engine(config, reactor=MemoryReactorClock(), environ={})
+    assert "wrong password, or not a PKCS#12 store; it is a development store made by `make " \
+           f"run` with another password: give that one, or remove {tmp_path / 'tls'} and " \
+           "`make run` makes it again" in str(refused.value), str(refused.value)

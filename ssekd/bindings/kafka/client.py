@@ -21,8 +21,17 @@ batch - encoded once, one write per stream - and a reactor with nothing to do ge
 once. The reactor thread never waits on Kafka; the tail thread waits for the reactor only when
 an inbox holds `MAX_PENDING` records already (a topic read from its beginning faster than the
 reactor can take it). When the broker is down at start or goes away, the threads retry with
-back-off and say so in events; librdkafka keeps the fetch positions, so consumption resumes at
-the next offset.
+back-off and say so in events, once per change; the tail consumer resumes each partition at the
+next offset it had not handed over.
+
+librdkafka's own log goes through the binding's events (`LibrdkafkaLog`), not to stderr: a
+failed connection is the broker's state, said once by `BINDING_KAFKA_BROKER_UNAVAILABLE` and
+once by `BINDING_KAFKA_BROKER_CONNECTED` (with how many attempts failed meanwhile), and any other
+line is one `BINDING_KAFKA_LOG` event, its repeats counted. While every broker is down,
+librdkafka itself tries again every `reconnect.backoff.ms / 2` for as long as a consumer exists
+(metadata and coordinator requests start each try over, whatever its back-off says), so the
+tail consumer closes its consumer and makes a new one after a rest that doubles from
+`reconnect.backoff.ms` up to `reconnect.backoff.max.ms`; the history consumer closes once idle.
 """
 
 from __future__ import annotations
@@ -64,6 +73,62 @@ MAX_PENDING = 20 * BATCH
 LAG_INTERVAL = 1.0
 #: History reads queued or running at once, unless the client's options say otherwise.
 DEFAULT_MAX_HISTORY_READS = 64
+#: librdkafka log levels (syslog: 3 error, 4 warning) that reach the event log; `properties`
+#: may ask for more (`log_level: 7` with `debug: broker`).
+LOG_LEVEL = 4
+#: Reconnect back-off defaults (ms), unless `properties` set them: librdkafka's own maximum, and
+#: a start that keeps its retries, while every broker is down, to about four a second.
+RECONNECT_BACKOFF = 500
+RECONNECT_BACKOFF_MAX = 10_000
+#: Seconds a history consumer stays open without a request (it holds a connection).
+HISTORY_IDLE = 30.0
+
+
+class LibrdkafkaLog:
+    """The `logger` of a librdkafka client: its log lines become the binding's events.
+
+    confluent-kafka calls `log(level, "%s [%s] %s", facility, client name, message)` from the
+    thread that polls the client. Connection failures (facility `FAIL`) are not said: the
+    consumer's state events say them once per change, with the last one's text. Any other line
+    is said once as `BINDING_KAFKA_LOG`; the same line again within `REPEAT_WINDOW` seconds is
+    counted, and the count said with its next showing.
+    """
+
+    REPEAT_WINDOW = 60.0
+
+    def __init__(self, event: Callable[[str, str], None],
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.event = event
+        self.clock = clock
+        #: The text of the last connection failure librdkafka reported.
+        self.last_failure: str | None = None
+        self._said: dict[str, tuple[float, int]] = {}
+
+    def log(self, level: int, fmt: str, *args: Any) -> None:
+        facility = str(args[0]) if len(args) == 3 else "LOG"
+        try:
+            message = str(args[2]) if len(args) == 3 else fmt % args
+        except (TypeError, ValueError):
+            message = fmt
+        if facility == "FAIL":
+            self.last_failure = message
+            return
+        self.say("BINDING_KAFKA_LOG", f"{facility}: {message}")
+
+    def say(self, name: str, detail: str) -> None:
+        """Emit `name` with `detail` unless the same was said within the window."""
+        now = self.clock()
+        key = f"{name} {detail}"
+        said = self._said.get(key)
+        if said is not None and now - said[0] < self.REPEAT_WINDOW:
+            self._said[key] = (said[0], said[1] + 1)
+            return
+        if len(self._said) > 1000:  # a line that varies each time: forget the oldest
+            self._said.clear()
+        repeats = said[1] if said is not None else 0
+        self._said[key] = (now, 0)
+        self.event(name, detail + (f" ({repeats} repeat(s) in the last minute not shown)"
+                                   if repeats else ""))
 
 
 class HistoryBusy(Exception):
@@ -128,9 +193,10 @@ class ClientSettings:
             "fetch.wait.max.ms": 100,
             "fetch.queue.backoff.ms": 5,
             "queued.max.messages.kbytes": 16384,
-            "reconnect.backoff.max.ms": 2000,
+            "reconnect.backoff.ms": RECONNECT_BACKOFF,
+            "reconnect.backoff.max.ms": RECONNECT_BACKOFF_MAX,
             "socket.keepalive.enable": True,
-            "log_level": 3,
+            "log_level": LOG_LEVEL,
         }
         if self.sasl:
             conf.update({
@@ -139,6 +205,9 @@ class ClientSettings:
                 "sasl.password": self.sasl["password"],
             })
         conf.update(self.properties)
+        if "reconnect.backoff.ms" not in self.properties:  # librdkafka wants start <= maximum
+            conf["reconnect.backoff.ms"] = min(int(conf["reconnect.backoff.ms"]),
+                                               int(conf["reconnect.backoff.max.ms"]))
         protocol = self.security_protocol()
         if protocol is not None:
             conf["security.protocol"] = protocol
@@ -163,10 +232,18 @@ class ClientSettings:
         return "SSL" if tls else None
 
     def admin_config(self, consumer: Mapping[str, Any]) -> dict[str, Any]:
-        """The admin client's conf from the consumer's: the same servers and every security
-        setting (`security.*`, `ssl.*`, `sasl.*`), so it reaches a TLS or SASL cluster too."""
+        """The admin client's conf from the consumer's: the same servers, every security
+        setting (`security.*`, `ssl.*`, `sasl.*`), so it reaches a TLS or SASL cluster too, and
+        the same log."""
         return {k: v for k, v in consumer.items()
-                if k == "bootstrap.servers" or k.startswith(("security.", "ssl.", "sasl."))}
+                if k in ("bootstrap.servers", "logger", "log_level")
+                or k.startswith(("security.", "ssl.", "sasl."))}
+
+    def backoff(self, conf: Mapping[str, Any]) -> tuple[float, float]:
+        """(first, longest) rest in seconds between consumers while every broker is down."""
+        longest = float(conf.get("reconnect.backoff.max.ms", RECONNECT_BACKOFF_MAX)) / 1000
+        first = float(conf.get("reconnect.backoff.ms", RECONNECT_BACKOFF)) / 1000
+        return max(0.01, min(first, longest)), max(0.01, longest)
 
 
 def refused_property(settings: ClientSettings) -> tuple[str | None, str] | None:
@@ -413,6 +490,13 @@ class TailConsumer(_KafkaThread):
         self._next_lag = 0.0
         #: Partitions whose end the last measurement found below the next offset to read.
         self._lost: list[tuple[str, int]] = []
+        self.log = LibrdkafkaLog(client.event)
+        #: librdkafka said every broker is down: the consumer rests (see the module's doc).
+        self._all_down = False
+        #: When the broker went away, and how many times the metadata was asked in vain since.
+        self._down_since = 0.0
+        self._tries = 0
+        self._conf: dict[str, Any] = {}
 
     @property
     def connected(self) -> bool | None:
@@ -448,30 +532,57 @@ class TailConsumer(_KafkaThread):
 
     def run(self) -> None:
         client = self.client
-        conf = client.settings.consumer_config(f"ssekd-{client.binding}-{self.owner}")
+        conf = self._conf = client.settings.consumer_config(
+            f"ssekd-{client.binding}-{self.owner}")
         conf["error_cb"] = self._on_error
-        consumer = Consumer(conf)
-        admin = AdminClient(client.settings.admin_config(conf))
+        conf["logger"] = self.log
+        first_rest, longest_rest = client.settings.backoff(conf)
+        rest = first_rest
+        consumer: Any = Consumer(conf)
         backoff = 0.2
         next_refresh = 0.0
         try:
             while not self.stopping.is_set():
+                if self._all_down:
+                    # while this consumer exists, librdkafka tries every broker again every
+                    # reconnect.backoff.ms / 2: none exists during a rest, longer each time
+                    _close(consumer)
+                    consumer = None
+                    self.stopping.wait(rest)
+                    rest = min(rest * 2, longest_rest)
+                    if self.stopping.is_set():
+                        break
+                    consumer = Consumer(conf)
+                    self._all_down = False
+                    self._assign_again(consumer)
+                    next_refresh = 0.0
+                    continue
                 if self._apply_changes(consumer):
                     next_refresh = 0.0
                 if self._follows and time.monotonic() >= next_refresh:
                     try:
-                        self._refresh(consumer, admin)
+                        self._refresh(consumer)
                         backoff = 0.2
+                        rest = first_rest
                         now = time.monotonic()
                         next_refresh = min(now + client.settings.metadata_interval,
                                            self._unknown.next_due() or float("inf"))
                     except KafkaException as e:
+                        self._tries += 1
+                        again = self._connected is False
                         self._set_connected(False, str(e.args[0] if e.args else e))
+                        if again:  # nothing answers still: rest (above) before the next try
+                            self._all_down = True
+                            continue
                         self.stopping.wait(backoff)
                         backoff = min(backoff * 2, 5.0)
                         continue
                 if not self._assigned:
-                    self.stopping.wait(0.05)
+                    # nothing assigned, so no records: this serves librdkafka's callbacks
+                    # (its log, and the errors that say whether every broker is down)
+                    first = consumer.poll(0.05)
+                    if first is not None:
+                        self._hand_over([first])
                     continue
                 if time.monotonic() >= self._next_lag:
                     self._next_lag = time.monotonic() + LAG_INTERVAL
@@ -484,9 +595,22 @@ class TailConsumer(_KafkaThread):
                 records.extend(consumer.consume(BATCH, 0))
                 self._hand_over(records)
         finally:
-            _close(consumer)
+            if consumer is not None:
+                _close(consumer)
 
-    def _refresh(self, consumer: Any, admin: Any) -> None:
+    def _assign_again(self, consumer: Any) -> None:
+        """A new consumer takes over every partition where the one before stood: at the next
+        offset not handed over yet, or where the partition was first assigned when none was."""
+        partitions = []
+        for topic, count in self._assigned.items():
+            follow = self._follows.get(topic)
+            start = OFFSET_END if follow is not None and follow.from_end else OFFSET_BEGINNING
+            partitions += [TopicPartition(topic, p, self._next.get((topic, p), start))
+                           for p in range(count)]
+        if partitions:
+            consumer.incremental_assign(partitions)
+
+    def _refresh(self, consumer: Any) -> None:
         meta = consumer.list_topics(timeout=2.0)
         self._set_connected(True, ",".join(self.client.settings.servers))
         new: list[TopicPartition] = []
@@ -505,7 +629,7 @@ class TailConsumer(_KafkaThread):
             had = self._assigned.get(topic, 0)
             if count == had:
                 continue
-            compacted = self._compacted(admin, topic) if had == 0 else None
+            compacted = self._compacted(topic) if had == 0 else None
             follow.inbox.put(self.client.reactor, follow.sink.on_metadata, count, compacted)
             start = OFFSET_END if (had == 0 and follow.from_end) else OFFSET_BEGINNING
             for p in sorted(tmeta.partitions):
@@ -577,8 +701,11 @@ class TailConsumer(_KafkaThread):
             self._next[(topic, p)] = low
             follow.inbox.put(self.client.reactor, follow.sink.on_rewind, p, low)
 
-    def _compacted(self, admin: Any, topic: str) -> bool:
+    def _compacted(self, topic: str) -> bool:
+        """Whether the topic's `cleanup.policy` is compact, asked by an admin client made for
+        the question (one kept open would hold a connection, and retry it, for nothing)."""
         try:
+            admin = AdminClient(self.client.settings.admin_config(self._conf))
             futures = admin.describe_configs([ConfigResource("topic", topic)],
                                              request_timeout=2.0)
             for fut in futures.values():
@@ -641,16 +768,34 @@ class TailConsumer(_KafkaThread):
         code = err.code()
         if code in (KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT,
                     KafkaError._RESOLVE):
+            if code == KafkaError._TRANSPORT:
+                self.log.last_failure = err.str()
+            if code == KafkaError._ALL_BROKERS_DOWN:
+                self._all_down = True
             if code == KafkaError._ALL_BROKERS_DOWN or self._connected:
                 self._set_connected(False, err.str())
         else:
-            self.client.event("BINDING_KAFKA_ERROR", err.str())
+            self.log.say("BINDING_KAFKA_ERROR", err.str())
 
     def _set_connected(self, up: bool, detail: str) -> None:
-        if up != self._connected:
-            self._connected = up
-            self.client.event("BINDING_KAFKA_BROKER_CONNECTED" if up
-                              else "BINDING_KAFKA_BROKER_UNAVAILABLE", detail)
+        """Say a change of the broker's state, once: when down, with the last failure
+        librdkafka gave; when back, with how long it was away."""
+        if up == self._connected:
+            return
+        was = self._connected
+        self._connected = up
+        if up:
+            away = time.monotonic() - self._down_since
+            self.client.event("BINDING_KAFKA_BROKER_CONNECTED",
+                              detail + (f" (back after {away:.0f} s away; {self._tries} "
+                                        f"tries failed)" if was is False else ""))
+        else:
+            self._down_since = time.monotonic()
+            self._tries = 0
+            why = self.log.last_failure or detail
+            self.client.event("BINDING_KAFKA_BROKER_UNAVAILABLE",
+                              f"{','.join(self.client.settings.servers)}: {why}; retrying, "
+                              f"less often the longer it lasts")
 
 
 class HistoryFetcher(_KafkaThread):
@@ -676,20 +821,30 @@ class HistoryFetcher(_KafkaThread):
     def run(self) -> None:
         client = self.client
         conf = client.settings.consumer_config(f"ssekd-{client.binding}-history")
-        consumer = Consumer(conf)
+        conf["logger"] = LibrdkafkaLog(client.event)
+        consumer: Any = None
         current: _Position | None = None
         try:
             while not self.stopping.is_set():
-                req = self.requests.get()
+                try:
+                    req = self.requests.get(timeout=HISTORY_IDLE)
+                except queue.Empty:
+                    if consumer is not None:  # idle: no connection held (and retried) for it
+                        _close(consumer)
+                        consumer, current = None, None
+                    continue
                 if req is None:
                     break
+                if consumer is None:
+                    consumer = Consumer(conf)
                 try:
                     result, current = self._serve(consumer, req, current)
                 except Exception as e:  # noqa: BLE001 - one failed read must not end the thread
                     result, current = FetchResult([], None, str(e)), None
                 client.reactor.callFromThread(req.deferred.callback, result)
         finally:
-            _close(consumer)
+            if consumer is not None:
+                _close(consumer)
 
     def _serve(self, consumer: Any, req: _FetchRequest, current: _Position | None
                ) -> tuple[FetchResult, _Position | None]:

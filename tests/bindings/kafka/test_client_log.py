@@ -1,0 +1,136 @@
+"""librdkafka's log goes through the binding's events: connection failures say themselves once
+per change of the broker's state (not twenty `%3|...|FAIL|...` lines a second on stderr), other
+lines once a minute at most, and while no broker answers the connection attempts come further
+and further apart."""
+
+from __future__ import annotations
+
+import re
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from ssekd.bindings.kafka.client import ClientSettings, LibrdkafkaLog
+from ssekd.broker import Broker, free_port, start_broker
+from tests.support.daemon import start_daemon
+from tests.support.faults import write_config
+
+FAIL = ("FAIL", "rdkafka#consumer-1", "localhost:9/bootstrap: Connect to ipv4#127.0.0.1:9 "
+                                      "failed: Connection refused (after 0ms in state CONNECT)")
+
+
+def test_connection_failures_are_kept_quiet_other_lines_said_once_a_minute() -> None:
+    said: list[tuple[str, str]] = []
+    now = [0.0]
+    log = LibrdkafkaLog(lambda name, detail: said.append((name, detail)), clock=lambda: now[0])
+    for _ in range(50):
+        log.log(40, "%s [%s] %s", *FAIL)
+    assert said == [] and "Connection refused" in str(log.last_failure)
+    for _ in range(3):
+        log.log(30, "%s [%s] %s", "CONFWARN", "rdkafka#consumer-1", "property x is ignored")
+    now[0] = 61.0
+    log.log(30, "%s [%s] %s", "CONFWARN", "rdkafka#consumer-1", "property x is ignored")
+    assert said == [("BINDING_KAFKA_LOG", "CONFWARN: property x is ignored"),
+                    ("BINDING_KAFKA_LOG", "CONFWARN: property x is ignored (2 repeat(s) in the "
+                                          "last minute not shown)")]
+
+
+def test_the_rest_between_consumers_follows_librdkafka_s_back_off_properties() -> None:
+    settings = ClientSettings(("localhost:9",))
+    assert settings.backoff(settings.consumer_config("g")) == (0.5, 10.0)
+    short = ClientSettings(("localhost:9",), properties={"reconnect.backoff.max.ms": 200})
+    conf = short.consumer_config("g")
+    assert conf["reconnect.backoff.ms"] == 200, "librdkafka wants start <= maximum"
+    assert short.backoff(conf) == (0.2, 0.2)
+
+
+class AcceptAndClose:
+    """A port where every connection is accepted and closed at once, noting when: how often
+    the daemon tries its broker, which a refused connection would not show."""
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", port))
+        self.sock.listen(128)
+        self.sock.settimeout(0.1)
+        self.times: list[float] = []
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except TimeoutError:
+                continue
+            self.times.append(time.monotonic())
+            conn.close()
+
+    def close(self) -> None:
+        self.stopping.set()
+        self.thread.join(5)
+        self.sock.close()
+
+
+def bursts(times: list[float], gap: float = 0.9) -> list[tuple[float, int]]:
+    """(start, attempts) of each run of attempts less than `gap` s apart from the one before."""
+    found: list[tuple[float, int]] = []
+    last = None
+    for t in times:
+        if last is not None and t - last < gap:
+            found[-1] = (found[-1][0], found[-1][1] + 1)
+        else:
+            found.append((t, 1))
+        last = t
+    return found
+
+
+@pytest.mark.daemon
+@pytest.mark.timeout(120)
+def test_no_broker_one_line_and_attempts_further_apart_then_connected(tmp_path: Path) -> None:
+    broker_port = free_port()
+    fake = AcceptAndClose(broker_port)
+    daemon = None
+    broker: Broker | None = None
+    try:
+        config = write_config(tmp_path, f"127.0.0.1:{broker_port}", free_port())
+        text = config.read_text().replace("reconnect.backoff.max.ms: 500",
+                                          "reconnect.backoff.max.ms: 8000")
+        text = text.replace("options: {cache: {", "options: {bootstrap: [early], cache: {")
+        assert "bootstrap: [early]" in text
+        config.write_text(text)
+        port = int(text.split("port: ")[1].split("}")[0])
+        start = time.monotonic()
+        daemon = start_daemon(config, wait_ports=[port])
+        daemon.wait_output("BINDING_KAFKA_BROKER_UNAVAILABLE", timeout=15)
+        time.sleep(max(0.0, 23 - (time.monotonic() - start)))
+        fake.close()
+        output = daemon.output()
+        assert output.count("BINDING_KAFKA_BROKER_UNAVAILABLE") == 1, output
+        assert "%3|" not in output and "FAIL" not in output, output
+        assert len(output.splitlines()) < 30, output
+        times = [t - start for t in fake.times]
+        runs = bursts(times)
+        # before: an attempt every 50 ms for ever (460 in 23 s); now a rest between consumers
+        # that doubles (0.5, 1, 2, 4, 8 s), each consumer trying a few times in its 2 s
+        assert len(times) < 100, runs
+        rests = [b[0] - a[0] for a, b in zip(runs, runs[1:], strict=False)]
+        assert len(rests) >= 2 and rests[-1] > rests[-2], runs
+        early = sum(1 for t in times if t < 10)
+        late = sum(1 for t in times if t >= 14)
+        assert late * 2 < early, (early, late, runs)
+        broker = start_broker(broker_port)
+        daemon.wait_output("BINDING_KAFKA_BROKER_CONNECTED", timeout=30)
+        back = daemon.output().split("BINDING_KAFKA_BROKER_CONNECTED", 1)[1].splitlines()[0]
+        assert re.search(r"\(back after \d+ s away; \d+ tries failed\)$", back), back
+    finally:
+        fake.close()
+        if daemon is not None:
+            daemon.stop()
+        if broker is not None:
+            broker.stop()

