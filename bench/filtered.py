@@ -466,47 +466,59 @@ def _count(sock: socket.socket, n: int, timeout: float) -> int:
     return got
 
 
-def group_bytes(groups: int = 10_000) -> dict[str, Any]:
-    """Memory per filter group, in-process: `groups` streams of distinct keys at the tail of
-    one topic (router, index, encoder, filter, subscription; no connection)."""
+class _Nothing:
+    """The kafka client and the stream sink of an in-process cache: they take and drop."""
+
+    def consume(self, *a: Any, **kw: Any) -> None:
+        pass
+
+    def write(self, data: bytes) -> None:
+        pass
+
+    def end(self) -> None:
+        pass
+
+
+def _in_process(groups: int, max_messages: int = 100_000) -> tuple[Any, Any]:
+    """A topic's cache on a MemoryReactorClock (4 partitions, at their end) with one unfiltered
+    stream and `groups` streams of distinct keys (`item-<n>`) at its tail: (clock, cache)."""
     from twisted.internet.testing import MemoryReactorClock
 
     from ssekd.bindings.kafka.cache import CacheServer
     from ssekd.bindings.kafka.start import Start
+    from ssekd.bindings.kafka.topic_log import CacheBounds
     from ssekd.bindings.sse_kafka.encoder import Filter, KafkaEventEncoder
     from ssekd.telemetry.events import EventLog
     from ssekd.telemetry.metrics import Counter
 
-    class Client:
-        def consume(self, *a: Any, **kw: Any) -> None:
-            pass
-
-    class Sink:
-        def write(self, data: bytes) -> None:
-            pass
-
-        def end(self) -> None:
-            pass
-
     clock = MemoryReactorClock()
-    cache = CacheServer(clock, Client(), "c", EventLog("b")).topic("t")  # type: ignore[arg-type]
+    server = CacheServer(clock, _Nothing(), "c", EventLog("b"),  # type: ignore[arg-type]
+                         bounds=CacheBounds(max_messages=max_messages))
+    cache = server.topic("t")
     cache.on_metadata(4, False)
     for p in range(4):
         cache.on_end(p, 0)
-    counter = Counter()
-    keep = []
+    counter = Counter()  # one per topic, as sse-kafka's metrics give
+    cache.subscribe(KafkaEventEncoder("t"), _Nothing(), Start())
+    for g in range(groups):
+        cache.subscribe(KafkaEventEncoder("t", (Filter(key=b"item-%d" % g),), filtered=counter),
+                        _Nothing(), Start())
+    while clock.getDelayedCalls():
+        clock.advance(0)
+    return clock, cache
+
+
+def group_bytes(groups: int = 10_000) -> dict[str, Any]:
+    """Memory per filter group, in-process: `groups` streams of distinct keys at the tail of
+    one topic (router, index, encoder, filter, subscription; no connection)."""
     gc.collect()
     tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0]
-    for i in range(groups):
-        enc = KafkaEventEncoder("t", (Filter(key=b"item-%d" % i),), filtered=counter)
-        keep.append(cache.subscribe(enc, Sink(), Start()))
-    while clock.getDelayedCalls():
-        clock.advance(0)
+    _, cache = _in_process(groups)
     gc.collect()
     after = tracemalloc.get_traced_memory()[0]
     tracemalloc.stop()
-    assert len(cache.groups) == groups
+    assert len(cache.groups) == groups + 1
     return {"groups": groups, "bytes_per_group": round((after - before) / groups)}
 
 
@@ -514,45 +526,22 @@ def router_cost(groups: tuple[int, ...] = (0, 100, 1_000, 10_000, 20_000),
                 records: int = 100_000) -> list[dict[str, Any]]:
     """Microseconds per record for the cache to take a batch at the tail and hand it to the
     groups that take its records, in-process, against the number of key groups."""
-    from twisted.internet.testing import MemoryReactorClock
-
-    from ssekd.bindings.kafka.cache import CacheServer
     from ssekd.bindings.kafka.message import Message
-    from ssekd.bindings.kafka.start import Start
-    from ssekd.bindings.kafka.topic_log import CacheBounds
-    from ssekd.bindings.sse_kafka.encoder import Filter, KafkaEventEncoder
-    from ssekd.telemetry.events import EventLog
-    from ssekd.telemetry.metrics import Counter
 
-    class Client:
-        def consume(self, *a: Any, **kw: Any) -> None:
-            pass
-
-    class Sink:
-        def write(self, data: bytes) -> None:
-            pass
-
-        def end(self) -> None:
-            pass
-
+    # keys to partitions as a producer's hash would; a fetch brings each partition's records
+    # together, so each batch of 500 holds four runs, one per partition
     out = []
-    batch = [Message(i % 4, i // 4, b"item-%d" % (i * 7919 % 50_000), b"%d " % i + b"x" * 60)
-             for i in range(records)]
-    for n in groups:
-        clock = MemoryReactorClock()
-        server = CacheServer(clock, Client(), "c", EventLog("b"),  # type: ignore[arg-type]
-                             bounds=CacheBounds(max_messages=50_000))
-        cache = server.topic("t")
-        cache.on_metadata(4, False)
+    keys = [i * 7919 % 50_000 for i in range(records)]
+    nxt = [0] * 4
+    batch = []
+    for start in range(0, records, 500):
         for p in range(4):
-            cache.on_end(p, 0)
-        counter = Counter()
-        cache.subscribe(KafkaEventEncoder("t"), Sink(), Start())
-        for g in range(n):
-            cache.subscribe(KafkaEventEncoder("t", (Filter(key=b"item-%d" % g),),
-                                              filtered=counter), Sink(), Start())
-        while clock.getDelayedCalls():
-            clock.advance(0)
+            for k in keys[start:start + 500]:
+                if k % 4 == p:
+                    batch.append(Message(p, nxt[p], b"item-%d" % k, b"%d " % k + b"x" * 60))
+                    nxt[p] += 1
+    for n in groups:
+        _, cache = _in_process(n, max_messages=50_000)
         t0 = time.perf_counter()
         for i in range(0, records, 500):
             cache.on_records(batch[i:i + 500])

@@ -177,8 +177,8 @@ class ProgressState:
     partition changes or every 64 offsets. A token is then two concatenations and a base64.
     """
 
-    __slots__ = ("_chunks", "_high", "_hot", "_last", "_left", "_order", "_prefix", "_right", "_tail",
-                 "_token", "offsets")
+    __slots__ = ("_chunks", "_high", "_hot", "_last", "_left", "_order", "_prefix", "_right",
+                 "_stale", "_tail", "_token", "offsets")
 
     def __init__(self, offsets: Mapping[int, int] | None = None) -> None:
         self.offsets: dict[int, int] = dict(offsets or {})
@@ -186,13 +186,17 @@ class ProgressState:
         self._order: list[int] = sorted(self.offsets)
         self._prefix = bytes((VERSION,)) + zigzag_varint(len(self.offsets))
         self._token: bytes | None = None
+        #: Partitions `move`d whose pair in `_chunks` is not made yet.
+        self._stale: set[int] = set()
         self._hot = self._last = -1  # none yet; partitions are never negative
         self._left = self._right = self._tail = b""
         self._high = -1
 
     def copy(self) -> ProgressState:
         self._cool()
+        self._make_stale()
         other = ProgressState.__new__(ProgressState)
+        other._stale = set()
         other.offsets = dict(self.offsets)
         other._chunks = dict(self._chunks)
         other._order = list(self._order)
@@ -216,6 +220,29 @@ class ProgressState:
         self._token = None
         if old is None:
             self._reorder()
+
+    def move(self, partition: int, next_offset: int) -> None:
+        """`set`, the token made only when asked for (`token_bytes`): for a reader that passes
+        many records and needs the id of few (the tail of filtered streams)."""
+        if self._hot >= 0:
+            self._cool()
+        old = self.offsets.get(partition)
+        if old == next_offset:
+            return
+        self.offsets[partition] = next_offset
+        self._stale.add(partition)
+        self._token = None
+        if old is None:
+            self._reorder()
+
+    def _make_stale(self) -> None:
+        """Make the pairs of the partitions `move`d since the last token."""
+        if self._stale:
+            offsets, chunks = self.offsets, self._chunks
+            for p in self._stale:
+                if p in offsets:
+                    chunks[p] = _pair(p, offsets[p])
+            self._stale.clear()
 
     def drop(self, partition: int) -> None:
         if self.offsets.pop(partition, None) is not None:
@@ -248,6 +275,7 @@ class ProgressState:
     def _heat(self, partition: int, next_offset: int) -> None:
         """Make `partition` the hot one (adding it if new)."""
         self._cool()
+        self._make_stale()
         if partition not in self.offsets:
             self.set(partition, next_offset)
         chunks = self._chunks
@@ -279,6 +307,7 @@ class ProgressState:
         """The token as ASCII bytes (what goes on the wire)."""
         if self._token is None:
             self._cool()
+            self._make_stale()
             chunks = self._chunks
             raw = self._prefix + b"".join([chunks[p] for p in self._order])
             self._token = binascii.b2a_base64(raw, newline=False).translate(_B64_TO_URLSAFE)

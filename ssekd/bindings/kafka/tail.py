@@ -256,10 +256,9 @@ class TailRouter:
         names = self._header_names
         floored_anything = [g for g in self._anything if g.floor]
         multi = self._multi > 0
-        pending: dict[int, int] = {}  # tail moves not told to `tail` yet (no token was needed)
         for m in fresh:
             p = m.partition
-            nxt = m.offset + 1
+            tail.move(p, m.offset + 1)  # its token is made only if a group takes the record
             found: list[TailGroup] = floored_anything
             if by_key and m.key is not None:
                 listed = by_key.get(m.key)
@@ -272,14 +271,8 @@ class TailRouter:
                         if listed:
                             found = [*found, *listed]
             if not found:
-                pending[p] = nxt
                 continue
-            if pending:
-                pending.pop(p, None)
-                for q, at in pending.items():
-                    tail.set(q, at)
-                pending.clear()
-            token = tail.advance(p, nxt)
+            token = tail.token_bytes()
             if multi and len(found) > 1:
                 found = list(dict.fromkeys(found))
             made: tuple[Hashable, bytes] | None = None
