@@ -14,6 +14,7 @@ This module knows no composite kind by name: the registry says which kinds compo
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -136,7 +137,9 @@ class _Context:
         except CatalogUnavailable as e:
             raise ConfigError([self.issue(path, f"cannot read the spec now: {e}")]) from None
         if kind == "filesystem":
-            file = self._config.resolve_path(str(options["subjects"][subject]["path"]))
+            # `specs/../x.yaml` said as `x.yaml`: the file an error names is one to open
+            file = Path(os.path.normpath(self._config.resolve_path(
+                str(options["subjects"][subject]["path"]))))
             return Source(schema.text, file, 1, watch=file)
         if kind == "inline":
             key: Path_ = ("catalogs", catalog, "options", "subjects", subject, "schema")
@@ -176,8 +179,8 @@ def compose(file: Path, document: Document, registry: Registry,
         except ConfigError as e:
             issues.extend(e.issues)
     issues += _clashes(written, document, made)
-    if issues:
-        raise ConfigError(issues)
+    if issues:  # a spec problem two bindings of the same spec find is said once
+        raise ConfigError(list(dict.fromkeys(issues)))
     data, composed = _merge(document, made, composites)
     issues = validate(composed, registry)
     if issues:

@@ -377,8 +377,9 @@ def select_servers(ctx: ComposeContext, binding: Binding, spec: Spec,
     urls = binding.options["specs"][spec.label].get("servers")
     issues: list[ConfigIssue] = []
     chosen: list[SelectedServer] = []
-    declared = "; ".join(f"{s.key} ({s.url}, {spec.at(s.path)})" for s in servers.values()) \
-        or "it declares none"
+    declared = "the spec's servers: " + "; ".join(
+        f"{s.key} ({s.url}, {spec.at(s.path)})" for s in servers.values()) \
+        if servers else "the spec declares none"
     if urls is None:
         for server in servers.values():
             if server.protocol not in protocols:
@@ -394,7 +395,7 @@ def select_servers(ctx: ComposeContext, binding: Binding, spec: Spec,
         if not chosen and not issues:
             issues.append(ctx.issue(spec.option_path,
                                     f"spec {spec.label!r} ({spec.file}) has no server with "
-                                    f"protocol {' or '.join(protocols)}: {declared}"))
+                                    f"protocol {' or '.join(protocols)}; {declared}"))
     for i, url in enumerate(urls or ()):
         path = spec.option_path + ("servers", i)
         parts = urlsplit(str(url))
@@ -412,7 +413,7 @@ def select_servers(ctx: ComposeContext, binding: Binding, spec: Spec,
                  if s.matches(scheme, parts.hostname, port, parts.path)]
         if not match:
             issues.append(ctx.issue(path, f"{url} is not a server of spec {spec.label!r} "
-                                          f"({spec.file}): {declared}"))
+                                          f"({spec.file}); {declared}"))
             continue
         if scheme not in protocols:
             issues.append(ctx.issue(path, f"{url}: protocol {scheme} is not one this binding "
