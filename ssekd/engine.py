@@ -222,12 +222,14 @@ class GraphBuilder:
             return None
         if not guard_names(binding) <= self.reused_guards:
             return None  # a changed guard: the binding must check tokens with the new one
-        if reads_catalogs(binding) and prev.catalogs_stamp != self.catalogs_stamp:
+        used = reads_catalogs(binding)
+        if used and _stamps_of(prev.catalogs_stamp, used) != \
+                _stamps_of(self.catalogs_stamp, used):
             return None  # its models must check records with the new schemas
         if binding.options.get("asyncapi") and \
-                (prev.config.bindings, prev.config.guards) != \
-                (self.config.bindings, self.config.guards):
-            return None  # its AsyncAPI document describes the whole config
+                (prev.config.bindings, prev.config.guards, origins(prev.config)) != \
+                (self.config.bindings, self.config.guards, origins(self.config)):
+            return None  # its AsyncAPI document describes the whole config (and its specs)
         if binding.vault and (prev.config.vaults.get(binding.vault) !=
                               self.config.vaults.get(binding.vault) or
                               prev.store_stamps.get(binding.vault) !=
@@ -302,12 +304,40 @@ def exit_path(binding: Binding, target: str) -> tuple[str | int, ...]:
     return base
 
 
-def reads_catalogs(binding: Binding) -> bool:
-    """Whether a binding's runtime holds schemas from the catalogs: a kafka cache_server with
-    topic models, or an http server serving the AsyncAPI document."""
-    topics = binding.options.get("topics") or ()
-    return bool(binding.options.get("asyncapi")) or \
-        any(isinstance(t, dict) and (t.get("value") or t.get("key")) for t in topics)
+#: `reads_catalogs` of a binding that reads every catalog (an AsyncAPI document describes all).
+ALL_CATALOGS = frozenset({"*"})
+
+
+def reads_catalogs(binding: Binding) -> frozenset[str]:
+    """The catalogs whose schemas a binding's runtime holds: those the topic models of a kafka
+    cache_server name, or all of them (`ALL_CATALOGS`) for an http server serving the AsyncAPI
+    document; empty for any other binding."""
+    if binding.options.get("asyncapi"):
+        return ALL_CATALOGS
+    names: set[str] = set()
+    for topic in binding.options.get("topics") or ():
+        for part in ("value", "key") if isinstance(topic, dict) else ():
+            model = topic.get(part)
+            if isinstance(model, dict) and isinstance(model.get("catalog"), dict):
+                names.update(model["catalog"])
+            elif model:
+                return ALL_CATALOGS  # a model of a shape not read here: compare them all
+    return frozenset(names)
+
+
+def _stamps_of(stamp: tuple[object, ...], names: frozenset[str]) -> tuple[object, ...]:
+    """The part of a `catalogs_stamp` for the catalogs `names` (all for `ALL_CATALOGS`)."""
+    if names == ALL_CATALOGS:
+        return stamp
+    return tuple(pair for pair in stamp
+                 if isinstance(pair, tuple) and pair and pair[0] in names)
+
+
+def origins(config: Config) -> dict[str, object]:
+    """What composite bindings say of the bindings they composed (the specs they came from):
+    not part of a binding's equality, so that a spec's description changing rebuilds nothing
+    but the AsyncAPI document."""
+    return {n: b.origin for n, b in config.bindings.items() if b.origin is not None}
 
 
 def guard_names(binding: Binding) -> set[str]:
@@ -508,6 +538,12 @@ class Engine(MultiService):
                 found[s.name] = otlp.OtlpExporter(s, self.metrics, self.events, self.reactor,
                                                   attributes)
         return found, reused
+
+    @property
+    def sources(self) -> tuple[Path, ...]:
+        """The files the config being served was read from (`--watch` follows them)."""
+        graph = self.graph or self._pending
+        return graph.config.sources if graph is not None else (self.config_path,)
 
     @property
     def built(self) -> Graph | None:

@@ -136,6 +136,8 @@ class Supervisor(Service):
         graph = engine.built
         assert graph is not None
         config = graph.config
+        #: The files the config was read from: `--watch` in the parent follows them.
+        self.sources: tuple[Path, ...] = config.sources
         #: The parent's own figures (worker restarts, its process), added to the workers' sum.
         self.metrics = Metrics()
         self.metrics.configure(config.namespace, config.telemetry.metrics,
@@ -356,6 +358,7 @@ class Supervisor(Service):
             fresh = None
         if fresh is not None and fresh.built is not None:
             graph = fresh.built
+            self.sources = graph.config.sources
             self.drain = graph.config.engine.drain
             wanted = {(s.host, s.port) for s in graph.listen_specs()}
             for key in [k for k in self.sockets if k not in wanted]:

@@ -42,9 +42,10 @@ class Binding:
     metrics: tuple[str, ...] | None = None
     #: For a binding composed from a spec (an asyncapi binding stands for it): what the
     #: composite says of it, e.g. the spec operation each route stands for (read by the
-    #: AsyncAPI document). None for a binding written in the config. Compared, so that a
-    #: binding whose spec changed is not kept across a reload with a stale description.
-    origin: Any = None
+    #: AsyncAPI document). None for a binding written in the config. Not compared: a spec
+    #: whose descriptions alone changed leaves the binding as it was (the engine compares
+    #: origins only for the bindings that serve the document).
+    origin: Any = field(default=None, compare=False)
 
     @property
     def exits(self) -> tuple[str, ...]:

@@ -32,52 +32,54 @@ __all__ = ["BINDING"]
 
 _NAME = "^[a-zA-Z]+[a-zA-Z0-9._-]*$"
 
-_SPEC = {
-    "type": "object", "additionalProperties": False, "required": ["catalog"],
-    "description": "One AsyncAPI 3 spec, by the label routes name it with.",
-    "properties": {
-        "servers": {"type": "array", "minItems": 1,
-                    "items": {"type": "string", "pattern": "^[a-zA-Z][a-zA-Z0-9+.-]*://",
-                              "x-expected": "a URL such as http://localhost:7114"},
-                    "x-ssekd-default": "every server of the spec with a protocol the kind uses",
-                    "description": "URLs of the spec's servers to use (protocol, host and port, "
-                                   "and pathname, as the spec's `servers` say them); one the "
-                                   "spec does not declare is an error."},
-        "catalog": {"type": "object", "minProperties": 1, "maxProperties": 1,
-                    "propertyNames": {"pattern": _NAME},
-                    "description": "The catalog the spec is read from (`catalogs.<name>`: "
-                                   "filesystem, inline or schema-registry), by subject.",
-                    "additionalProperties": {
-                        "type": "object", "additionalProperties": False,
-                        "required": ["subject"],
-                        "properties": {
-                            "subject": {"type": "string", "minLength": 1,
-                                        "description": "The subject the spec is under."},
-                            "version": {"anyOf": [{"type": "string",
-                                                   "pattern": "^(latest|[0-9]+)$"},
-                                                  {"type": "integer", "minimum": 1}],
-                                        "default": "latest",
-                                        "x-expected": "latest or a version number",
-                                        "description": "Which version of the subject."}}}},
-        "security": {"type": "object", "propertyNames": {"pattern": "^[a-zA-Z0-9._-]+$"},
-                     "additionalProperties": {"type": "string", "pattern": _NAME,
-                                              "x-expected": "a guard name"},
-                     "x-ssekd-default": "none: an operation that requires security is an error",
-                     "description": "Security scheme name (`components.securitySchemes`) to the "
-                                    "guard (`guards.<name>`) that checks its tokens. An operation "
-                                    "whose security names a scheme mapped to no guard is a config "
-                                    "error (Zilla leaves it unguarded)."},
-    },
-}
+_CATALOG = {
+    "type": "object", "minProperties": 1, "maxProperties": 1,
+    "propertyNames": {"pattern": _NAME},
+    "description": "The catalog the spec is read from (`catalogs.<name>`: filesystem, inline or "
+                   "schema-registry), by subject: one entry.",
+    "additionalProperties": {
+        "type": "object", "additionalProperties": False, "required": ["subject"],
+        "properties": {
+            "subject": {"type": "string", "minLength": 1,
+                        "description": "The subject the spec is under."},
+            "version": {"anyOf": [{"type": "string", "pattern": "^(latest|[0-9]+)$"},
+                                  {"type": "integer", "minimum": 1}],
+                        "default": "latest", "x-expected": "latest or a version number",
+                        "description": "Which version of the subject."}}}}
 
-_OPTIONS = {
-    "type": "object", "additionalProperties": False, "required": ["specs"],
-    "properties": {
-        "specs": {"type": "object", "minProperties": 1, "propertyNames": {"pattern": _NAME},
-                  "additionalProperties": _SPEC,
-                  "description": "The specs, by label."},
-    },
-}
+_SECURITY = {
+    "type": "object", "propertyNames": {"pattern": "^[a-zA-Z0-9._-]+$"},
+    "additionalProperties": {"type": "string", "pattern": _NAME, "x-expected": "a guard name"},
+    "x-ssekd-default": "none: an operation that requires security is an error",
+    "description": "Security scheme name (`components.securitySchemes`) to the guard "
+                   "(`guards.<name>`) that checks its tokens. An operation whose security names "
+                   "a scheme mapped to no guard is a config error (Zilla leaves it unguarded)."}
+
+
+def _specs(servers: str, security: bool) -> dict[str, Any]:
+    """`options` of a kind: `specs.<label>` with what `servers` does for it, and `security`
+    for the kinds that guard operations."""
+    spec: dict[str, Any] = {
+        "type": "object", "additionalProperties": False, "required": ["catalog"],
+        "description": "One AsyncAPI 3 spec, by the label routes name it with.",
+        "properties": {
+            "servers": {"type": "array", "minItems": 1,
+                        "items": {"type": "string", "pattern": "^[a-zA-Z][a-zA-Z0-9+.-]*://",
+                                  "x-expected": "a URL such as http://localhost:7114"},
+                        "x-ssekd-default": "every server of the spec with a protocol the kind "
+                                           "uses",
+                        "description": "URLs of the spec's servers (protocol, host and port, "
+                                       "and pathname, as the spec's `servers` say them); one "
+                                       "the spec does not declare is an error. " + servers},
+            "catalog": _CATALOG}}
+    if security:
+        spec["properties"]["security"] = _SECURITY
+    return {"type": "object", "additionalProperties": False, "required": ["specs"],
+            "properties": {"specs": {"type": "object", "minProperties": 1,
+                                     "propertyNames": {"pattern": _NAME},
+                                     "additionalProperties": spec,
+                                     "description": "The specs, by label."}}}
+
 
 _WHEN = {"type": "object", "additionalProperties": False,
          "properties": {
@@ -88,8 +90,8 @@ _WHEN = {"type": "object", "additionalProperties": False,
              "tag": {"type": "string", "description": "A tag the operation has."}}}
 
 
-def _options(description: str) -> dict[str, Any]:
-    return {**_OPTIONS, "description": description}
+def _options(description: str, servers: str, security: bool) -> dict[str, Any]:
+    return {**_specs(servers, security), "description": description}
 
 
 def _composed_only(ctx: BuildContext, binding: Binding) -> object:
@@ -109,7 +111,9 @@ BINDING = BindingType("asyncapi", {
             "scheme says (a bearer token, or an API key in a header, query parameter or "
             "cookie). An operation goes to the exit of the first route whose `when` takes it, "
             "else to `exit` (an asyncapi proxy, or any sse-kafka binding). `ssekd check` prints "
-            "the bindings composed.")),
+            "the bindings composed.",
+            "Those of an SSE spec are listened on (`http`, `https`): on the URL's address when "
+            "it is localhost or an IP address, else on every interface.", security=True)),
     "proxy": KindSpec(
         role=Role.STREAM_SOURCE, build=_composed_only, compose=compose_proxy,
         exit=Exit.REQUIRED, exit_roles=(Role.KAFKA_CACHE,), when=_WHEN,
@@ -130,7 +134,9 @@ BINDING = BindingType("asyncapi", {
             "operation's `x-zilla-sse-kafka` `filters` (`{identity}` is the guard's identity), "
             "its event id form `x-zilla-sse-kafka.event.id` (an ssekd addition), and its "
             "`guarded` the operation's security. Routes exit to an asyncapi client (or any "
-            "kafka cache_client).")),
+            "kafka cache_client).",
+            "The pathnames of an SSE spec's servers are put in front of its paths.",
+            security=True)),
     "client": KindSpec(
         role=Role.KAFKA_CACHE, build=_composed_only, compose=compose_client,
         options=_options(
@@ -138,5 +144,7 @@ BINDING = BindingType("asyncapi", {
             "client for a Kafka spec: the client connects to the spec's `kafka` servers; the "
             "cache_server follows, from start-up, every topic an operation receives from, and "
             "checks each record against its channel's message payload schema (JSON Schema, or "
-            "Avro) as it enters the cache.")),
+            "Avro) as it enters the cache.",
+            "The client connects to them (`kafka`: plaintext, the kafka client's only way).",
+            security=False)),
 })

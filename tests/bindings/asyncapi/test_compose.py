@@ -10,6 +10,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from twisted.internet.testing import MemoryReactorClock
 
 from ssekd.bindings.asyncapi.server import listen_host
 from ssekd.bindings.registry import discover
@@ -17,6 +18,8 @@ from ssekd.cli import main
 from ssekd.config import ConfigError
 from ssekd.config.load import load_config
 from ssekd.config.model import Config
+from ssekd.engine import Engine
+from ssekd.telemetry.events import EventLog
 from tests.support.asyncapi_example import EXAMPLE
 
 #: The bindings Zilla's example stands for, as ssekd composes them, written by hand.
@@ -435,3 +438,24 @@ def test_payload_models_follow_the_kafka_messages(tmp_path: Path,
     assert models["notes"] is None
     subjects = composed.catalogs["south_kafka_client.payloads"]["options"]["subjects"]
     assert '"anyOf": [{"type": "string"}, {"type": "integer"}]' in subjects["sent-value"]["schema"]
+
+
+def test_a_reload_rebuilds_only_what_a_spec_change_touches(tmp_path: Path) -> None:
+    """Composed bindings are kept across a reload as written ones are: a spec whose words alone
+    changed keeps every binding; a changed filter rebuilds the sse-kafka binding and those in
+    front of it, and keeps the Kafka side."""
+    config = example(tmp_path)
+    engine = Engine(config, reactor=MemoryReactorClock(), events=EventLog("t"),
+                    print_events=False)
+    first = engine.built
+    assert first is not None
+    spec = config.parent / "specs" / "sse-asyncapi.yaml"
+    spec.write_text(spec.read_text().replace("Inform about Event.", "Says what happened."))
+    worded = engine._build(load(config), previous=first)
+    assert worded.reused == set(first.runtimes)
+    spec.write_text(spec.read_text().replace(
+        '        method: "GET"\n',
+        '        method: "GET"\n      x-zilla-sse-kafka:\n        filters: [{key: a}]\n'))
+    filtered = engine._build(load(config), previous=worded)
+    assert filtered.reused == {"south_kafka_client", "south_kafka_client.cache_server",
+                               "south_kafka_client.kafka_client"}
