@@ -38,10 +38,10 @@ from typing import Any
 import jsonschema
 import yaml
 
-from ssekd.bindings.asyncapi.origin import OperationOrigin, Origin, ServerOrigin
 from ssekd.catalogs.catalog import Catalog, Schema
 from ssekd.catalogs.models import ModelConfig
 from ssekd.config.model import Binding, Config, Route
+from ssekd.config.origin import OperationOrigin, Origin, ServerOrigin
 from ssekd.patterns import Pattern, Unresolvable, guard_references, substitute
 
 ASYNCAPI_VERSION = "3.0.0"

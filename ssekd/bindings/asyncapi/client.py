@@ -18,10 +18,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from ssekd.bindings.api import ComposeContext, Composition
-from ssekd.bindings.asyncapi.origin import Origin
 from ssekd.bindings.asyncapi.spec import Channel, Spec, read_specs, select_servers
 from ssekd.config.errors import ConfigError, ConfigIssue
 from ssekd.config.model import Binding
+from ssekd.config.origin import Origin
 
 #: The JSON Schema draft AsyncAPI 3's default schema format builds on.
 JSON_SCHEMA_DRAFT = "http://json-schema.org/draft-07/schema#"

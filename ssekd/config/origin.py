@@ -2,8 +2,9 @@
 document of a composed config (`ssekd.asyncapi`) says what the spec says: the same channels,
 operations, messages and servers, under the same names.
 
-Plain data, no behaviour: the document generator reads it without knowing how composition
-works.
+Plain data, no behaviour, and part of the config model rather than of the asyncapi binding: the
+asyncapi kinds write it, the document generator reads it, and neither knows the other (nothing
+outside ssekd/bindings imports a binding's module).
 """
 
 from __future__ import annotations
