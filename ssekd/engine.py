@@ -16,13 +16,13 @@ from __future__ import annotations
 import errno
 import os
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from twisted.application.service import IService, MultiService, Service
-from twisted.internet import defer
+from twisted.internet import defer, threads
 from twisted.internet.error import CannotListenError
 from twisted.internet.interfaces import IAddress, IListeningPort, IProtocol, IReactorTCP
 from twisted.internet.protocol import ServerFactory
@@ -30,7 +30,7 @@ from twisted.internet.task import LoopingCall
 from twisted.logger import Logger, LogLevel
 from twisted.python.failure import Failure
 
-from ssekd import __version__
+from ssekd import __version__, sd_notify
 from ssekd.bindings.api import (
     ROLE_PROTOCOLS,
     ConnectionFactory,
@@ -44,6 +44,8 @@ from ssekd.bindings.api import (
 )
 from ssekd.bindings.registry import Registry, discover
 from ssekd.catalogs import Catalog, build_catalogs, catalogs_stamp
+from ssekd.catalogs.catalog import Schema
+from ssekd.config.compose import RemoteTexts
 from ssekd.config.errors import ConfigError, ConfigIssue
 from ssekd.config.load import load_config
 from ssekd.config.model import Binding, Config
@@ -435,14 +437,21 @@ class Engine(MultiService):
                  guard_types: GuardTypes | None = None,
                  events: EventLog | None = None, print_events: bool = True,
                  inherited: Mapping[tuple[str, int], int] | None = None,
-                 worker: int | None = None, siblings: Siblings | None = None) -> None:
+                 worker: int | None = None, siblings: Siblings | None = None,
+                 texts: RemoteTexts | None = None) -> None:
         """`inherited`, `worker` and `siblings` are for a worker process (see `ssekd.workers`):
         the sockets its parent opened, by configured (host, port), to adopt rather than open;
         its number; and the channel to the other workers (`ssekd.siblings`) that bindings and
         guards reach through `BuildContext.siblings`. A worker leaves the prometheus exporters
         to its parent, which sums the workers' pages, and opens a port that appears on reload
-        with SO_REUSEPORT, so that every worker can hold one."""
+        with SO_REUSEPORT, so that every worker can hold one.
+
+        `texts` holds the AsyncAPI specs read from schema registries (`ssekd.config.compose`):
+        the first load waits for the registry, a load once the engine runs never does (it
+        uses the text held and asks again in the background; a new text is a reload). A
+        supervisor hands its own to the engines it loads a new config with."""
         super().__init__()
+        self.texts = texts or RemoteTexts(run=self._off_reactor, changed=self._spec_changed)
         self.inherited = dict(inherited or {})
         self.worker = worker
         self.siblings = siblings
@@ -465,7 +474,7 @@ class Engine(MultiService):
         self.health.checks = lambda: self.graph.readiness() if self.graph is not None else ()
         self.metrics.reader(ENGINE, "engine", self._figures)
         # Build the first graph now, so a bad config fails before twistd daemonizes or listens.
-        config = load_config(config_path, self.registry, environ)
+        config = load_config(config_path, self.registry, environ, self.texts)
         self._configure_events(config)
         self._pending: Graph | None = self._build(config, previous=None)
         self._configure_metrics(config)
@@ -574,6 +583,7 @@ class Engine(MultiService):
     def startService(self) -> None:
         graph, self._pending = self._pending, None
         assert graph is not None, "Engine started twice"
+        self.texts.blocking = False  # from now on a load runs on the reactor thread
         super().startService()  # when privilegedStartService was skipped, _activate listens
         self._activate(graph, previous=None)
         who = f" worker {self.worker}" if self.worker is not None else ""
@@ -679,7 +689,7 @@ class Engine(MultiService):
     def reload(self) -> bool:
         """Re-read the config. A bad one leaves everything as it was and says why."""
         try:
-            config = load_config(self.config_path, self.registry, self.environ)
+            config = load_config(self.config_path, self.registry, self.environ, self.texts)
             graph = self._build(config, previous=self.graph)
             self._activate(graph, previous=self.graph)
         except ConfigError as e:
@@ -695,6 +705,19 @@ class Engine(MultiService):
         self.events.emit(ENGINE, "CONFIG_RELOADED",
                          f"{self.config_path} ({len(graph.reused)} bindings kept)")
         return True
+
+    def _off_reactor(self, fetch: Callable[[], Schema], answered: Callable[[Schema], None],
+                     failed: Callable[[Exception], None]) -> None:
+        """Run a registry request on the thread pool; its answer comes back on the reactor
+        thread."""
+        d = threads.deferToThread(fetch)
+        d.addCallbacks(answered, lambda f: failed(Exception(f.getErrorMessage())))
+        d.addErrback(self._log_failure, "a spec fetched from a registry")
+
+    def _spec_changed(self) -> None:
+        """A spec a schema registry holds is new or changed: a reload, as SIGHUP is (only a
+        load once the engine runs asks in the background, so this comes only then)."""
+        sd_notify.reload_announced(self.reload)
 
     def _log_failure(self, failure: Failure, what: str) -> None:
         log.failure("{what}", failure, what=what)

@@ -60,7 +60,7 @@ class RemoteTexts:
     run: Callable[[Callable[[], Schema], Callable[[Schema], None],
                    Callable[[Exception], None]], None] | None = None
     #: Called on the reactor thread when a text fetched in the background is new or changed.
-    changed: Callable[[], None] | None = None
+    changed: Callable[[], object] | None = None
     _asked: set[tuple[str, str, str, str]] = field(default_factory=set)
 
     def fetch(self, catalog: Catalog, url: str, subject: str, version: str | int) -> Schema:
