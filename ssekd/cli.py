@@ -91,13 +91,14 @@ def check(args: argparse.Namespace) -> int:
         for issue in e.issues:
             print(issue, file=sys.stderr)
         return 1
-    print(f"{args.config}: schema and references ok (namespace {config.namespace}, "
-          f"{len(config.bindings)} bindings)")
-    for summary in config.composites.values():
-        print(f"composed {summary}")
-    if args.print_composed:
-        print(composed_yaml(config), end="")
+    said = [f"{args.config}: schema and references ok (namespace {config.namespace}, "
+            f"{len(config.bindings)} bindings)",
+            *(f"composed {summary}" for summary in config.composites.values())]
+    if args.print_composed:  # a zilla.yaml on stdout: what check says goes in comments
+        print("".join(f"# {line}\n" for line in said) + composed_yaml(config), end="")
         return 0
+    for line in said:
+        print(line)
     for line in graph_lines(config, discover()):
         print(line)
     if args.schema_only:
@@ -216,7 +217,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--print-schema", action="store_true",
                    help="print the JSON Schema ssekd validates against")
     p.add_argument("--print-composed", action="store_true",
-                   help="print the config with its asyncapi bindings composed, as a zilla.yaml")
+                   help="print the config with its asyncapi bindings composed, as a zilla.yaml "
+                        "(what check says in comments)")
     p.set_defaults(func=check)
     p = sub.add_parser("asyncapi", help="print the config's AsyncAPI 3.0 document",
                        description="Print the AsyncAPI 3.0 document of a config's event "

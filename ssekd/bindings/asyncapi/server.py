@@ -75,6 +75,12 @@ def compose_server(ctx: ComposeContext, binding: Binding) -> Composition:
                                                       f"binding: binding {name!r} has nothing "
                                                       f"to serve"))
         operations += [(spec, op) for op in found]
+    for i, written in enumerate(binding.routes):
+        for j, when in enumerate(written.when):
+            if "spec" in when and when["spec"] not in specs:
+                issues.append(ctx.issue(("bindings", name, "routes", i, "when", j, "spec"),
+                                        f"{when['spec']!r} is not a spec of binding {name!r}; "
+                                        f"expected one of {', '.join(specs)}"))
     if issues:
         raise ConfigError(issues)
     secure: dict[int, bool] = {}

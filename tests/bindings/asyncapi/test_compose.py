@@ -459,3 +459,104 @@ def test_a_reload_rebuilds_only_what_a_spec_change_touches(tmp_path: Path) -> No
     filtered = engine._build(load(config), previous=worded)
     assert filtered.reused == {"south_kafka_client", "south_kafka_client.cache_server",
                                "south_kafka_client.kafka_client"}
+
+
+def test_server_routes_send_operations_to_their_exits(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """An asyncapi server's routes pick the exit of each operation (spec, operation glob and
+    tag: all must match), else the binding's `exit`: one sse binding per exit, the http routes
+    to each."""
+    audit_op = ("operations:\n",
+                "operations:\n  receiveAudit:\n    action: receive\n    tags: [{name: audit}]\n"
+                "    channel:\n      $ref: '#/channels/audit'\n    bindings:\n"
+                "      x-zilla-sse: {method: GET}\n")
+    audit_channel = ("channels:\n", "channels:\n  audit:\n    address: /audit\n")
+    routes = ("              subject: sse\n    exit: south_kafka_proxy\n",
+              "              subject: sse\n    exit: south_kafka_proxy\n"
+              "    routes:\n      - when:\n          - {spec: sse_api, operation: 'receive*', "
+              "tag: audit}\n        exit: audit_proxy\n"
+              "  audit_proxy:\n    type: sse-kafka\n    kind: proxy\n    routes:\n"
+              "      - when: [{path: /audit}]\n        exit: south_kafka_client\n"
+              "        with: {topic: audit}\n")
+    only_events = ("          - spec: sse_api\n",
+                   "          - spec: sse_api\n            operation: receiveEvents\n")
+    config = example(tmp_path / "a", sse=[audit_op, audit_channel], zilla=[routes, only_events])
+    monkeypatch.chdir(config.parent)
+    composed = load(Path("zilla.yaml"))
+    http = composed.bindings["north_sse_server.http_server"]
+    assert [(r.when[0]["headers"][":path"], r.exit) for r in http.routes] == [
+        ("/audit", "north_sse_server.sse_server.audit_proxy"),  # the spec's order
+        ("/events", "north_sse_server.sse_server.south_kafka_proxy")]
+    assert composed.bindings["north_sse_server.sse_server.audit_proxy"].exit == "audit_proxy"
+    assert composed.bindings["north_sse_server.sse_server.south_kafka_proxy"].exit == \
+        "south_kafka_proxy"
+    # a route naming a spec the binding does not have
+    bad = example(tmp_path / "b", sse=[audit_op, audit_channel],
+                  zilla=[(routes[0], routes[1].replace("spec: sse_api", "spec: audit_api")),
+                         only_events])
+    monkeypatch.chdir(bad.parent)
+    assert problems(Path("zilla.yaml")) == [
+        "zilla.yaml:27: bindings.north_sse_server.routes[0].when[0].spec: 'audit_api' is not a "
+        "spec of binding 'north_sse_server'; expected one of sse_api"]
+
+
+def test_check_prints_what_was_composed_and_the_composed_config_loads_as_written(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """`ssekd check` says what each asyncapi binding composed, from which spec files, then the
+    graph of the composed bindings; `--print-composed` writes the composed config as a
+    zilla.yaml (what check says in comments) that loads to the same bindings."""
+    config = example(tmp_path)
+    monkeypatch.chdir(config.parent)
+    assert main(["check", "--config", "zilla.yaml"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[:4] == [
+        "zilla.yaml: schema and references ok (namespace zilla-sse-kafka-asyncapi, 7 bindings)",
+        "composed asyncapi server north_sse_server: 1 SSE operation(s) of sse_api "
+        "(specs/sse-asyncapi.yaml) on http 7114",
+        "composed asyncapi proxy south_kafka_proxy: 1 SSE operation(s) paired with Kafka "
+        "operations, from sse_api (specs/sse-asyncapi.yaml), kafka_api "
+        "(specs/kafka-asyncapi.yaml)",
+        "composed asyncapi client south_kafka_client: 1 topic(s) on kafka.examples.dev:29092, "
+        "from kafka_api (specs/kafka-asyncapi.yaml)"]
+    assert out[4:7] == [
+        "north_sse_server (tcp server 127.0.0.1:[7114]) -> north_sse_server.http_server "
+        "(http server)",
+        "  when :path=/events :method=GET -> north_sse_server.sse_server (sse server) -> "
+        "south_kafka_proxy (sse-kafka proxy)",
+        "      when path=/events -> south_kafka_client (kafka cache_client) -> "
+        "south_kafka_client.cache_server (kafka cache_server) -> "
+        "south_kafka_client.kafka_client (kafka client kafka.examples.dev:29092)"]
+    assert main(["check", "--config", "zilla.yaml", "--print-composed"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith("# zilla.yaml: schema and references ok"), printed
+    Path("composed.yaml").write_text(printed)
+    written = load(Path("composed.yaml"))
+    assert written.composites == {}, "nothing left to compose"
+    assert without_origin(written) == without_origin(load(Path("zilla.yaml")))
+
+
+def test_a_server_pathname_is_in_front_of_every_path(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A spec server with a `pathname` serves the channels below it: the http route and the
+    sse-kafka route both take `<pathname><address>` (the URL in `servers` names it too)."""
+    config = example(
+        tmp_path,
+        sse=[("    host: localhost:7114\n    protocol: http",
+              "    host: localhost:7114\n    pathname: /api/v1\n    protocol: http")],
+        zilla=[("            - http://localhost:7114\n          catalog:\n            "
+                "host_filesystem:\n              subject: sse\n    exit",
+                "            - http://localhost:7114/api/v1\n          catalog:\n            "
+                "host_filesystem:\n              subject: sse\n    exit"),
+               ("            - http://localhost:7114\n          catalog:\n            "
+                "host_filesystem:\n              subject: sse\n        kafka_api",
+                "            - http://localhost:7114/api/v1\n          catalog:\n            "
+                "host_filesystem:\n              subject: sse\n        kafka_api")])
+    monkeypatch.chdir(config.parent)
+    composed = load(Path("zilla.yaml"))
+    [http_route] = composed.bindings["north_sse_server.http_server"].routes
+    assert http_route.when == ({"headers": {":path": "/api/v1/events", ":method": "GET"}},)
+    [route] = composed.bindings["south_kafka_proxy"].routes
+    assert route.when == ({"path": "/api/v1/events"},)
+    assert composed.bindings["north_sse_server"].options == {"host": "127.0.0.1",
+                                                             "port": [7114]}
