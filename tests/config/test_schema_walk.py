@@ -67,7 +67,8 @@ AAPI_VERSION = "bindings/asyncapi/test_registry_specs.py::" \
                "test_specs_from_a_registry_by_subject_and_version"
 AAPI_PROXY_ROUTES = f"{AAPI_COMPOSE}::test_routes_take_operations_by_glob_and_tag"
 AAPI_SERVER_ROUTES = f"{AAPI_COMPOSE}::test_server_routes_send_operations_to_their_exits"
-AAPI_TLS = f"{AAPI_COMPOSE}::test_https_servers_compose_tls_from_the_vault"
+AAPI_TLS = "e2e/test_asyncapi_example.py::" \
+           "test_an_https_server_of_the_spec_is_served_over_tls_with_the_vault_s_key"
 AAPI_PATHNAME = f"{AAPI_COMPOSE}::test_a_server_pathname_is_in_front_of_every_path"
 
 COVERAGE: dict[str, str] = {

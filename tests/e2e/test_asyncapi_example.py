@@ -1,7 +1,8 @@
 """Zilla's public `asyncapi.sse.kafka.proxy` example - its zilla.yaml and its two AsyncAPI specs,
 copied as they are into tests/data, only the hosts they name changed - runs on the real daemon
 (twistd) against a real broker and streams its topic to curl as the example's own test expects;
-with an `x-zilla-sse-kafka` filter added to its SSE spec, the stream keeps to the filter; and its
+with an `x-zilla-sse-kafka` filter added to its SSE spec, the stream keeps to the filter; with an
+`https` server added, it streams over TLS with the vault's key as well; and its
 guarded variant (tests/data/asyncapi-guarded) checks JWTs from a real JWKS server and streams
 each user their own records (`{identity}` filters), roles from the spec's scopes."""
 
@@ -19,6 +20,7 @@ from tests.support.asyncapi_example import adapt
 from tests.support.broker import Kafka
 from tests.support.daemon import Daemon
 from tests.support.jwt import CurlStream, JwksServer, curl, rsa_key, wait_keys_loaded
+from tests.support.pki import ENV, PASSWORD, make_pki
 from tests.support.wait import wait_until
 
 pytestmark = [pytest.mark.daemon, pytest.mark.broker]
@@ -114,6 +116,55 @@ def test_example_with_an_x_zilla_sse_kafka_filter_streams_only_what_it_lets_thro
         assert [json.loads(d[5:])["id"] for d in data] == [0, 2, 4]
     finally:
         stream.proc.kill()
+
+
+def test_an_https_server_of_the_spec_is_served_over_tls_with_the_vault_s_key(
+        tmp_path: Path, broker: Broker, events: Kafka,
+        run_daemon: Callable[..., Daemon]) -> None:
+    """The SSE spec gains an `https` server: the asyncapi server composes a tls binding with the
+    keys of its vault, and curl streams the topic over TLS (HTTP/2 by ALPN), the certificate
+    checked against the test CA, while the example's http server goes on serving."""
+    pki = make_pki(tmp_path)
+    tls_port = free_port()
+
+    def add_https(folder: Path) -> None:
+        spec = folder / "asyncapi.sse.kafka.proxy" / "specs" / "sse-asyncapi.yaml"
+        text = spec.read_text()
+        server = "    protocol: http\n"
+        assert text.count(server) == 1
+        spec.write_text(text.replace(server, server + (
+            f"  secure_sse:\n    host: localhost:{tls_port}\n    protocol: https\n")))
+        config = folder / "asyncapi.sse.kafka.proxy" / "zilla.yaml"
+        text = config.read_text()
+        first = "    kind: server\n    options:\n"
+        assert text.count(first) == 1
+        text = text.replace(first, "    kind: server\n    vault: server\n    options:\n")
+        text = text.replace("bindings:\n", (
+            f"vaults:\n  server:\n    type: filesystem\n    options:\n      keys:\n"
+            f"        store: {pki.keys}\n        type: pkcs12\n"
+            f"        password: ${{{{env.KEYSTORE_PASSWORD}}}}\nbindings:\n"), 1)
+        listed = "          servers:\n            - http://localhost:"
+        text = text.replace(listed, f"          servers:\n            - https://localhost:"
+                                    f"{tls_port}\n            - http://localhost:", 1)
+        config.write_text(text)
+
+    daemon, port = _start(tmp_path / "run", broker, run_daemon, edit=add_https, env=ENV)
+    assert PASSWORD not in daemon.output()
+    secure = CurlStream(f"https://localhost:{tls_port}/events", "--http2", "--cacert",
+                        str(pki.ca_pem), "-i")
+    plain = CurlStream(f"http://localhost:{port}/events")
+    try:
+        wait_until(lambda: daemon.output().count("BINDING_HTTP_REQUEST_ACCEPTED") >= 2, 10,
+                   what="the streams were not opened")
+        events.produce("events", INPUT, key=b"1")
+        events.flush()
+        secure.wait_for(EXPECTED, timeout=20)
+        plain.wait_for(EXPECTED, timeout=20)
+        assert secure.text.startswith("HTTP/2 200"), secure.text[:40]  # h2, by ALPN
+        assert f"https://localhost:{tls_port}/events" in daemon.output()
+    finally:
+        secure.proc.kill()
+        plain.proc.kill()
 
 
 def test_guarded_variant_streams_each_user_their_records_and_checks_scopes(
