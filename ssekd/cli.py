@@ -235,7 +235,8 @@ def parser() -> argparse.ArgumentParser:
                                    "`twistd -n ssekd` with these options. Ctrl-C stops it.")
     p.add_argument("--config", "-c", default="etc/zilla.yaml", help=CONFIG_HELP)
     p.add_argument("--watch", action="store_true",
-                   help="reload when the config file changes (SIGHUP always reloads)")
+                   help="reload when the config file, or a file it reads (AsyncAPI specs, "
+                        "schema files), changes (SIGHUP always reloads)")
     p.add_argument("--workers", help="processes serving the same sockets: a number or auto")
     p.set_defaults(func=run)
     return top

@@ -67,7 +67,8 @@ class Options(usage.Options):
         ["metrics-socket", None, None, "(internal) Unix socket of this worker's metrics page"],
     ]
     optFlags = [
-        ["watch", "w", "reload when the config file changes (SIGHUP always reloads)"],
+        ["watch", "w", "reload when the config file, or a file it reads (AsyncAPI specs, "
+                    "schema files), changes (SIGHUP always reloads)"],
     ]
 
     def opt_version(self) -> None:
