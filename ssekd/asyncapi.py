@@ -19,6 +19,11 @@ ports) it is reached on.
 
 Schemas come from the catalogs through `schema_of`, so the daemon can serve what it holds (never
 waiting on a registry on the reactor thread) while `ssekd asyncapi` may ask a registry.
+
+A route or listener composed from an AsyncAPI spec (an asyncapi binding, `Binding.origin`) is
+written as the spec says it: its channel, operation, messages and servers as they are in the
+spec, under the spec's names, with the components they refer to (a name two specs both use for
+different things gets the spec's label in front).
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ import yaml
 from ssekd.catalogs.catalog import Catalog, Schema
 from ssekd.catalogs.models import ModelConfig
 from ssekd.config.model import Binding, Config, Route
+from ssekd.config.origin import OperationOrigin, Origin, ServerOrigin
 from ssekd.patterns import Pattern, Unresolvable, guard_references, substitute
 
 ASYNCAPI_VERSION = "3.0.0"
@@ -67,6 +73,8 @@ class Server:
     port: int
     secure: bool
     binding: str
+    #: The spec server it is, when an asyncapi server composed the listener.
+    spec: ServerOrigin | None = None
 
     @property
     def url(self) -> str:
@@ -105,12 +113,16 @@ def servers(config: Config) -> list[Server]:
             continue
         host = str(b.options.get("host", "0.0.0.0"))  # noqa: S104 (only described here)
         shown = "localhost" if host in ("0.0.0.0", "::", "") else host  # noqa: S104
+        composed = b.origin.servers if isinstance(b.origin, Origin) else ()
         for port in _ports(b.options.get("port")):
             for exit_name in _tcp_exits(b, port):
                 nxt = bindings.get(exit_name)
                 secure = nxt is not None and nxt.type == "tls"
-                found.append(Server(_KEY.sub("_", f"{b.name}_{port}"), shown, port, secure,
-                                    b.name))
+                specified = [o for o in composed if o.port == port]
+                found += [Server(o.server, shown, port, secure, b.name, o) for o in specified]
+                if not specified:
+                    found.append(Server(_KEY.sub("_", f"{b.name}_{port}"), shown, port, secure,
+                                        b.name))
                 break
     return found
 
@@ -311,8 +323,13 @@ def document(config: Config, catalogs: Mapping[str, Catalog],
     docs_channels: dict[str, Any] = {}
     operations: dict[str, Any] = {}
     schemes: dict[str, Any] = {}
+    from_specs = _FromSpecs()
     for c in found:
         route = config.bindings[c.binding].routes[c.route]
+        origin = config.bindings[c.binding].origin
+        if isinstance(origin, Origin) and c.route in origin.routes:
+            from_specs.operation(origin.routes[c.route])
+            continue
         models = _models(config, route.exit, c.literal_topic)
         messages = {"record": _record(models.get("value"), catalogs, schema_of),
                     "delete": copy.deepcopy(_DELETE)}
@@ -360,19 +377,128 @@ def document(config: Config, catalogs: Mapping[str, Catalog],
         "info": {"title": config.namespace, "version": "1.0.0",
                  "description": "Kafka topics served as Server-Sent Events by ssekd "
                                 "(generated from its config)."},
-        "defaultContentType": "application/json"}
-    listed = {s.key: s for s in servers(config)}
+        "defaultContentType": from_specs.content_type(not docs_channels)}
+    listed: dict[str, Any] = {}
+    for s in servers(config):
+        if s.spec is not None:
+            from_specs.server(s.spec)
+            continue
+        listed[s.key] = {"host": f"{s.host}:{s.port}",
+                         "protocol": "https" if s.secure else "http",
+                         "description": f"tcp binding `{s.binding}` (port {s.port})"
+                                        + (" through TLS" if s.secure else "") + "."}
+    components: dict[str, Any] = {"securitySchemes": schemes} if schemes else {}
+    from_specs.merge(listed, docs_channels, operations, components)
     if listed:
-        doc["servers"] = {key: {"host": f"{s.host}:{s.port}",
-                                "protocol": "https" if s.secure else "http",
-                                "description": f"tcp binding `{s.binding}` (port {s.port})"
-                                               + (" through TLS" if s.secure else "") + "."}
-                          for key, s in listed.items()}
+        doc["servers"] = listed
     doc["channels"] = docs_channels
     doc["operations"] = operations
-    if schemes:
-        doc["components"] = {"securitySchemes": schemes}
+    if components:
+        doc["components"] = components
     return doc
+
+
+class _FromSpecs:
+    """The parts of AsyncAPI specs that composed routes and listeners stand for, gathered per
+    spec and written into the document as the specs say them."""
+
+    def __init__(self) -> None:
+        #: label -> (spec document, channel keys, operation keys, server keys)
+        self.specs: dict[str, tuple[Mapping[str, Any], list[str], list[str], list[str]]] = {}
+
+    def _of(self, label: str, document: Mapping[str, Any]
+            ) -> tuple[Mapping[str, Any], list[str], list[str], list[str]]:
+        return self.specs.setdefault(label, (document, [], [], []))
+
+    def operation(self, origin: OperationOrigin) -> None:
+        _, chans, ops, _ = self._of(origin.spec.label, origin.spec.document)
+        if origin.channel not in chans:
+            chans.append(origin.channel)
+        if origin.operation not in ops:
+            ops.append(origin.operation)
+
+    def server(self, origin: ServerOrigin) -> None:
+        _, _, _, keys = self._of(origin.spec.label, origin.spec.document)
+        if origin.server not in keys:
+            keys.append(origin.server)
+
+    def content_type(self, only_specs: bool) -> str:
+        """The spec's `defaultContentType` when the document is one spec's (messages without
+        their own content type keep their meaning), else JSON."""
+        types = {str(d.get("defaultContentType", "application/json"))
+                 for d, chans, _, _ in self.specs.values() if chans}
+        return types.pop() if only_specs and len(types) == 1 else "application/json"
+
+    def merge(self, servers: dict[str, Any], channels: dict[str, Any],
+              operations: dict[str, Any], components: dict[str, Any]) -> None:
+        """Add each spec's parts; a name already taken by something else gets the spec's
+        label in front, and the spec's references follow the new name."""
+        for label, (document, chans, ops, server_keys) in self.specs.items():
+            spec_channels = document.get("channels") or {}
+            spec_operations = document.get("operations") or {}
+            spec_servers = document.get("servers") or {}
+            referred = set(server_keys)
+            for key in chans:
+                for ref in (spec_channels.get(key) or {}).get("servers") or ():
+                    if isinstance(ref, Mapping) and str(ref.get("$ref", "")).startswith(
+                            "#/servers/"):
+                        referred.add(str(ref["$ref"]).split("/", 2)[2])
+            wanted: list[tuple[dict[str, Any], str, str, Any]] = []
+            for target, section, keys, source in (
+                    (servers, "servers", sorted(referred), spec_servers),
+                    (channels, "channels", chans, spec_channels),
+                    (operations, "operations", ops, spec_operations)):
+                wanted += [(target, f"#/{section}", k, source[k]) for k in keys if k in source]
+            for section, entries in (document.get("components") or {}).items():
+                if isinstance(entries, Mapping):
+                    into = components.setdefault(section, {})
+                    wanted += [(into, f"#/components/{section}", k, v)
+                               for k, v in entries.items()]
+            # A part is the same as one already there only once the references in it point
+            # where they will: rename until no new clash appears (each round renames more).
+            renames: dict[str, str] = {}
+            for _ in range(len(wanted) + 1):  # a rename per round at least, or it is done
+                found: dict[str, str] = {}
+                for target, prefix, key, value in wanted:
+                    name = _free(target, key, _renamed(copy.deepcopy(value), renames), label)
+                    if name != key:
+                        found[f"{prefix}/{key}"] = f"{prefix}/{name}"
+                if found == renames:
+                    break
+                renames = found
+            for target, prefix, key, value in wanted:
+                name = renames.get(f"{prefix}/{key}", f"{prefix}/{key}").rsplit("/", 1)[1]
+                target[name] = _renamed(copy.deepcopy(value), renames)
+            for section in [k for k, v in components.items() if not v]:
+                del components[section]
+
+
+def _free(target: Mapping[str, Any], key: str, value: Any, label: str) -> str:
+    """`key`, unless `target` holds something else under it: then `<label>_<key>` (with a
+    number after it while that is taken too)."""
+    if key not in target or target[key] == value:
+        return key
+    name, n = _KEY.sub("_", f"{label}_{key}"), 1
+    while name in target and target[name] != value:
+        n += 1
+        name = _KEY.sub("_", f"{label}_{key}_{n}")
+    return name
+
+
+def _renamed(value: Any, renames: Mapping[str, str]) -> Any:
+    """`value` with its `$ref`s pointing at the new names of renamed parts."""
+    if isinstance(value, dict):
+        ref = value.get("$ref")
+        if isinstance(ref, str):
+            for old, new in renames.items():
+                if ref == old or ref.startswith(old + "/"):
+                    value["$ref"] = new + ref[len(old):]
+                    break
+        for k, v in value.items():
+            value[k] = _renamed(v, renames)
+    elif isinstance(value, list):
+        return [_renamed(v, renames) for v in value]
+    return value
 
 
 class _NoAliases(yaml.SafeDumper):

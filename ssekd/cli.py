@@ -91,8 +91,14 @@ def check(args: argparse.Namespace) -> int:
         for issue in e.issues:
             print(issue, file=sys.stderr)
         return 1
-    print(f"{args.config}: schema and references ok (namespace {config.namespace}, "
-          f"{len(config.bindings)} bindings)")
+    said = [f"{args.config}: schema and references ok (namespace {config.namespace}, "
+            f"{len(config.bindings)} bindings)",
+            *(f"composed {summary}" for summary in config.composites.values())]
+    if args.print_composed:  # a zilla.yaml on stdout: what check says goes in comments
+        print("".join(f"# {line}\n" for line in said) + composed_yaml(config), end="")
+        return 0
+    for line in said:
+        print(line)
     for line in graph_lines(config, discover()):
         print(line)
     if args.schema_only:
@@ -118,6 +124,14 @@ def check(args: argparse.Namespace) -> int:
         print("the config is valid, but the daemon cannot start on this machine until the "
               "warnings above are fixed (--strict makes them errors)", file=sys.stderr)
     return 0
+
+
+def composed_yaml(config: Config) -> str:
+    """The config as the daemon runs it: what asyncapi bindings composed, written out as a
+    zilla.yaml (a starting point for a config written by hand)."""
+    from ssekd.asyncapi import to_yaml
+
+    return to_yaml(config.document.data)
 
 
 def asyncapi(args: argparse.Namespace) -> int:
@@ -202,6 +216,9 @@ def parser() -> argparse.ArgumentParser:
                    help="also fail when a file the config names is missing on this machine")
     p.add_argument("--print-schema", action="store_true",
                    help="print the JSON Schema ssekd validates against")
+    p.add_argument("--print-composed", action="store_true",
+                   help="print the config with its asyncapi bindings composed, as a zilla.yaml "
+                        "(what check says in comments)")
     p.set_defaults(func=check)
     p = sub.add_parser("asyncapi", help="print the config's AsyncAPI 3.0 document",
                        description="Print the AsyncAPI 3.0 document of a config's event "
@@ -218,7 +235,8 @@ def parser() -> argparse.ArgumentParser:
                                    "`twistd -n ssekd` with these options. Ctrl-C stops it.")
     p.add_argument("--config", "-c", default="etc/zilla.yaml", help=CONFIG_HELP)
     p.add_argument("--watch", action="store_true",
-                   help="reload when the config file changes (SIGHUP always reloads)")
+                   help="reload when the config file, or a file it reads (AsyncAPI specs, "
+                        "schema files), changes (SIGHUP always reloads)")
     p.add_argument("--workers", help="processes serving the same sockets: a number or auto")
     p.set_defaults(func=run)
     return top

@@ -16,13 +16,13 @@ from __future__ import annotations
 import errno
 import os
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from twisted.application.service import IService, MultiService, Service
-from twisted.internet import defer
+from twisted.internet import defer, threads
 from twisted.internet.error import CannotListenError
 from twisted.internet.interfaces import IAddress, IListeningPort, IProtocol, IReactorTCP
 from twisted.internet.protocol import ServerFactory
@@ -30,7 +30,7 @@ from twisted.internet.task import LoopingCall
 from twisted.logger import Logger, LogLevel
 from twisted.python.failure import Failure
 
-from ssekd import __version__
+from ssekd import __version__, sd_notify
 from ssekd.bindings.api import (
     ROLE_PROTOCOLS,
     ConnectionFactory,
@@ -44,6 +44,8 @@ from ssekd.bindings.api import (
 )
 from ssekd.bindings.registry import Registry, discover
 from ssekd.catalogs import Catalog, build_catalogs, catalogs_stamp
+from ssekd.catalogs.catalog import Schema
+from ssekd.config.compose import RemoteTexts
 from ssekd.config.errors import ConfigError, ConfigIssue
 from ssekd.config.load import load_config
 from ssekd.config.model import Binding, Config
@@ -222,12 +224,14 @@ class GraphBuilder:
             return None
         if not guard_names(binding) <= self.reused_guards:
             return None  # a changed guard: the binding must check tokens with the new one
-        if reads_catalogs(binding) and prev.catalogs_stamp != self.catalogs_stamp:
+        used = reads_catalogs(binding)
+        if used and _stamps_of(prev.catalogs_stamp, used) != \
+                _stamps_of(self.catalogs_stamp, used):
             return None  # its models must check records with the new schemas
         if binding.options.get("asyncapi") and \
-                (prev.config.bindings, prev.config.guards) != \
-                (self.config.bindings, self.config.guards):
-            return None  # its AsyncAPI document describes the whole config
+                (prev.config.bindings, prev.config.guards, origins(prev.config)) != \
+                (self.config.bindings, self.config.guards, origins(self.config)):
+            return None  # its AsyncAPI document describes the whole config (and its specs)
         if binding.vault and (prev.config.vaults.get(binding.vault) !=
                               self.config.vaults.get(binding.vault) or
                               prev.store_stamps.get(binding.vault) !=
@@ -302,12 +306,40 @@ def exit_path(binding: Binding, target: str) -> tuple[str | int, ...]:
     return base
 
 
-def reads_catalogs(binding: Binding) -> bool:
-    """Whether a binding's runtime holds schemas from the catalogs: a kafka cache_server with
-    topic models, or an http server serving the AsyncAPI document."""
-    topics = binding.options.get("topics") or ()
-    return bool(binding.options.get("asyncapi")) or \
-        any(isinstance(t, dict) and (t.get("value") or t.get("key")) for t in topics)
+#: `reads_catalogs` of a binding that reads every catalog (an AsyncAPI document describes all).
+ALL_CATALOGS = frozenset({"*"})
+
+
+def reads_catalogs(binding: Binding) -> frozenset[str]:
+    """The catalogs whose schemas a binding's runtime holds: those the topic models of a kafka
+    cache_server name, or all of them (`ALL_CATALOGS`) for an http server serving the AsyncAPI
+    document; empty for any other binding."""
+    if binding.options.get("asyncapi"):
+        return ALL_CATALOGS
+    names: set[str] = set()
+    for topic in binding.options.get("topics") or ():
+        for part in ("value", "key") if isinstance(topic, dict) else ():
+            model = topic.get(part)
+            if isinstance(model, dict) and isinstance(model.get("catalog"), dict):
+                names.update(model["catalog"])
+            elif model:
+                return ALL_CATALOGS  # a model of a shape not read here: compare them all
+    return frozenset(names)
+
+
+def _stamps_of(stamp: tuple[object, ...], names: frozenset[str]) -> tuple[object, ...]:
+    """The part of a `catalogs_stamp` for the catalogs `names` (all for `ALL_CATALOGS`)."""
+    if names == ALL_CATALOGS:
+        return stamp
+    return tuple(pair for pair in stamp
+                 if isinstance(pair, tuple) and pair and pair[0] in names)
+
+
+def origins(config: Config) -> dict[str, object]:
+    """What composite bindings say of the bindings they composed (the specs they came from):
+    not part of a binding's equality, so that a spec's description changing rebuilds nothing
+    but the AsyncAPI document."""
+    return {n: b.origin for n, b in config.bindings.items() if b.origin is not None}
 
 
 def guard_names(binding: Binding) -> set[str]:
@@ -405,14 +437,21 @@ class Engine(MultiService):
                  guard_types: GuardTypes | None = None,
                  events: EventLog | None = None, print_events: bool = True,
                  inherited: Mapping[tuple[str, int], int] | None = None,
-                 worker: int | None = None, siblings: Siblings | None = None) -> None:
+                 worker: int | None = None, siblings: Siblings | None = None,
+                 texts: RemoteTexts | None = None) -> None:
         """`inherited`, `worker` and `siblings` are for a worker process (see `ssekd.workers`):
         the sockets its parent opened, by configured (host, port), to adopt rather than open;
         its number; and the channel to the other workers (`ssekd.siblings`) that bindings and
         guards reach through `BuildContext.siblings`. A worker leaves the prometheus exporters
         to its parent, which sums the workers' pages, and opens a port that appears on reload
-        with SO_REUSEPORT, so that every worker can hold one."""
+        with SO_REUSEPORT, so that every worker can hold one.
+
+        `texts` holds the AsyncAPI specs read from schema registries (`ssekd.config.compose`):
+        the first load waits for the registry, a load once the engine runs never does (it
+        uses the text held and asks again in the background; a new text is a reload). A
+        supervisor hands its own to the engines it loads a new config with."""
         super().__init__()
+        self.texts = texts or RemoteTexts(run=self._off_reactor, changed=self._spec_changed)
         self.inherited = dict(inherited or {})
         self.worker = worker
         self.siblings = siblings
@@ -435,7 +474,7 @@ class Engine(MultiService):
         self.health.checks = lambda: self.graph.readiness() if self.graph is not None else ()
         self.metrics.reader(ENGINE, "engine", self._figures)
         # Build the first graph now, so a bad config fails before twistd daemonizes or listens.
-        config = load_config(config_path, self.registry, environ)
+        config = load_config(config_path, self.registry, environ, self.texts)
         self._configure_events(config)
         self._pending: Graph | None = self._build(config, previous=None)
         self._configure_metrics(config)
@@ -510,6 +549,12 @@ class Engine(MultiService):
         return found, reused
 
     @property
+    def sources(self) -> tuple[Path, ...]:
+        """The files the config being served was read from (`--watch` follows them)."""
+        graph = self.graph or self._pending
+        return graph.config.sources if graph is not None else (self.config_path,)
+
+    @property
     def built(self) -> Graph | None:
         """The graph built from the config and not started yet: a supervisor of workers reads
         the sockets it wants, and never starts it."""
@@ -538,6 +583,7 @@ class Engine(MultiService):
     def startService(self) -> None:
         graph, self._pending = self._pending, None
         assert graph is not None, "Engine started twice"
+        self.texts.blocking = False  # from now on a load runs on the reactor thread
         super().startService()  # when privilegedStartService was skipped, _activate listens
         self._activate(graph, previous=None)
         who = f" worker {self.worker}" if self.worker is not None else ""
@@ -643,7 +689,7 @@ class Engine(MultiService):
     def reload(self) -> bool:
         """Re-read the config. A bad one leaves everything as it was and says why."""
         try:
-            config = load_config(self.config_path, self.registry, self.environ)
+            config = load_config(self.config_path, self.registry, self.environ, self.texts)
             graph = self._build(config, previous=self.graph)
             self._activate(graph, previous=self.graph)
         except ConfigError as e:
@@ -659,6 +705,19 @@ class Engine(MultiService):
         self.events.emit(ENGINE, "CONFIG_RELOADED",
                          f"{self.config_path} ({len(graph.reused)} bindings kept)")
         return True
+
+    def _off_reactor(self, fetch: Callable[[], Schema], answered: Callable[[Schema], None],
+                     failed: Callable[[Exception], None]) -> None:
+        """Run a registry request on the thread pool; its answer comes back on the reactor
+        thread."""
+        d = threads.deferToThread(fetch)
+        d.addCallbacks(answered, lambda f: failed(Exception(f.getErrorMessage())))
+        d.addErrback(self._log_failure, "a spec fetched from a registry")
+
+    def _spec_changed(self) -> None:
+        """A spec a schema registry holds is new or changed: a reload, as SIGHUP is (only a
+        load once the engine runs asks in the background, so this comes only then)."""
+        sd_notify.reload_announced(self.reload)
 
     def _log_failure(self, failure: Failure, what: str) -> None:
         log.failure("{what}", failure, what=what)

@@ -67,7 +67,8 @@ class Options(usage.Options):
         ["metrics-socket", None, None, "(internal) Unix socket of this worker's metrics page"],
     ]
     optFlags = [
-        ["watch", "w", "reload when the config file changes (SIGHUP always reloads)"],
+        ["watch", "w", "reload when the config file, or a file it reads (AsyncAPI specs, "
+                    "schema files), changes (SIGHUP always reloads)"],
     ]
 
     def opt_version(self) -> None:
@@ -114,13 +115,22 @@ class Reloadable(Protocol):
     def config_path(self) -> Path: ...
 
     @property
+    def sources(self) -> tuple[Path, ...]:
+        """The files the running config was read from (the config, its specs, its local
+        schemas)."""
+
+    @property
     def reactor(self) -> Any: ...
 
     def reload(self) -> object: ...
 
 
+Stamp = tuple[tuple[str, int, int] | None, ...]
+
+
 class WatchConfig(TimerService):
-    """Polls the config file's mtime and size; a change triggers the same reload as SIGHUP."""
+    """Polls the mtime and size of the config file and of every file the config was read from
+    (AsyncAPI specs, schema files); a change triggers the same reload as SIGHUP."""
 
     def __init__(self, engine: Reloadable, interval: float) -> None:
         self.engine = engine
@@ -128,18 +138,32 @@ class WatchConfig(TimerService):
         super().__init__(interval, self._check)
         self.clock = engine.reactor
 
-    def _stamp(self) -> tuple[int, int] | None:
-        try:
-            st = self.engine.config_path.stat()
-        except OSError:
-            return None
-        return (st.st_mtime_ns, st.st_size)
+    def _stamp(self) -> Stamp | None:
+        files = dict.fromkeys((self.engine.config_path, *self.engine.sources))
+        stamps: list[tuple[str, int, int] | None] = []
+        for i, file in enumerate(files):
+            try:
+                st = file.stat()
+            except OSError:
+                if i == 0:
+                    return None  # the config itself half-written or moved: wait for it
+                stamps.append(None)  # a spec that went away is a change (the reload says why)
+                continue
+            stamps.append((str(file), st.st_mtime_ns, st.st_size))
+        return tuple(stamps)
 
     def _check(self) -> None:
         stamp = self._stamp()
         if stamp is not None and stamp != self._seen:
             self._seen = stamp
             sd_notify.reload_announced(self.engine.reload)
+            after = self._stamp()
+            if after is not None and _files(after) != _files(stamp):
+                self._seen = after  # the config now reads other files: watch those
+
+
+def _files(stamp: Stamp) -> set[str]:
+    return {s[0] for s in stamp if s is not None}
 
 
 class ExitCleanlyOnTerm(Service):

@@ -136,6 +136,8 @@ class Supervisor(Service):
         graph = engine.built
         assert graph is not None
         config = graph.config
+        #: The files the config was read from: `--watch` in the parent follows them.
+        self.sources: tuple[Path, ...] = config.sources
         #: The parent's own figures (worker restarts, its process), added to the workers' sum.
         self.metrics = Metrics()
         self.metrics.configure(config.namespace, config.telemetry.metrics,
@@ -209,6 +211,11 @@ class Supervisor(Service):
 
     def startService(self) -> None:
         super().startService()
+        # the configs of reloads are loaded here on the reactor thread: specs held by schema
+        # registries come from the texts held, fetched again in the background (a new one is
+        # a reload, as in a worker)
+        self.engine.texts.blocking = False
+        self.engine.texts.changed = lambda: sd_notify.reload_announced(self.reload)
         # again once the reactor runs, over the handlers Twisted installs then
         self.reactor.callWhenRunning(self._install_stop_signals)
         self.rundir = tempfile.mkdtemp(prefix="ssekd-workers-")
@@ -351,11 +358,12 @@ class Supervisor(Service):
             # built as a worker would (without the exporters) only to read its sockets; its
             # services never start
             fresh = Engine(self.engine.config_path, self.reactor, print_events=False,
-                           worker=0)
+                           worker=0, texts=self.engine.texts)
         except Exception:  # a ConfigError, an unreadable vault...: the workers report it
             fresh = None
         if fresh is not None and fresh.built is not None:
             graph = fresh.built
+            self.sources = graph.config.sources
             self.drain = graph.config.engine.drain
             wanted = {(s.host, s.port) for s in graph.listen_specs()}
             for key in [k for k in self.sockets if k not in wanted]:

@@ -242,3 +242,38 @@ def test_a_worker_whose_parent_is_gone_stops() -> None:
     assert clock.hasStopped and not watch.running
     (line,) = [e for e in events.recent if "ENGINE_PARENT_GONE" in e]
     assert "parent pid 4242 is gone (now 1)" in line
+
+
+def test_watch_follows_every_file_the_config_reads(tmp_path: Path) -> None:
+    """`--watch` reloads when a file the config reads changes (an AsyncAPI spec, a local
+    schema), not only the config itself; a reload that makes the config read other files
+    watches those from then on."""
+    config, reactor, engine = started(tmp_path)
+    catalog = ("catalogs:\n  local:\n    type: filesystem\n    options:\n      subjects:\n"
+               "        items: {{path: {path}}}\n")
+    (tmp_path / "a.json").write_text('{"type": "object"}')
+    (tmp_path / "b.json").write_text('{"type": "object"}')
+    base = CONFIG.format(port=7001, location="www")
+
+    def reloads() -> int:
+        return sum("CONFIG_RELOADED" in line for line in engine.events.recent)
+
+    write(config, 7001, text=base + catalog.format(path="a.json"))
+    reactor.advance(1.0)
+    assert reloads() == 1
+    write(tmp_path / "a.json", 0, text='{"type": "string"}')
+    reactor.advance(1.0)
+    assert reloads() == 2, "an edited schema file is a reload"
+    write(config, 7001, text=base + catalog.format(path="b.json"))
+    reactor.advance(1.0)
+    assert reloads() == 3
+    write(tmp_path / "a.json", 0, text='{"type": "integer"}')
+    reactor.advance(2.0)
+    assert reloads() == 3, "a file the config no longer reads is not watched"
+    write(tmp_path / "b.json", 0, text='{"type": "integer"}')
+    reactor.advance(1.0)
+    assert reloads() == 4, "the file it reads now is"
+    (tmp_path / "b.json").unlink()
+    reactor.advance(1.0)
+    failed = [line for line in engine.events.recent if "CONFIG_RELOAD_FAILED" in line]
+    assert len(failed) == 1 and "b.json" in failed[0], failed

@@ -87,7 +87,8 @@ class SpawningClock(MemoryReactorClock):
 def supervisor(count: int) -> tuple[Supervisor, SpawningClock, EventLog]:
     clock = SpawningClock()
     events = EventLog("test")
-    config = SimpleNamespace(namespace="test", telemetry=Telemetry(), engine=EngineOptions())
+    config = SimpleNamespace(namespace="test", telemetry=Telemetry(), engine=EngineOptions(),
+                             sources=(Path("zilla.yaml"),))
     engine = SimpleNamespace(reactor=clock, events=events, config_path=Path("zilla.yaml"),
                              built=SimpleNamespace(config=config))
     sup = Supervisor(engine, count, ["--config", "zilla.yaml"])  # type: ignore[arg-type]

@@ -21,11 +21,13 @@ __all__ = ["LATEST", "Catalog", "Schema", "build_catalogs", "catalogs_stamp"]
 
 
 def catalogs_stamp(config: Config, catalogs: Mapping[str, Catalog]) -> tuple[object, ...]:
-    """What a reload compares to tell whether the catalogs changed: their config, and the text
-    of every local schema (a schema file edited in place is a change)."""
-    local = tuple((name, tuple(sorted(c.subjects.items())))
-                  for name, c in sorted(catalogs.items()) if isinstance(c, LocalCatalog))
-    return (json.dumps(config.catalogs, sort_keys=True, default=str), local)
+    """What a reload compares to tell whether the catalogs changed: per catalog (a pair of its
+    name and stamp, in name order), its config and the text of every local schema (a schema
+    file edited in place is a change). A binding that uses some catalogs compares theirs."""
+    return tuple((name, (json.dumps(config.catalogs[name], sort_keys=True, default=str),
+                         tuple(sorted(c.subjects.items())) if isinstance(c, LocalCatalog)
+                         else ()))
+                 for name, c in sorted(catalogs.items()))
 
 
 def build_catalogs(config: Config, clock: Any,

@@ -10,7 +10,7 @@ import os
 import re
 import secrets
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,17 +31,28 @@ class Document:
     file: Path
     data: Any
     lines: Mapping[Path_, int]
+    #: Parts that were not written in `file` but composed from other files (the bindings an
+    #: asyncapi binding stands for): path -> (file, line) of what each came from.
+    origins: Mapping[Path_, tuple[Path, int | None]] = field(default_factory=dict)
 
     def line_of(self, path: Path_) -> int | None:
         """The line of `path`, or of its closest ancestor that has one."""
+        return self.where(path)[1]
+
+    def where(self, path: Path_) -> tuple[Path, int | None]:
+        """The file and line of `path`, or of its closest ancestor that has one."""
         for end in range(len(path), -1, -1):
+            origin = self.origins.get(path[:end])
+            if origin is not None:
+                return origin
             line = self.lines.get(path[:end])
             if line is not None:
-                return line
-        return None
+                return self.file, line
+        return self.file, None
 
     def issue(self, path: Path_, message: str) -> ConfigIssue:
-        return ConfigIssue(self.file, self.line_of(path), format_path(path), message)
+        file, line = self.where(path)
+        return ConfigIssue(file, line, format_path(path), message)
 
 
 class _Env:
@@ -65,6 +76,13 @@ class _Env:
             return f"{self.prefix}{len(self.names) - 1}__"
 
         self.text = ENV_EXPRESSION.sub(mark, text)
+
+    @classmethod
+    def verbatim(cls, text: str) -> _Env:
+        """No expressions: the text as it is (its random marker prefix never occurs in it)."""
+        env = cls("", {})
+        env.text = text
+        return env
 
     def substitute(self, value: str, unset: list[str]) -> str:
         def value_of(m: re.Match[str]) -> str:
@@ -206,10 +224,13 @@ def in_words(error: yaml.MarkedYAMLError) -> str:
     return f"{problem}" + (f" ({context} at line {opened})" if context and opened else "")
 
 
-def parse_text(text: str, file: Path, environ: Mapping[str, str] | None = None) -> Document:
+def parse_text(text: str, file: Path, environ: Mapping[str, str] | None = None,
+               expressions: bool = True) -> Document:
     """Parse config text, with `${{ env.NAME }}` from `environ` (default: the process's).
-    Raises ConfigError with file and line."""
-    env = _Env(text, os.environ if environ is None else environ)
+    Raises ConfigError with file and line. With `expressions=False` (an AsyncAPI spec read
+    through a catalog), `${{ ... }}` is text like any other."""
+    env = _Env(text, os.environ if environ is None else environ) if expressions \
+        else _Env.verbatim(text)
     try:
         nodes = list(yaml.compose_all(env.text, Loader=yaml.SafeLoader))
     except yaml.MarkedYAMLError as e:

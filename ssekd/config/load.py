@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ssekd.bindings.api import Exit
 from ssekd.bindings.registry import Registry
+from ssekd.config.compose import RemoteTexts, compose
 from ssekd.config.document import Document, read_document
 from ssekd.config.errors import ConfigError, ConfigIssue
 from ssekd.config.model import Binding, Config, build_model
@@ -20,17 +21,24 @@ from ssekd.config.schema import validate
 
 
 def load_config(file: Path | str, registry: Registry,
-                environ: Mapping[str, str] | None = None) -> Config:
-    """Read and check a config file completely, or raise ConfigError listing every problem."""
+                environ: Mapping[str, str] | None = None,
+                texts: RemoteTexts | None = None) -> Config:
+    """Read and check a config file completely, or raise ConfigError listing every problem.
+    Composite bindings (asyncapi) are composed here (`ssekd.config.compose`); `texts` keeps
+    the specs a daemon read from schema registries between its loads."""
     file = Path(file)
     doc = read_document(file, environ)
     issues = validate(doc, registry)
     if issues:
         raise ConfigError(issues)
-    config = build_model(file, doc.data, doc)
-    issues = check_references(config, doc, registry)
+    issues = check_references(build_model(file, doc.data, doc), doc, registry)
     if issues:
         raise ConfigError(issues)
+    config = compose(file, doc, registry, texts)
+    if config.composites:  # what the composites made must fit together as well
+        issues = check_references(config, config.document, registry)
+        if issues:
+            raise ConfigError(issues)
     return config
 
 

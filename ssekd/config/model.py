@@ -40,6 +40,12 @@ class Binding:
     line: int | None = field(default=None, compare=False)
     #: The binding's own `telemetry.metrics` (names or globs), None when it names none.
     metrics: tuple[str, ...] | None = None
+    #: For a binding composed from a spec (an asyncapi binding stands for it): what the
+    #: composite says of it, e.g. the spec operation each route stands for (read by the
+    #: AsyncAPI document). None for a binding written in the config. Not compared: a spec
+    #: whose descriptions alone changed leaves the binding as it was (the engine compares
+    #: origins only for the bindings that serve the document).
+    origin: Any = field(default=None, compare=False)
 
     @property
     def exits(self) -> tuple[str, ...]:
@@ -105,12 +111,19 @@ class Config:
     engine: EngineOptions = field(default_factory=EngineOptions)
     #: The parsed file, for the line numbers of errors found after loading (not compared).
     document: Any = field(default=None, compare=False, repr=False)
+    #: Every file the config was read from: the config itself, then the files its composite
+    #: bindings read (AsyncAPI specs) and its local catalogs' schema files (`--watch`).
+    sources: tuple[Path, ...] = field(default=(), compare=False)
+    #: Composite binding name -> a line saying what it was composed into, from what.
+    composites: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     def issue(self, path: tuple[str | int, ...], message: str,
               environment: bool = False) -> ConfigIssue:
-        """A ConfigIssue at `path` with its line, for errors found while building the graph."""
-        line = self.document.line_of(path) if self.document is not None else None
-        return ConfigIssue(self.file, line, format_path(path), message, environment)
+        """A ConfigIssue at `path` with its file and line, for errors found while building
+        the graph (a part composed from a spec points into the spec)."""
+        file, line = self.document.where(path) if self.document is not None \
+            else (self.file, None)
+        return ConfigIssue(file, line, format_path(path), message, environment)
 
     @property
     def folder(self) -> Path:
@@ -122,8 +135,13 @@ class Config:
         return p if p.is_absolute() else (self.folder / p)
 
 
-def build_model(file: Path, data: Mapping[str, Any], document: Any = None) -> Config:
-    """Build the model from validated data (the schema guarantees the shapes used here)."""
+def build_model(file: Path, data: Mapping[str, Any], document: Any = None,
+                origins: Mapping[str, Any] | None = None,
+                sources: tuple[Path, ...] = (),
+                composites: Mapping[str, str] | None = None) -> Config:
+    """Build the model from validated data (the schema guarantees the shapes used here).
+    `origins`, `sources` and `composites` describe what composite bindings made of the data
+    (`ssekd.config.compose`)."""
     line_of = document.line_of if document is not None else (lambda path: None)
     bindings = {}
     for name, b in data.get("bindings", {}).items():
@@ -143,6 +161,7 @@ def build_model(file: Path, data: Mapping[str, Any], document: Any = None) -> Co
             line=line_of(("bindings", name)),
             metrics=(tuple(b["telemetry"]["metrics"])
                      if "metrics" in b.get("telemetry", {}) else None),
+            origin=(origins or {}).get(name),
         )
     vaults = {n: Vault(n, v["type"], v.get("options", {}), line_of(("vaults", n)))
               for n, v in data.get("vaults", {}).items()}
@@ -160,6 +179,14 @@ def build_model(file: Path, data: Mapping[str, Any], document: Any = None) -> Co
     engine = EngineOptions(workers=0 if workers == "auto" else int(workers),
                            drain=float(eng.get("drain", 0.0)),
                            heartbeat_timeout=float(eng.get("heartbeat-timeout", 10.0)))
+    catalogs = data.get("catalogs", {})
+    files = [file, *sources]
+    for entry in catalogs.values():
+        if entry.get("type") == "filesystem":  # schema files: a change is a reload (--watch)
+            for subject in (entry.get("options") or {}).get("subjects", {}).values():
+                local = Path(str(subject["path"]))
+                files.append(local if local.is_absolute() else file.parent / local)
     return Config(file=file, namespace=data.get("name", DEFAULT_NAMESPACE), bindings=bindings,
-                  vaults=vaults, guards=guards, catalogs=data.get("catalogs", {}),
-                  telemetry=telemetry, engine=engine, document=document)
+                  vaults=vaults, guards=guards, catalogs=catalogs,
+                  telemetry=telemetry, engine=engine, document=document,
+                  sources=tuple(dict.fromkeys(files)), composites=dict(composites or {}))

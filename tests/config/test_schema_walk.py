@@ -57,6 +57,20 @@ CATALOG_UNITS = "catalogs/test_models.py::test_catalog_options_from_the_config"
 KEY_MODEL = "catalogs/test_models.py::test_key_model_checks_keys_and_leaves_them_as_they_are"
 TTL = "catalogs/test_models.py::test_unknown_id_is_invalid_and_latest_follows_after_cache_ttl"
 
+#: The asyncapi kinds: Zilla's example on the real daemon, the guarded variant, and the
+#: composition tests for what the example does not use.
+AAPI = "e2e/test_asyncapi_example.py::test_zilla_example_streams_the_topic_as_its_own_test_expects"
+AAPI_GUARDED = "e2e/test_asyncapi_example.py::" \
+               "test_guarded_variant_streams_each_user_their_records_and_checks_scopes"
+AAPI_COMPOSE = "bindings/asyncapi/test_compose.py"
+AAPI_VERSION = "bindings/asyncapi/test_registry_specs.py::" \
+               "test_specs_from_a_registry_by_subject_and_version"
+AAPI_PROXY_ROUTES = f"{AAPI_COMPOSE}::test_routes_take_operations_by_glob_and_tag"
+AAPI_SERVER_ROUTES = f"{AAPI_COMPOSE}::test_server_routes_send_operations_to_their_exits"
+AAPI_TLS = "e2e/test_asyncapi_example.py::" \
+           "test_an_https_server_of_the_spec_is_served_over_tls_with_the_vault_s_key"
+AAPI_PATHNAME = f"{AAPI_COMPOSE}::test_a_server_pathname_is_in_front_of_every_path"
+
 COVERAGE: dict[str, str] = {
     "name": "telemetry/test_events.py::test_a_config_error_at_start_is_an_event",
     "vaults": f"{TLS}::test_seed_config_sni_and_alpn",
@@ -291,6 +305,31 @@ COVERAGE: dict[str, str] = {
     "telemetry.exporters.<name>.options.endpoint.overrides (otlp)": OTLP_SIGNALS,
     "telemetry.exporters.<name>.options.endpoint.overrides.metrics (otlp)": OTLP_SIGNALS,
     "telemetry.exporters.<name>.options.endpoint.overrides.logs (otlp)": OTLP_SIGNALS,
+    "bindings.asyncapi/server.options.specs": AAPI,
+    "bindings.asyncapi/server.options.specs.<name>.servers": AAPI_TLS,
+    "bindings.asyncapi/server.options.specs.<name>.catalog": AAPI,
+    "bindings.asyncapi/server.options.specs.<name>.catalog.<name>.subject": AAPI,
+    "bindings.asyncapi/server.options.specs.<name>.catalog.<name>.version": AAPI_VERSION,
+    "bindings.asyncapi/server.options.specs.<name>.security": AAPI_GUARDED,
+    "bindings.asyncapi/server.routes[].when[].spec": AAPI_SERVER_ROUTES,
+    "bindings.asyncapi/server.routes[].when[].operation": AAPI_SERVER_ROUTES,
+    "bindings.asyncapi/server.routes[].when[].tag": AAPI_SERVER_ROUTES,
+    "bindings.asyncapi/proxy.options.specs": AAPI,
+    "bindings.asyncapi/proxy.options.specs.<name>.servers": AAPI_PATHNAME,
+    "bindings.asyncapi/proxy.options.specs.<name>.catalog": AAPI,
+    "bindings.asyncapi/proxy.options.specs.<name>.catalog.<name>.subject": AAPI,
+    "bindings.asyncapi/proxy.options.specs.<name>.catalog.<name>.version": AAPI_VERSION,
+    "bindings.asyncapi/proxy.options.specs.<name>.security": AAPI_GUARDED,
+    "bindings.asyncapi/proxy.routes[].when[].spec": AAPI_PROXY_ROUTES,
+    "bindings.asyncapi/proxy.routes[].when[].operation": AAPI_PROXY_ROUTES,
+    "bindings.asyncapi/proxy.routes[].when[].tag": AAPI_PROXY_ROUTES,
+    "bindings.asyncapi/proxy.routes[].with.spec": AAPI,
+    "bindings.asyncapi/proxy.routes[].with.operation": AAPI_PROXY_ROUTES,
+    "bindings.asyncapi/client.options.specs": AAPI,
+    "bindings.asyncapi/client.options.specs.<name>.servers": AAPI,
+    "bindings.asyncapi/client.options.specs.<name>.catalog": AAPI,
+    "bindings.asyncapi/client.options.specs.<name>.catalog.<name>.subject": AAPI,
+    "bindings.asyncapi/client.options.specs.<name>.catalog.<name>.version": AAPI_VERSION,
 }
 
 

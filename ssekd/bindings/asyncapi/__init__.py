@@ -1,0 +1,150 @@
+"""asyncapi binding (kinds server, proxy, client): the bindings an API's AsyncAPI specs describe,
+composed from the specs instead of written by hand (docs/asyncapi.md).
+
+An API team writes two specs: one for the SSE side (servers `http`/`https`, operations with the
+`x-zilla-sse` binding on channels whose address is a path), one for the Kafka side (a `kafka`
+server, operations that receive from channels whose address is a topic). Three bindings read
+them through the config's catalogs:
+
+- **server** composes tcp (and tls), http and sse bindings for the SSE spec's servers and
+  operations (`ssekd.bindings.asyncapi.server`);
+- **proxy** composes the sse-kafka binding that pairs each SSE operation with a Kafka one
+  (`ssekd.bindings.asyncapi.proxy`);
+- **client** composes the kafka cache_client, cache_server and client for the Kafka spec
+  (`ssekd.bindings.asyncapi.client`).
+
+The loader replaces each with what it composes before anything is built (`KindSpec.compose`,
+`ssekd.config.compose`): the engine sees ordinary bindings. The vocabulary is Zilla's
+(`options.specs.<label>`, routes `when: [{spec, operation, tag}]`, `with: {spec, operation}`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ssekd.bindings.api import BindingType, BuildContext, Exit, KindSpec, Role
+from ssekd.bindings.asyncapi.client import compose_client
+from ssekd.bindings.asyncapi.proxy import compose_proxy
+from ssekd.bindings.asyncapi.server import compose_server
+from ssekd.config.model import Binding
+
+__all__ = ["BINDING"]
+
+_NAME = "^[a-zA-Z]+[a-zA-Z0-9._-]*$"
+
+_CATALOG = {
+    "type": "object", "minProperties": 1, "maxProperties": 1,
+    "propertyNames": {"pattern": _NAME},
+    "description": "The catalog the spec is read from (`catalogs.<name>`: filesystem, inline or "
+                   "schema-registry), by subject: one entry.",
+    "additionalProperties": {
+        "type": "object", "additionalProperties": False, "required": ["subject"],
+        "properties": {
+            "subject": {"type": "string", "minLength": 1,
+                        "description": "The subject the spec is under."},
+            "version": {"anyOf": [{"type": "string", "pattern": "^(latest|[0-9]+)$"},
+                                  {"type": "integer", "minimum": 1}],
+                        "default": "latest", "x-expected": "latest or a version number",
+                        "description": "Which version of the subject."}}}}
+
+_SECURITY = {
+    "type": "object", "propertyNames": {"pattern": "^[a-zA-Z0-9._-]+$"},
+    "additionalProperties": {"type": "string", "pattern": _NAME, "x-expected": "a guard name"},
+    "x-ssekd-default": "none: an operation that requires security is an error",
+    "description": "Security scheme name (`components.securitySchemes`) to the guard "
+                   "(`guards.<name>`) that checks its tokens. An operation whose security names "
+                   "a scheme mapped to no guard is a config error (Zilla leaves it unguarded)."}
+
+
+def _specs(servers: str, security: bool) -> dict[str, Any]:
+    """`options` of a kind: `specs.<label>` with what `servers` does for it, and `security`
+    for the kinds that guard operations."""
+    spec: dict[str, Any] = {
+        "type": "object", "additionalProperties": False, "required": ["catalog"],
+        "description": "One AsyncAPI 3 spec, by the label routes name it with.",
+        "properties": {
+            "servers": {"type": "array", "minItems": 1,
+                        "items": {"type": "string", "pattern": "^[a-zA-Z][a-zA-Z0-9+.-]*://",
+                                  "x-expected": "a URL such as http://localhost:7114"},
+                        "x-ssekd-default": "every server of the spec with a protocol the kind "
+                                           "uses",
+                        "description": "URLs of the spec's servers (protocol, host and port, "
+                                       "and pathname, as the spec's `servers` say them); one "
+                                       "the spec does not declare is an error. " + servers},
+            "catalog": _CATALOG}}
+    if security:
+        spec["properties"]["security"] = _SECURITY
+    return {"type": "object", "additionalProperties": False, "required": ["specs"],
+            "properties": {"specs": {"type": "object", "minProperties": 1,
+                                     "propertyNames": {"pattern": _NAME},
+                                     "additionalProperties": spec,
+                                     "description": "The specs, by label."}}}
+
+
+_WHEN = {"type": "object", "additionalProperties": False,
+         "properties": {
+             "spec": {"type": "string", "description": "The label of the spec."},
+             "operation": {"type": "string",
+                           "description": "An operation id, or a glob (`*` matches any run of "
+                                          "characters)."},
+             "tag": {"type": "string", "description": "A tag the operation has."}}}
+
+
+def _options(description: str, servers: str, security: bool) -> dict[str, Any]:
+    return {**_specs(servers, security), "description": description}
+
+
+def _composed_only(ctx: BuildContext, binding: Binding) -> object:
+    raise AssertionError(f"asyncapi {binding.kind} {binding.name} is composed by the loader, "
+                         f"never built")
+
+
+BINDING = BindingType("asyncapi", {
+    "server": KindSpec(
+        role=Role.LISTENER, build=_composed_only, compose=compose_server,
+        exit=Exit.REQUIRED, exit_roles=(Role.STREAM_SOURCE,), vault=True, when=_WHEN,
+        options=_options(
+            "Composes the tcp (and, for `https` servers, tls: keys from `vault`), http and sse "
+            "bindings that serve a spec's SSE operations (those with the `x-zilla-sse` "
+            "operation binding) on its servers. Each operation's channel address is a path "
+            "(`GET`, cross-origin allowed); the token of an operation's security is read as its "
+            "scheme says (a bearer token, or an API key in a header, query parameter or "
+            "cookie). An operation goes to the exit of the first route whose `when` takes it, "
+            "else to `exit` (an asyncapi proxy, or any sse-kafka binding). `ssekd check` prints "
+            "the bindings composed.",
+            "Those of an SSE spec are listened on (`http`, `https`): on the URL's address when "
+            "it is localhost or an IP address, else on every interface.", security=True)),
+    "proxy": KindSpec(
+        role=Role.STREAM_SOURCE, build=_composed_only, compose=compose_proxy,
+        exit=Exit.REQUIRED, exit_roles=(Role.KAFKA_CACHE,), when=_WHEN,
+        with_={"type": "object", "additionalProperties": False, "required": ["spec"],
+               "description": "The Kafka side of the route.",
+               "properties": {
+                   "spec": {"type": "string", "description": "The label of the Kafka spec."},
+                   "operation": {"type": "string",
+                                 "x-ssekd-default": "the SSE operation's own id",
+                                 "description": "The Kafka operation each SSE operation of the "
+                                                "route is paired with."}}},
+        options=_options(
+            "Composes the sse-kafka binding that streams Kafka topics for an SSE spec's "
+            "operations: each operation a route's `when` takes is paired with the Kafka "
+            "operation of `with.spec` of the same id (or `with.operation`), which must have "
+            "`action: receive`. Its route's path is the SSE channel's address, its topic the "
+            "Kafka channel's address (`{name}` parts from the path), its filters the SSE "
+            "operation's `x-zilla-sse-kafka` `filters` (`{identity}` is the guard's identity), "
+            "its event id form `x-zilla-sse-kafka.event.id` (an ssekd addition), and its "
+            "`guarded` the operation's security. Routes exit to an asyncapi client (or any "
+            "kafka cache_client).",
+            "The pathnames of an SSE spec's servers are put in front of its paths.",
+            security=True)),
+    "client": KindSpec(
+        role=Role.KAFKA_CACHE, build=_composed_only, compose=compose_client,
+        options=_options(
+            "Composes the kafka cache_client (what proxy routes exit to), cache_server and "
+            "client for a Kafka spec: the client connects to the spec's `kafka` servers; the "
+            "cache_server follows, from start-up, every topic an operation receives from, and "
+            "checks each record against its channel's message payload schema (JSON Schema, or "
+            "Avro) as it enters the cache.",
+            "The client connects to them (`kafka`: plaintext, the kafka client's only way).",
+            security=False)),
+})

@@ -1,0 +1,216 @@
+"""The asyncapi server: the tcp (and tls), http and sse bindings that serve a spec's SSE operations
+on its servers.
+
+- tcp: one listener for every port of the servers used (`options.specs.<label>.servers`, else
+  all of the spec's `http`/`https` servers). It listens on the servers' address when it is
+  `localhost` or an IP address (all servers alike), else on every interface, as Zilla does.
+- tls, for `https` servers: keys from the binding's `vault`, ALPN `h2` and `http/1.1`.
+- http: cross-origin access (as Zilla's), the authorization of the guards the operations'
+  security maps to, and a route per SSE operation: `:path` is the server's pathname and the
+  operation's channel address, `:method` GET.
+- sse: one per exit; an operation goes to the exit of the first route whose `when` matches it
+  (spec, operation id or glob, tag), else to the binding's `exit`.
+
+An operation is an SSE operation when it has the `x-zilla-sse` operation binding.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping
+from typing import Any
+
+from ssekd.bindings.api import ComposeContext, Composition
+from ssekd.bindings.asyncapi.routes import matches
+from ssekd.bindings.asyncapi.security import guarding
+from ssekd.bindings.asyncapi.spec import (
+    Operation,
+    SelectedServer,
+    Spec,
+    read_specs,
+    select_servers,
+)
+from ssekd.config.errors import ConfigError, ConfigIssue
+from ssekd.config.model import Binding
+from ssekd.config.origin import Origin, ServerOrigin, SpecRef
+
+SSE_BINDING = "x-zilla-sse"
+ALPN = ["h2", "http/1.1"]
+ANY_ADDRESS = "0.0.0.0"  # noqa: S104 - where a server that names a host of its own listens
+
+
+def listen_host(hosts: set[str]) -> str:
+    """The address to listen on for servers with these host names: their own when they are
+    all the same `localhost` or IP address (a private server stays private), else any."""
+    if len(hosts) != 1:
+        return ANY_ADDRESS
+    [host] = hosts
+    if host.lower() == "localhost":
+        return "127.0.0.1"
+    try:
+        return str(ipaddress.ip_address(host.strip("[]")))
+    except ValueError:
+        return ANY_ADDRESS
+
+
+def sse_operations(spec: Spec) -> list[Operation]:
+    return [op for op in spec.operations().values() if SSE_BINDING in op.bindings]
+
+
+def compose_server(ctx: ComposeContext, binding: Binding) -> Composition:
+    name = binding.name
+    specs = read_specs(ctx, binding)
+    issues: list[ConfigIssue] = []
+    used: list[tuple[Spec, SelectedServer]] = []
+    operations: list[tuple[Spec, Operation]] = []
+    for spec in specs.values():
+        try:
+            used += [(spec, s) for s in select_servers(ctx, binding, spec, ("http", "https"))]
+            found = sse_operations(spec)
+        except ConfigError as e:
+            issues.extend(e.issues)
+            continue
+        if not found:
+            issues.append(spec.issue(("operations",), f"no operation has the {SSE_BINDING} "
+                                                      f"binding: binding {name!r} has nothing "
+                                                      f"to serve"))
+        operations += [(spec, op) for op in found]
+    for i, written in enumerate(binding.routes):
+        for j, when in enumerate(written.when):
+            if "spec" in when and when["spec"] not in specs:
+                issues.append(ctx.issue(("bindings", name, "routes", i, "when", j, "spec"),
+                                        f"{when['spec']!r} is not a spec of binding {name!r}; "
+                                        f"expected one of {', '.join(specs)}"))
+    if issues:
+        raise ConfigError(issues)
+    secure: dict[int, bool] = {}
+    for spec, s in used:
+        if secure.setdefault(s.port, s.scheme == "https") != (s.scheme == "https"):
+            issues.append(_at(ctx, spec, s, f"port {s.port} is both an http and an https "
+                                            f"server's: give them different ports"))
+    if any(secure.values()) and binding.vault is None:
+        issues.append(ctx.issue(("bindings", name), f"binding {name!r} serves https "
+                                                    f"(port {min(p for p, s in secure.items() if s)}): "
+                                                    f"give it a vault with the server's key"))
+    composition = Composition(bindings={}, summary="")
+    http_name, tls_name = f"{name}.http_server", f"{name}.tls_server"
+    routes: list[dict[str, Any]] = []
+    authorization: dict[str, dict[str, Any]] = {}
+    exits: dict[str, None] = {}
+    routed: list[tuple[Spec, Operation, str, list[str], dict[str, list[str]]]] = []
+    for spec, op in operations:
+        try:
+            exit_name, guarded = _exit_of(ctx, binding, spec, op)
+            guard = guarding(ctx, binding, spec, op)
+            path = _path(spec, op)
+        except ConfigError as e:
+            issues.extend(e.issues)
+            continue
+        if guard is not None:
+            entry = authorization.setdefault(guard.guard, {"credentials": {}})
+            for where, values in guard.credentials.items():
+                entry["credentials"].setdefault(where, {}).update(values)
+            # checked here as well as by the stream's route: a server whose exit is not an
+            # asyncapi proxy still serves the operation only as its spec says
+            guarded.setdefault(guard.guard, [])
+            guarded[guard.guard] += [r for r in guard.roles if r not in guarded[guard.guard]]
+        exits[exit_name] = None
+        prefixes = sorted({s.server.pathname.rstrip("/") for sp, s in used if sp is spec})
+        routed.append((spec, op, exit_name, [p + path for p in prefixes] or [path], guarded))
+    if issues:
+        raise ConfigError(issues)
+    sse_names = {e: f"{name}.sse_server" if len(exits) == 1 else f"{name}.sse_server.{e}"
+                 for e in exits}
+    for i, (spec, op, exit_name, paths, guarded) in enumerate(routed):
+        route: dict[str, Any] = {
+            "when": [{"headers": {":path": p, ":method": "GET"}} for p in paths],
+            "exit": sse_names[exit_name]}
+        if guarded:
+            route["guarded"] = guarded
+        routes.append(route)
+        composition.where[("bindings", http_name, "routes", i)] = spec.where(op.path)
+    http_options: dict[str, Any] = {"access-control": {"policy": "cross-origin"}}
+    if authorization:
+        http_options["authorization"] = authorization
+    composition.bindings[name] = _tcp(name, used, secure, http_name, tls_name)
+    if any(secure.values()):
+        composition.bindings[tls_name] = {"type": "tls", "kind": "server",
+                                          "vault": binding.vault, "options": {"alpn": ALPN},
+                                          "exit": http_name}
+    composition.bindings[http_name] = {"type": "http", "kind": "server",
+                                       "options": http_options, "routes": routes}
+    for exit_name, sse_name in sse_names.items():
+        composition.bindings[sse_name] = {"type": "sse", "kind": "server", "exit": exit_name}
+    for spec, s in used:
+        composition.where.setdefault(("bindings", name, "options", "port"),
+                                     _where(ctx, spec, s))
+    composition.origins[name] = Origin(name, "server", servers=tuple(
+        ServerOrigin(SpecRef(spec.label, spec.data), s.server.key, s.port) for spec, s in used))
+    composition.sources += [s.source.watch for s in specs.values() if s.source.watch]
+    ports = ", ".join(f"{'https' if secure[p] else 'http'} {p}" for p in sorted(secure))
+    composition.summary = (f"asyncapi server {name}: {len(routed)} SSE operation(s) of "
+                           f"{_named(specs)} on {ports}")
+    return composition
+
+
+def _named(specs: Mapping[str, Spec]) -> str:
+    return ", ".join(f"{s.label} ({s.file})" for s in specs.values())
+
+
+def _tcp(name: str, used: list[tuple[Spec, SelectedServer]], secure: Mapping[int, bool],
+         http_name: str, tls_name: str) -> dict[str, Any]:
+    ports = sorted(secure)
+    tcp: dict[str, Any] = {"type": "tcp", "kind": "server",
+                           "options": {"host": listen_host({s.host for _, s in used}),
+                                       "port": ports}}
+    plain = [p for p in ports if not secure[p]]
+    tls = [p for p in ports if secure[p]]
+    if plain and tls:
+        tcp["routes"] = [{"when": [{"port": plain}], "exit": http_name},
+                         {"when": [{"port": tls}], "exit": tls_name}]
+    else:
+        tcp["exit"] = tls_name if tls else http_name
+    return tcp
+
+
+def _at(ctx: ComposeContext, spec: Spec, server: SelectedServer, message: str) -> ConfigIssue:
+    if server.option_path is not None:
+        return ctx.issue(server.option_path, message)
+    return spec.issue(server.server.path, message)
+
+
+def _where(ctx: ComposeContext, spec: Spec,
+           server: SelectedServer) -> tuple[Any, int | None]:
+    if server.option_path is not None:
+        issue = ctx.issue(server.option_path, "")
+        return issue.file, issue.line
+    return spec.where(server.server.path)
+
+
+def _path(spec: Spec, op: Operation) -> str:
+    address = op.channel.address
+    if not isinstance(address, str) or not address.startswith("/"):
+        raise ConfigError([spec.issue(op.channel.path + ("address",),
+                                      f"channel {op.channel.key!r} of SSE operation "
+                                      f"{op.key!r}: expected an address that is a path "
+                                      f"(starting with /), got {address!r}")])
+    method = op.bindings.get(SSE_BINDING)
+    if isinstance(method, Mapping) and str(method.get("method", "GET")).upper() != "GET":
+        raise ConfigError([spec.issue(op.bindings_path + (SSE_BINDING, "method"),
+                                      f"SSE operation {op.key!r}: an event stream is opened "
+                                      f"with GET, not {method.get('method')}")])
+    return address
+
+
+def _exit_of(ctx: ComposeContext, binding: Binding, spec: Spec,
+             op: Operation) -> tuple[str, dict[str, list[str]]]:
+    """The exit of the first route whose `when` matches the operation (and that route's
+    `guarded`), else the binding's exit."""
+    for route in binding.routes:
+        if route.exit is not None and any(matches(w, spec.label, op) for w in route.when):
+            return route.exit, {g: list(roles) for g, roles in route.guarded.items()}
+    if binding.exit is None:
+        raise ConfigError([spec.issue(op.path, f"no route of binding {binding.name!r} takes "
+                                               f"operation {op.key!r} and the binding has no "
+                                               f"exit")])
+    return binding.exit, {}
