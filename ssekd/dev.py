@@ -12,7 +12,10 @@
    Kafka that already listens is used as it is. Without the flag nothing is started, only
    reported: on a production host whose Kafka is briefly down, an empty fake broker on its
    address would take the daemon's connections and serve nothing.
-3. The demo producer (`ssekd produce`) writing to the bootstrap topics, when we started the broker.
+3. The demo producer (`ssekd produce`) writing to the bootstrap topics, when we started the broker;
+   and for the todo demo (`etc/zilla-todo.yaml`: writes to `<name>-commands` with a reply-to
+   topic, `<name>-snapshots` among the bootstrap topics) its command service
+   (`ssekd.todo_service`) instead, which writes those topics itself.
 4. With `--dev-tokens` (as `make run` passes it), for a guard whose `keys` is a JWKS URL on this
    machine where nothing listens (as in `etc/zilla-jwt.yaml`), the development token service
    (`ssekd.devtoken`) there, with a key it creates under the config's folder
@@ -81,6 +84,22 @@ def bootstrap_topics(config: Config, registry: Registry) -> list[str]:
         if consumed is not None:
             topics += [t for t in consumed(b.options) if t not in topics]
     return topics
+
+
+def command_services(config: Config, registry: Registry) -> list[tuple[str, str]]:
+    """(prefix, reply topic) of each todo-style command topic: bindings write `<prefix>-commands`
+    with a reply-to topic (`KindSpec.produces`) and `<prefix>-snapshots` is consumed from
+    start-up. `ssekd.todo_service` answers those; the demo producer must not write there."""
+    consumed = bootstrap_topics(config, registry)
+    found: list[tuple[str, str]] = []
+    for b in config.bindings.values():
+        produces = registry.kind(b).produces
+        for topic, reply_to in produces(b) if produces is not None else ():
+            prefix = topic.removesuffix("-commands")
+            if (reply_to is not None and prefix != topic and f"{prefix}-snapshots" in consumed
+                    and (prefix, reply_to) not in found):
+                found.append((prefix, reply_to))
+    return found
 
 
 def dev_token_guards(config: Config) -> list[tuple[str, int, Any]]:
@@ -347,6 +366,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                     f"does (--dev-broker starts a development broker there)")
         started += ["the development broker"] if brokers else []
         topics = bootstrap_topics(config, registry)
+        services = command_services(config, registry) if brokers and not args.no_demo else []
+        for prefix, reply_to in services:
+            children.append(subprocess.Popen(
+                [sys.executable, "-m", "ssekd.todo_service", "--bootstrap",
+                 brokers[0].bootstrap, "--prefix", prefix], start_new_session=True))
+            topics = [t for t in topics if t not in (reply_to, f"{prefix}-snapshots")]
+            print(f"ssekd.dev: todo command service answering {prefix}-commands",
+                  file=sys.stderr)
         if brokers and topics and not args.no_demo:
             for topic in topics:
                 children.append(subprocess.Popen(

@@ -158,6 +158,10 @@ class KindSpec:
     #: The topics a binding of this kind consumes from start-up, from its options: `make run`'s
     #: demo producer writes to them. None: none.
     bootstrap_topics: Callable[[Mapping[str, Any]], list[str]] | None = None
+    #: The (topic, reply-to topic or None) of the records a binding of this kind writes, from
+    #: its routes: `make run` starts the demo command service for the todo demo's topics.
+    #: None: it writes none.
+    produces: Callable[[Binding], list[tuple[str, str | None]]] | None = None
 
 
 @dataclass(frozen=True)
