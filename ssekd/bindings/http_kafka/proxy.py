@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
+from twisted.application.service import Service
 from twisted.web import http
 from twisted.web.server import NOT_DONE_YET, Request
 
@@ -63,8 +64,11 @@ class HttpKafkaRoute:
         return None
 
 
-class HttpKafkaProxy:
-    """Runtime of an `http-kafka` binding of kind `proxy` (an exit of the http server)."""
+class HttpKafkaProxy(Service):
+    """Runtime of an `http-kafka` binding of kind `proxy` (an exit of the http server). As a
+    service it makes the producers its routes write with when it starts: a producer connects
+    (and an idempotent one gets its producer id) in about a second, which the first write
+    would otherwise wait."""
 
     #: Requests carry bodies (produce), bounded by the http binding's `limits.body-bytes`.
     takes_body = True
@@ -74,7 +78,7 @@ class HttpKafkaProxy:
     def __init__(self, name: str, routes: tuple[HttpKafkaRoute, ...],
                  exits: Mapping[str, KafkaExit], settings: Settings, events: EventLog,
                  guards: Mapping[str, Guard], producing: Producing, fetching: Fetching) -> None:
-        self.name = name
+        self.binding = name
         self.routes = routes
         self.exits = exits
         self.settings = settings
@@ -82,6 +86,12 @@ class HttpKafkaProxy:
         self.guards = dict(guards)
         self.producing = producing
         self.fetching = fetching
+
+    def startService(self) -> None:
+        super().startService()
+        for route in self.routes:
+            if isinstance(route.with_, ProduceWith):
+                self.exits[route.exit].warm(route.with_.acks)
 
     @property
     def max_idle(self) -> float:
@@ -112,7 +122,7 @@ class HttpKafkaProxy:
                 from twisted.python.failure import Failure
                 exchange.failed(Failure())
             return NOT_DONE_YET
-        self.events.emit(self.name, "BINDING_HTTP_KAFKA_NO_ROUTE", f"{method} {path}")
+        self.events.emit(self.binding, "BINDING_HTTP_KAFKA_NO_ROUTE", f"{method} {path}")
         req.setResponseCode(http.NOT_FOUND)
         return b""
 

@@ -31,6 +31,9 @@ class KafkaExit(Protocol):
 
     def produce(self, record: Record, acks: str) -> Deferred[Delivered]: ...
 
+    def warm(self, acks: str) -> None:
+        """Make the producer for `acks` ahead of the first write (when the binding starts)."""
+
 
 def wait_for(cache: TopicCache, clock: Any, timeout: float,
              check: Callable[[list[Message]], T | None]) -> Deferred[T | None]:

@@ -466,6 +466,10 @@ class CacheServer(Service):
         """Write `record` through the kafka client (see `producer.Writes.produce`)."""
         return self.client.produce(record, acks)
 
+    def warm(self, acks: str) -> None:
+        """Make the kafka client's producer for `acks` ahead of the first write."""
+        self.client.warm(acks)
+
     def figures(self) -> Iterable[Reading]:
         """Per topic (never per stream): its cache's size, oldest record age, readers, and the
         consumer lag per partition from the tail consumer's last measurement."""
@@ -525,3 +529,6 @@ class CacheClient:
 
     def produce(self, record: Record, acks: str) -> Deferred[Delivered]:
         return self.server.produce(record, acks)
+
+    def warm(self, acks: str) -> None:
+        self.server.warm(acks)

@@ -358,6 +358,10 @@ class KafkaClient(Service):
         """Write `record` (see `producer.Writes.produce`)."""
         return self.writes.produce(record, acks)
 
+    def warm(self, acks: str) -> None:
+        """Make the producer for `acks` now, ahead of the first write."""
+        self.writes.warm(acks)
+
     # called on any thread: events are printed from the reactor thread only
     def event(self, name: str, detail: str = "-") -> None:
         if threading.current_thread() is threading.main_thread():

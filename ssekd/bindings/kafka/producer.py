@@ -177,6 +177,11 @@ class Writes:
         self.pending += 1
         return d
 
+    def warm(self, acks: str) -> None:
+        """Make the producer for `acks` now, so that it has connected (and, idempotent, got its
+        producer id) before the first write waits on it."""
+        self._producer(acks)
+
     def _producer(self, acks: str) -> Any:
         producer = self._producers.get(acks)
         if producer is None:
