@@ -17,6 +17,11 @@ with `challenge` (the client answers with a POST). Each channel has one `receive
 secured by the route's guard (a bearer JWT) when it has one, and lists the servers (listener
 ports) it is reached on.
 
+Each http-kafka route's paths are channels too (`_http_kafka`): a `produce` route's operation is
+`send` (the request body becomes a record; with `reply-to`, the reply is the operation's
+`reply`; its async location, a `GET` of the same route, is a `receive`), a `fetch` route's is
+`receive`, each with the HTTP method as its `http` operation binding.
+
 Schemas come from the catalogs through `schema_of`, so the daemon can serve what it holds (never
 waiting on a registry on the reactor thread) while `ssekd asyncapi` may ask a registry.
 """
@@ -355,6 +360,7 @@ def document(config: Config, catalogs: Mapping[str, Catalog],
         if security:
             operation["security"] = security
         operations[f"receive_{c.key}"] = operation
+    _http_kafka(config, docs_channels, operations, schemes)
     doc: dict[str, Any] = {
         "asyncapi": ASYNCAPI_VERSION,
         "info": {"title": config.namespace, "version": "1.0.0",
@@ -381,6 +387,102 @@ class _NoAliases(yaml.SafeDumper):
 
     def ignore_aliases(self, data: Any) -> bool:
         return True
+
+
+def _http_kafka(config: Config, channels: dict[str, Any], operations: dict[str, Any],
+                schemes: dict[str, Any]) -> None:
+    """The channels and operations of the http-kafka routes (see the module docstring)."""
+    for binding in config.bindings.values():
+        if binding.type != "http-kafka":
+            continue
+        for i, route in enumerate(binding.routes):
+            w = route.with_ or {}
+            capability, topic = w.get("capability"), str(w.get("topic", ""))
+            if capability not in ("produce", "fetch"):
+                continue
+            security = []
+            for guard_name, roles in route.guarded.items():
+                guard = config.guards.get(guard_name)
+                issuer = guard.options.get("issuer") if guard is not None else None
+                schemes.setdefault(guard_name, {
+                    "type": "http", "scheme": "bearer", "bearerFormat": "JWT",
+                    "description": f"A JWT checked by guard `{guard_name}`"
+                                   + (f" (issuer {issuer})" if issuer else "") + "."})
+                security.append({"$ref": f"#/components/securitySchemes/{guard_name}"})
+            for j, when in enumerate(route.when):
+                path = when.get("path")
+                if not isinstance(path, str):
+                    continue
+                method = str(when["method"]).upper() if "method" in when else None
+                key = _KEY.sub("_", f"{binding.name}_{i}" + (f"_{j}" if j else ""))
+                polls = capability == "produce" and method == "GET" and "async" in w
+                messages = _http_kafka_messages(capability, topic, w, polls)
+                channel: dict[str, Any] = {
+                    "address": path,
+                    "title": f"{topic} over HTTP ({capability})",
+                    "description": f"Route {i} of http-kafka binding `{binding.name}`"
+                                   + (f", {method}" if method else "") + ".",
+                    "messages": messages}
+                params = _PARAM.findall(path)
+                if params:
+                    channel["parameters"] = {p: {"description": f"`{{{p}}}` of the path."}
+                                             for p in params}
+                channels[key] = channel
+                send = capability == "produce" and not polls
+                operation: dict[str, Any] = {
+                    "action": "send" if send else "receive",
+                    "channel": {"$ref": f"#/channels/{key}"},
+                    "summary": (f"Write a record to {topic}" if send else
+                                f"The reply to an earlier write to {topic}" if polls else
+                                f"Read the latest values of {topic}"),
+                    "messages": [{"$ref": f"#/channels/{key}/messages/"
+                                          f"{'request' if send else 'reply'}"}]}
+                if method is not None:
+                    operation["bindings"] = {"http": {"method": method}}
+                if send and "reply" in messages:
+                    operation["reply"] = {
+                        "channel": {"$ref": f"#/channels/{key}"},
+                        "messages": [{"$ref": f"#/channels/{key}/messages/reply"}]}
+                if security:
+                    operation["security"] = security
+                operations[f"{operation['action']}_{key}"] = operation
+
+
+def _http_kafka_messages(capability: str, topic: str, w: Mapping[str, Any],
+                         polls: bool) -> dict[str, Any]:
+    if capability == "fetch":
+        merged = "merge" in w
+        return {"reply": {
+            "name": "values" if merged else "value", "title": "Latest values" if merged
+            else "Latest value",
+            "summary": (f"A JSON array of the latest value of each key of {topic} the route's "
+                        f"filters take." if merged else
+                        f"The latest value of {topic} the route's filters take (404 when none)."),
+            "description": "ETag is the topic's progress (with `/<etag>` for one record with "
+                           "an etag header); If-None-Match answers 304 when nothing it shows "
+                           "changed, and Prefer: wait=N holds the request until it does.",
+            **({"contentType": "application/json", "payload": {"type": "array"}}
+               if merged else {})}}
+    reply_to = w.get("reply-to")
+    messages: dict[str, Any] = {}
+    if not polls:
+        messages["request"] = {
+            "name": "request", "title": "Write",
+            "summary": f"The body becomes the value of a record of {topic}; request headers "
+                       f"become its headers.",
+            "description": "Answered once the broker acknowledged the write"
+                           + (f": with the reply on {reply_to} that carries its correlation id"
+                              if reply_to else " (204)")
+                           + ". Send an Idempotency-Key to make a retry safe; If-Match "
+                             "<progress>/<etag> is forwarded as the record's if-match header."}
+    if reply_to:
+        messages["reply"] = {
+            "name": "reply", "title": "Reply",
+            "summary": f"The reply on {reply_to}: its :status header is the status, its other "
+                       f"headers and value the response"
+                       + (" (202 with the location again while there is none yet)."
+                          if polls else ".")}
+    return messages
 
 
 def to_yaml(doc: Mapping[str, Any]) -> str:

@@ -188,3 +188,22 @@ def test_no_yaml_aliases_even_where_channels_share_a_message(
     text, _ = _asyncapi(write_walk_config(tmp_path, 7000, 7001), capsys)
     assert text.count("name: delete") == len(EXPECTED)
     assert not re.search(r"(^|\s)[&*]id\d+", text)
+def test_http_kafka_routes_are_send_and_receive_operations(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The todo demo: its writes are `send` operations with the HTTP method and the reply, its
+    async location and its fetch are `receive`; the document is valid AsyncAPI 3.0."""
+    text, _ = _asyncapi(ROOT / "etc" / "zilla-todo.yaml", capsys)
+    doc = yaml.safe_load(text)
+    assert problems(doc) == []
+    ops = {(o["action"], o.get("bindings", {}).get("http", {}).get("method"),
+            doc["channels"][o["channel"]["$ref"].split("/")[-1]]["address"])
+           for o in doc["operations"].values()}
+    assert {("send", "POST", "/tasks"), ("send", "PUT", "/tasks/{id}"),
+            ("send", "DELETE", "/tasks/{id}"), ("receive", "GET", "/tasks/{id};{correlationId}"),
+            ("receive", "GET", "/tasks/{id}"), ("receive", None, "/tasks")} <= ops
+    post = next(o for o in doc["operations"].values()
+                if o.get("bindings", {}).get("http", {}).get("method") == "POST")
+    assert post["reply"]["messages"][0]["$ref"].endswith("/messages/reply")
+    put_channel = next(c for c in doc["channels"].values() if c["address"] == "/tasks/{id}"
+                       and "request" in c["messages"])
+    assert set(put_channel["parameters"]) == {"id"}
