@@ -366,16 +366,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                     f"does (--dev-broker starts a development broker there)")
         started += ["the development broker"] if brokers else []
         topics = bootstrap_topics(config, registry)
+        produced = list(topics)  # the todo demo's service writes its topics itself
         services = command_services(config, registry) if brokers and not args.no_demo else []
         for prefix, reply_to in services:
             children.append(subprocess.Popen(
                 [sys.executable, "-m", "ssekd.todo_service", "--bootstrap",
                  brokers[0].bootstrap, "--prefix", prefix], start_new_session=True))
-            topics = [t for t in topics if t not in (reply_to, f"{prefix}-snapshots")]
-            print(f"ssekd.dev: todo command service answering {prefix}-commands",
-                  file=sys.stderr)
-        if brokers and topics and not args.no_demo:
-            for topic in topics:
+            produced = [t for t in produced if t not in (reply_to, f"{prefix}-snapshots")]
+            say(f"todo command service answering {prefix}-commands")
+        started += ["the todo command service"] if services else []
+        if brokers and produced and not args.no_demo:
+            for topic in produced:
                 children.append(subprocess.Popen(
                     [sys.executable, "-m", "ssekd.produce", "--bootstrap",
                      brokers[0].bootstrap, "--topic", topic, "--rate", str(DEMO_RATE)],

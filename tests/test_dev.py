@@ -132,3 +132,17 @@ def test_a_second_make_run_says_the_port_is_in_use_in_one_line(
         assert first.running()
     finally:
         assert first.interrupt() == 0
+def test_the_todo_demo_gets_its_command_service_instead_of_the_demo_producer() -> None:
+    """etc/zilla-todo.yaml writes `task-commands` with replies on `task-replies` and consumes
+    `task-snapshots`: `make run` starts ssekd.todo_service for the `task` topics, and the demo
+    producer must not write to the topics the service owns."""
+    from ssekd.dev import command_services
+
+    registry = discover()
+    root = Path(__file__).resolve().parents[1]
+    todo = load_config(root / "etc" / "zilla-todo.yaml", registry, environ={})
+    assert command_services(todo, registry) == [("task", "task-replies")]
+    assert bootstrap_topics(todo, registry) == ["task-replies", "task-snapshots"]
+    plain = load_config(root / "etc" / "zilla.yaml", registry,
+                        environ={"KEYSTORE_PASSWORD": "x"})
+    assert command_services(plain, registry) == []
