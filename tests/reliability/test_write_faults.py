@@ -42,7 +42,8 @@ def test_broker_frozen_during_a_post_then_back_nothing_twice_nothing_lost(
     config = write_config(tmp_path, port, broker.bootstrap, topics, [ec_key().jwk],
                           max_wait=5, ack_timeout=2)
     responder = Responder(broker.bootstrap, topics.commands).start()
-    daemon = start_daemon(config, wait_ports=[port])
+    # one process: the repeat must reach the worker that holds the first write
+    daemon = start_daemon(config, wait_ports=[port], extra_args=["--workers", "1"])
     daemons.append(daemon)
     try:
         assert request(port, "POST", "/commands", {"Idempotency-Key": "warm"}, b"w").status \

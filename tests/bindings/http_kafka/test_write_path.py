@@ -59,7 +59,9 @@ def writes(kafka_broker: Broker, kafka: Kafka,
     config = write_config(tmp_path_factory.mktemp("writes"), port, kafka.bootstrap, topics,
                           [key.jwk])
     responder = Responder(kafka.bootstrap, topics.commands).start()
-    daemon = start_daemon(config, wait_ports=[port])
+    # One process: a repeat is recognised by the worker that holds the first write (or by its
+    # reply once that worker's cache has it); test_workers_write_and_fetch below runs two.
+    daemon = start_daemon(config, wait_ports=[port], extra_args=["--workers", "1"])
     try:
         yield WriteDaemon(daemon, port, topics, responder, kafka, key, config)
     finally:
@@ -295,3 +297,25 @@ def test_http2_write(writes: WriteDaemon) -> None:
     assert record.value() == b"h2 body"
     assert [n for n, _ in record.headers()][:4] == [":method", ":scheme", ":authority",
                                                      ":path"]
+
+
+def test_workers_write_and_fetch(writes: WriteDaemon, tmp_path: Path) -> None:
+    """With two workers each has its own producer and cache: writes through either are
+    answered with their replies, and fetches see the same topic."""
+    port = free_port()
+    config = write_config(tmp_path, port, writes.kafka.bootstrap, writes.topics,
+                          [writes.key.jwk])
+    daemon = start_daemon(config, wait_ports=[port], extra_args=["--workers", "2"])
+    try:
+        keys = [f"w-{uuid.uuid4()}" for _ in range(12)]
+        answers = [request(port, "POST", "/commands", {"Idempotency-Key": k}, k.encode())
+                   for k in keys]
+        assert [(a.status, a.body) for a in answers] == [(201, k.encode()) for k in keys]
+        snapshot(writes, "from-workers", b'"both"')
+        wait_until(lambda: all(request(port, "GET", "/items/from-workers").status == 200
+                               for _ in range(6)), 10)
+        assert len({int(line.split("pid ")[1].split()[0]) for line in
+                    daemon.output().splitlines() if "ENGINE_STARTED" in line
+                    and " worker " in line}) == 2
+    finally:
+        daemon.stop()
