@@ -87,3 +87,22 @@ def test_no_broker_reachable_refuses_new_writes_and_a_queued_one_fails_and_frees
         assert w.inflight == 0 and w.pending == 0
     finally:
         w.stop()
+
+
+def test_producers_take_the_consumers_servers_and_security_and_nothing_consumer_only() -> None:
+    settings = ClientSettings(
+        servers=("k1:9093", "k2:9093"),
+        sasl={"mechanism": "scram-sha-512", "username": "u", "password": "p"},
+        properties={"ssl.ca.location": "/etc/ca.pem", "fetch.wait.max.ms": 10},
+        producer_properties={"linger.ms": 5})
+    conf = settings.producer_config("in_sync_replicas")
+    assert conf["bootstrap.servers"] == "k1:9093,k2:9093"
+    assert (conf["security.protocol"], conf["sasl.mechanism"], conf["sasl.username"],
+            conf["sasl.password"], conf["ssl.ca.location"]) == \
+        ("SASL_SSL", "SCRAM-SHA-512", "u", "p", "/etc/ca.pem")
+    assert "fetch.wait.max.ms" not in conf and "group.id" not in conf
+    assert (conf["acks"], conf["enable.idempotence"], conf["linger.ms"]) == ("all", True, 5)
+    assert conf["partitioner"] == "murmur2_random"
+    leader = settings.producer_config("leader_only")
+    assert (leader["acks"], leader["enable.idempotence"]) == ("1", False)
+    assert settings.producer_config("none")["acks"] == "0"
