@@ -170,6 +170,7 @@ class Responder:
     bootstrap: str
     topic: str
     correlation_header: str = "zilla:correlation-id"
+    reply_to_header: str = "zilla:reply-to"
     seen: Counter[str] = field(default_factory=Counter)
     records: list[Any] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -206,7 +207,7 @@ class Responder:
                 correlation = header(m, self.correlation_header)
                 if correlation is not None:
                     self.seen[correlation.decode()] += 1
-                reply_to = header(m, "zilla:reply-to")
+                reply_to = header(m, self.reply_to_header)
                 want = (header(m, "x-reply") or b"201").decode()
                 if reply_to is None or correlation is None or want == "none":
                     continue
