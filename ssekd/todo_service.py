@@ -233,6 +233,8 @@ def serve(bootstrap: str, prefix: str = "task", stop: threading.Event | None = N
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "ssekd-todo-service",
                          "enable.auto.commit": False, "fetch.wait.max.ms": 10,
                          "fetch.queue.backoff.ms": 1})
+    for topic in (snapshots, replies):  # learnt now, not when the first command waits on it
+        producer.list_topics(topic, timeout=10)
     partitions = consumer.list_topics(commands, timeout=10).topics[commands].partitions
     consumer.assign([TopicPartition(commands, p, OFFSET_BEGINNING) for p in partitions])
     if ready is not None:

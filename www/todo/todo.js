@@ -8,7 +8,7 @@ const tasks = new Map();  // task id -> {task, etag}
 const todo = window.todo = {
   opens: 0,
   events: [],     // {type: "message"|"delete", id, at}: what the stream brought, when
-  answers: [],    // {method, path, status, sentAt, at}: what the writes got
+  answers: [],    // {method, path, status, sentAt, at}: each write, from when it was sent
   tasks,
 };
 
@@ -70,7 +70,8 @@ async function send(method, path, body, etag) {
   const headers = {"Idempotency-Key": uuid()};
   if (body !== undefined) headers["Content-Type"] = "application/json";
   if (etag) headers["If-Match"] = etag;
-  const sentAt = Date.now();
+  const answer = {method, path, status: null, sentAt: Date.now(), at: null};
+  todo.answers.push(answer);
   let response;
   for (let attempt = 0; attempt < 5; attempt++) {
     response = await fetch(path, {method, headers, body: body === undefined ? undefined : JSON.stringify(body)});
@@ -79,7 +80,7 @@ async function send(method, path, body, etag) {
     await new Promise((resolve) => setTimeout(resolve, wait * 1000));
   }
   const status = response.status;
-  todo.answers.push({method, path, status, sentAt, at: Date.now()});
+  Object.assign(answer, {status, at: Date.now()});
   if (status >= 400) setStatus(`${status}: ${WHY[status] || (await response.text())}`, true);
   else setStatus(`${method} ${status}`, false);
   return status;

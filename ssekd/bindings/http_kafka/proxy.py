@@ -90,8 +90,10 @@ class HttpKafkaProxy(Service):
     def startService(self) -> None:
         super().startService()
         for route in self.routes:
-            if isinstance(route.with_, ProduceWith):
-                self.exits[route.exit].warm(route.with_.acks)
+            w = route.with_
+            if isinstance(w, ProduceWith):
+                literal = [] if "${" in w.topic else [w.topic]
+                self.exits[route.exit].warm(w.acks, literal)
 
     @property
     def max_idle(self) -> float:

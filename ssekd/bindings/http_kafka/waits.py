@@ -7,7 +7,7 @@ cancellation (the client went away) stops both.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from twisted.internet.defer import Deferred, succeed
@@ -31,8 +31,9 @@ class KafkaExit(Protocol):
 
     def produce(self, record: Record, acks: str) -> Deferred[Delivered]: ...
 
-    def warm(self, acks: str) -> None:
-        """Make the producer for `acks` ahead of the first write (when the binding starts)."""
+    def warm(self, acks: str, topics: Sequence[str] = ()) -> None:
+        """Make the producer for `acks`, and learn `topics`, ahead of the first write (when
+        the binding starts)."""
 
 
 def wait_for(cache: TopicCache, clock: Any, timeout: float,

@@ -17,7 +17,7 @@ cannot hold it for ever.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from twisted.application.service import Service
@@ -466,9 +466,9 @@ class CacheServer(Service):
         """Write `record` through the kafka client (see `producer.Writes.produce`)."""
         return self.client.produce(record, acks)
 
-    def warm(self, acks: str) -> None:
+    def warm(self, acks: str, topics: Sequence[str] = ()) -> None:
         """Make the kafka client's producer for `acks` ahead of the first write."""
-        self.client.warm(acks)
+        self.client.warm(acks, topics)
 
     def figures(self) -> Iterable[Reading]:
         """Per topic (never per stream): its cache's size, oldest record age, readers, and the
@@ -530,5 +530,5 @@ class CacheClient:
     def produce(self, record: Record, acks: str) -> Deferred[Delivered]:
         return self.server.produce(record, acks)
 
-    def warm(self, acks: str) -> None:
-        self.server.warm(acks)
+    def warm(self, acks: str, topics: Sequence[str] = ()) -> None:
+        self.server.warm(acks, topics)

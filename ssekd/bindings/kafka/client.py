@@ -40,7 +40,7 @@ import queue
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -358,9 +358,9 @@ class KafkaClient(Service):
         """Write `record` (see `producer.Writes.produce`)."""
         return self.writes.produce(record, acks)
 
-    def warm(self, acks: str) -> None:
-        """Make the producer for `acks` now, ahead of the first write."""
-        self.writes.warm(acks)
+    def warm(self, acks: str, topics: Sequence[str] = ()) -> None:
+        """Make the producer for `acks` now, and learn `topics`, ahead of the first write."""
+        self.writes.warm(acks, topics)
 
     # called on any thread: events are printed from the reactor thread only
     def event(self, name: str, detail: str = "-") -> None:

@@ -21,9 +21,10 @@ reachable, the poll thread asks for metadata once a second and says so when one 
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -136,6 +137,8 @@ class Writes:
         #: Whether a broker answers: False after librdkafka said all are down, until one does.
         self.reachable = True
         self._producers: dict[str, Any] = {}
+        #: (acks, topic) whose metadata the poll thread is to ask for (`warm`)
+        self._warming: queue.SimpleQueue[tuple[str, str]] = queue.SimpleQueue()
         self._thread: _PollThread | None = None
         self._running = False
 
@@ -177,10 +180,13 @@ class Writes:
         self.pending += 1
         return d
 
-    def warm(self, acks: str) -> None:
+    def warm(self, acks: str, topics: Sequence[str] = ()) -> None:
         """Make the producer for `acks` now, so that it has connected (and, idempotent, got its
-        producer id) before the first write waits on it."""
+        producer id) before the first write waits on it; the poll thread asks for the metadata
+        of `topics`, which the first record of a topic would otherwise wait for."""
         self._producer(acks)
+        for topic in topics:
+            self._warming.put((acks, topic))
 
     def _producer(self, acks: str) -> Any:
         producer = self._producers.get(acks)
@@ -254,6 +260,7 @@ class _PollThread(threading.Thread):
         writes = self.writes
         probed = 0.0
         while not self.stopping.is_set():
+            self._warm()
             producers = writes.producers()
             if not producers:
                 self.stopping.wait(0.05)
@@ -279,6 +286,18 @@ class _PollThread(threading.Thread):
             if left:
                 _log.warn("{left} records still unsent at stop", left=left)
         writes._producers.clear()  # destroyed here, off the reactor thread
+
+    def _warm(self) -> None:
+        warming = self.writes._warming
+        while not warming.empty():
+            acks, topic = warming.get()
+            producer = self.writes._producers.get(acks)
+            if producer is None:
+                continue
+            try:
+                producer.list_topics(topic, timeout=5.0)
+            except KafkaException as e:
+                _log.debug("metadata of {topic}: {e}", topic=topic, e=e)
 
     @staticmethod
     def _due(probed: float) -> bool:
