@@ -41,6 +41,7 @@ bindings:
         jwt0:
           credentials:
             headers: {{authorization: "Bearer {{credentials}}"}}
+            query: {{access_token: "{{credentials}}"}}
     exit: hk0
   hk0:
     type: http-kafka

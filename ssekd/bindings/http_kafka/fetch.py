@@ -36,7 +36,7 @@ from twisted.web import http
 from ssekd.bindings.api import HttpContext
 from ssekd.bindings.http_kafka.exchange import Exchange
 from ssekd.bindings.http_kafka.headers import parse_prefer, progress_of, response_header
-from ssekd.bindings.http_kafka.produce import RETRY_AFTER_LOADING, TOPIC_NAME, Settings
+from ssekd.bindings.http_kafka.produce import RETRY_AFTER_LOADING, Settings, topic_allowed
 from ssekd.bindings.http_kafka.waits import KafkaExit, wait_for, when_loaded
 from ssekd.bindings.kafka.cache import SchemaUnavailable, TopicCache, TopicLimitReached
 from ssekd.bindings.kafka.message import Message
@@ -187,7 +187,7 @@ class Fetching:
             self.events.emit(self.binding, "BINDING_HTTP_KAFKA_NO_ROUTE", f"{path}: {e}")
             exchange.answer(http.NOT_FOUND)
             return
-        if not TOPIC_NAME.match(topic) or ("${" in w.topic and topic.startswith("_")):
+        if not topic_allowed(topic, w.topic):
             self.events.emit(self.binding, "BINDING_HTTP_KAFKA_NO_ROUTE",
                              f"{path}: {topic!r} is not a topic a request may name")
             exchange.answer(http.NOT_FOUND)

@@ -11,8 +11,9 @@
   `content-length` and `prefer` (Zilla's exceptions), the hop-by-hop ones HTTP/1.1 uses for the
   connection (`connection`, `keep-alive`, `transfer-encoding`, `te`, `upgrade`, `expect`,
   `proxy-connection`, `host` - it is `:authority` already) and - ssekd goes further -
-  credentials (`authorization`, `proxy-authorization`, `cookie`): a token must not be copied
-  into a topic every consumer reads. A route's `overrides` can forward the identity instead.
+  credentials (`authorization`, `proxy-authorization`, `cookie`, and in `:path` the query
+  parameters the http binding reads tokens from): a token must not be copied into a topic every
+  consumer reads. A route's `overrides` can forward the identity instead.
 - The correlation id: `<idempotency key>-<md5 hex>` of the key, each forwarded header's name and
   value, the reply-to and override headers, and the body, in that order (Zilla's derivation,
   checked against its protocol scripts in tests/data/http-kafka-correlation.json): a client that
@@ -23,8 +24,9 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
+from urllib.parse import unquote_plus
 
 from twisted.web.server import Request
 
@@ -110,6 +112,16 @@ def forwarded(request: Request, pseudo: Sequence[tuple[str, str]],
             continue
         out.extend((name, v) for v in values)
     return out
+
+
+def without_credentials(path: str, names: Collection[str]) -> str:
+    """`:path` as Kafka gets it: without the query parameters the http binding's `authorization`
+    reads tokens from (`HttpContext.credential_query`), the others as they came."""
+    base, sep, query = path.partition("?")
+    if not sep or not names:
+        return path
+    kept = [pair for pair in query.split("&") if unquote_plus(pair.partition("=")[0]) not in names]
+    return f"{base}?{'&'.join(kept)}" if kept else base
 
 
 def correlation_id(idempotency_key: str, key: bytes | None,

@@ -46,6 +46,7 @@ from ssekd.bindings.http_kafka.headers import (
     parse_if_match,
     parse_prefer,
     response_header,
+    without_credentials,
 )
 from ssekd.bindings.http_kafka.replay import Replays, State, Write
 from ssekd.bindings.http_kafka.waits import KafkaExit, Replies, when_loaded
@@ -97,6 +98,13 @@ class ProduceWith:
             if found is not None and found.get("correlationId"):
                 return found["correlationId"]
         return None
+
+
+def topic_allowed(topic: str, template: str) -> bool:
+    """Whether `topic`, made from a route's `topic` template, may be written or read: a name
+    Kafka allows as a whole, and - when the request named it - not an internal topic."""
+    return TOPIC_NAME.fullmatch(topic) is not None and \
+        not ("${" in template and topic.startswith("_"))
 
 
 def location_pattern(template: str) -> Pattern:
@@ -158,13 +166,14 @@ class Producing:
             self.events.emit(self.binding, "BINDING_HTTP_KAFKA_NO_ROUTE", f"{path}: {e}")
             exchange.answer(http.NOT_FOUND)
             return
-        if not TOPIC_NAME.match(topic) or ("${" in w.topic and topic.startswith("_")):
+        if not topic_allowed(topic, w.topic):
             self.events.emit(self.binding, "BINDING_HTTP_KAFKA_NO_ROUTE",
                              f"{path}: {topic!r} is not a topic a request may name")
             exchange.answer(http.NOT_FOUND)
             return
         pseudo = [(":method", headers[":method"]), (":scheme", headers[":scheme"]),
-                  (":authority", headers[":authority"]), (":path", headers[":path"])]
+                  (":authority", headers[":authority"]),
+                  (":path", without_credentials(headers[":path"], ctx.credential_query))]
         kafka_headers = forwarded(request, pseudo, if_match)
         if w.reply_to is not None:
             kafka_headers.append((self.settings.reply_to_header, w.reply_to.encode("utf-8")))

@@ -19,7 +19,9 @@ from ssekd.bindings.http_kafka.headers import (
     parse_prefer,
     progress_of,
     response_header,
+    without_credentials,
 )
+from ssekd.bindings.http_kafka.produce import topic_allowed
 
 VECTORS = json.loads((Path(__file__).parents[2] / "data" / "http-kafka-correlation.json")
                      .read_text())["cases"]
@@ -96,3 +98,20 @@ def test_reply_headers_that_may_be_response_headers() -> None:
     assert not response_header("transfer-encoding", b"chunked")
     assert not response_header("x-bad", b"a\r\nSet-Cookie: x=1")
     assert not response_header("bad name", b"1")
+
+
+def test_the_token_query_parameters_stay_out_of_the_path_kafka_gets() -> None:
+    names = frozenset({"access_token"})
+    assert without_credentials("/items?x=1&access_token=eyJ.a.b&y=2", names) == "/items?x=1&y=2"
+    assert without_credentials("/items?access_token=t", names) == "/items"
+    assert without_credentials("/items?access%5Ftoken=t&z", names) == "/items?z"
+    assert without_credentials("/items?x=1", frozenset()) == "/items?x=1"
+
+
+def test_a_topic_from_the_request_must_be_a_whole_kafka_name_and_not_internal() -> None:
+    assert topic_allowed("items", "items")
+    assert topic_allowed("alice-items", "${params.who}-items")
+    assert not topic_allowed("items\n", "${params.t}")
+    assert not topic_allowed("a/b", "${params.t}")
+    assert not topic_allowed("__consumer_offsets", "${params.t}")
+    assert topic_allowed("_schemas", "_schemas")  # named by the route itself

@@ -75,10 +75,11 @@ def correlation_of(w: WriteDaemon, idempotency_key: str) -> list[str]:
 
 def test_produce_without_reply_is_204_and_the_record_is_zillas(writes: WriteDaemon) -> None:
     """Body -> value, the key from the idempotency key, the request's headers in order as
-    Kafka headers (not content-length, prefer, authorization, host), the override, then the
-    correlation id `<key>-<md5>`."""
+    Kafka headers (not content-length, prefer, authorization, host, nor the token's query
+    parameter in `:path`), the override, then the correlation id `<key>-<md5>`."""
     key = f"oneway-{uuid.uuid4()}"
-    got = writes.call("POST", "/oneway?x=1", {"Content-Type": "application/json",
+    got = writes.call("POST", "/oneway?x=1&access_token=not-a-token",
+                      {"Content-Type": "application/json",
                                               "Idempotency-Key": key, "X-Trace": "t1",
                                               "Prefer": "return=minimal",
                                               "Authorization": "Bearer not-a-token"},
