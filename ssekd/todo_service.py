@@ -262,10 +262,17 @@ def serve(bootstrap: str, prefix: str = "task", stop: threading.Event | None = N
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="The todo demo's command service.")
-    parser.add_argument("--bootstrap", default="localhost:9092")
+    parser = argparse.ArgumentParser(
+        prog="python -m ssekd.todo_service",
+        description="The todo demo's command service: applies the commands of "
+                    "<prefix>-commands to the tasks, writes them to <prefix>-snapshots and "
+                    "replies on each command's reply-to topic (make run starts it for "
+                    "etc/zilla-todo.yaml).")
+    parser.add_argument("--bootstrap", default="localhost:9092",
+                        help="the Kafka bootstrap servers (default: localhost:9092)")
     parser.add_argument("--prefix", default="task",
-                        help="topics <prefix>-commands, -snapshots and -replies")
+                        help="the topics are <prefix>-commands, <prefix>-snapshots and "
+                             "<prefix>-replies (default: task)")
     args = parser.parse_args(argv)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
