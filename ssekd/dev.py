@@ -23,12 +23,13 @@
    service with a key of its own must not stand in for a production JWKS endpoint.
 5. `twistd -n ssekd --config …` in the foreground, its output passed on line by line. Once it
    serves (it listens, and the bootstrap topics are assigned or Kafka is reported unreachable),
-   one block says what to open - the pages, the streams, the https address with its CA, the
-   guarded demo's link - and that Ctrl-C stops it all. Ctrl-C or SIGTERM stops all of it.
+   one block says what to open - the pages, the streams, the http-kafka paths with what each
+   method does there, the https address with its CA, the guarded demo's link - and that Ctrl-C
+   stops it all. Ctrl-C or SIGTERM stops all of it.
 
-What a binding connects to and consumes comes from its kind (`KindSpec.connects_to`,
-`KindSpec.bootstrap_topics`), and what is served from the config's AsyncAPI channels: this
-launcher names no binding type.
+What a binding connects to, consumes and writes comes from its kind (`KindSpec.connects_to`,
+`KindSpec.bootstrap_topics`, `KindSpec.produces`), and what is served from the config's AsyncAPI
+channels and endpoints: this launcher names no binding type.
 """
 
 from __future__ import annotations
@@ -230,11 +231,33 @@ def ready_block(config_path: Path, config: Config, cas: Sequence[Path], links: S
                        (" (needs a token)" if c.guarded else
                         f": curl -N {plain.url}{c.address}")
                 urls.append((f"{plain.url}{c.address}", what))
+        for address, what in http_kafka_lines(config, plain):
+            urls.append((f"{plain.url}{address}", what))
     if secure is not None:
         trust = f" (curl --cacert {shown(cas[0])})" if cas else ""
         urls.append((f"{secure.url}/", f"the same over TLS and HTTP/2{trust}"))
     stop = ", ".join(["ssekd", *started[:-1]]) + (f" and {started[-1]}" if started else "")
     return ReadyBlock(config_path, urls, list(links), stop)
+
+
+def http_kafka_lines(config: Config, server: asyncapi.Server) -> list[tuple[str, str]]:
+    """(address, what a request there does) for the http-kafka routes reached on `server`, one
+    line per address: its methods, grouped by what they do (the async locations left out: a
+    write answers with them)."""
+    by_address: dict[str, dict[tuple[str, bool], list[str]]] = {}
+    for e in asyncapi.endpoints(config):
+        if server in e.servers and not e.polls:
+            what = (f"a record to {e.topic}"
+                    + (f", answered from {e.reply_to}" if e.reply_to else "") if e.sends else
+                    f"the latest {'values' if e.merged else 'value'} of {e.topic}")
+            doing = by_address.setdefault(e.address, {})
+            doing.setdefault((what, bool(e.guarded)), []).append(e.method or "any method")
+    lines = []
+    for address, doing in by_address.items():
+        parts = [f"{', '.join(methods)}: {what}" + (" (needs a token)" if guarded else "")
+                 for (what, guarded), methods in doing.items()]
+        lines.append((address, "; ".join(parts)))
+    return lines
 
 
 class DaemonOutput:
