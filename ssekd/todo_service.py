@@ -19,7 +19,10 @@ the daemon. At start it reads `task-replies` (the correlation ids already answer
 `task-snapshots` (each task and its etag) to their ends, then every command from the beginning,
 skipping those answered: a restart neither loses a command nor applies one twice.
 
-    python -m ssekd.todo_service --bootstrap localhost:9092 [--prefix task]
+Without a broker it says so in one line and exits 1 after `--wait` seconds (librdkafka's lines
+come once each, as the demo producer's do); SIGTERM or Ctrl-C stops it at any point.
+
+    python -m ssekd.todo_service --bootstrap localhost:9092 [--prefix task] [--wait 30]
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ssekd.produce import QuietLog
+
 CORRELATION = "zilla:correlation-id"
 REPLY_TO = "zilla:reply-to"
 OPERATION = "todo-command:operation"
@@ -41,6 +46,10 @@ _BY_METHOD = {"POST": "CreateTaskCommand", "PUT": "UpdateTaskCommand",
               "PATCH": "UpdateTaskCommand", "DELETE": "DeleteTaskCommand"}
 
 Headers = list[tuple[str, bytes]]
+#: What the service's lines start with.
+WHO = "todo service"
+#: Seconds to wait at start for a broker to answer.
+BROKER_WAIT = 30.0
 
 
 @dataclass
@@ -165,17 +174,24 @@ def _json_object(value: bytes | None) -> dict[str, Any] | None:
     return parsed if isinstance(parsed, dict) else None
 
 
+class NoBroker(Exception):
+    """No broker answered at the bootstrap servers within the wait."""
+
+
 def ensure_topics(bootstrap: str, topics: dict[str, dict[str, str]],
-                  timeout: float = 30.0) -> None:
-    """Create the topics that do not exist (3 partitions, the given configs)."""
+                  timeout: float = 30.0, stop: threading.Event | None = None,
+                  log: QuietLog | None = None) -> bool:
+    """Create the topics that do not exist (3 partitions, the given configs), waiting up to
+    `timeout` seconds for a broker (`NoBroker` after that). False when `stop` was set first."""
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    conf: dict[str, Any] = {"bootstrap.servers": bootstrap, "logger": log or QuietLog(WHO)}
+    admin = AdminClient(conf)
     deadline = time.monotonic() + timeout
-    while True:
+    while stop is None or not stop.is_set():
         try:
-            have = admin.list_topics(timeout=2).topics
+            have = admin.list_topics(timeout=1).topics
             missing = [NewTopic(t, 3, 1, config=c) for t, c in topics.items() if t not in have]
             for f in (admin.create_topics(missing).values() if missing else ()):
                 try:
@@ -183,20 +199,23 @@ def ensure_topics(bootstrap: str, topics: dict[str, dict[str, str]],
                 except KafkaException as e:
                     if "TOPIC_ALREADY_EXISTS" not in str(e):
                         raise
-            return
-        except KafkaException:
+            return True
+        except KafkaException as e:
             if time.monotonic() > deadline:
-                raise
+                raise NoBroker(f"no Kafka broker answered at {bootstrap} within {timeout:g} s "
+                               f"({e.args[0].str() if e.args else e})") from None
             time.sleep(0.5)
+    return False
 
 
-def read_to_end(bootstrap: str, topic: str, each: Callable[[Any], None]) -> None:
+def read_to_end(bootstrap: str, topic: str, each: Callable[[Any], None],
+                log: QuietLog | None = None) -> None:
     """Every record of `topic` from its beginning to the end the fetches report."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "ssekd-todo-load",
                          "enable.auto.commit": False, "enable.partition.eof": True,
-                         "fetch.wait.max.ms": 10})
+                         "fetch.wait.max.ms": 10, "logger": log or QuietLog(WHO)})
     try:
         partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
@@ -216,23 +235,27 @@ def read_to_end(bootstrap: str, topic: str, each: Callable[[Any], None]) -> None
 
 
 def serve(bootstrap: str, prefix: str = "task", stop: threading.Event | None = None,
-          ready: Callable[[], None] | None = None) -> int:
-    """Answer commands until `stop` is set (or for ever); return how many were applied."""
+          ready: Callable[[], None] | None = None, wait: float = BROKER_WAIT) -> int:
+    """Answer commands until `stop` is set (or for ever); return how many were applied.
+    `NoBroker` when no broker answers within `wait` seconds at start."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
     commands, snapshots, replies = f"{prefix}-commands", f"{prefix}-snapshots", \
         f"{prefix}-replies"
-    ensure_topics(bootstrap, {commands: {}, replies: {},
-                              snapshots: {"cleanup.policy": "compact"}})
+    log = QuietLog(WHO)  # one for all the clients: a line said by one is not said again
+    if not ensure_topics(bootstrap, {commands: {}, replies: {},
+                                     snapshots: {"cleanup.policy": "compact"}}, wait, stop, log):
+        return 0
     tasks = Tasks(snapshots, replies)
-    read_to_end(bootstrap, replies, lambda m: tasks.load_reply(_headers(m)))
+    read_to_end(bootstrap, replies, lambda m: tasks.load_reply(_headers(m)), log)
     read_to_end(bootstrap, snapshots,
-                lambda m: tasks.load_snapshot(m.key(), m.value(), _headers(m)))
+                lambda m: tasks.load_snapshot(m.key(), m.value(), _headers(m)), log)
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0,
-                         "enable.idempotence": True, "partitioner": "murmur2_random"})
+                         "enable.idempotence": True, "partitioner": "murmur2_random",
+                         "logger": log})
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "ssekd-todo-service",
                          "enable.auto.commit": False, "fetch.wait.max.ms": 10,
-                         "fetch.queue.backoff.ms": 1})
+                         "fetch.queue.backoff.ms": 1, "logger": log})
     for topic in (snapshots, replies):  # learnt now, not when the first command waits on it
         producer.list_topics(topic, timeout=10)
     partitions = consumer.list_topics(commands, timeout=10).topics[commands].partitions
@@ -273,16 +296,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prefix", default="task",
                         help="the topics are <prefix>-commands, <prefix>-snapshots and "
                              "<prefix>-replies (default: task)")
+    parser.add_argument("--wait", type=float, default=BROKER_WAIT,
+                        help="seconds to wait at start for a broker to answer before giving "
+                             f"up (default: {BROKER_WAIT:g})")
     args = parser.parse_args(argv)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
         applied = serve(args.bootstrap, args.prefix, stop,
-                        lambda: print(f"todo service: answering {args.prefix}-commands",
-                                      file=sys.stderr, flush=True))
+                        lambda: print(f"{WHO}: answering {args.prefix}-commands",
+                                      file=sys.stderr, flush=True), args.wait)
     except KeyboardInterrupt:
         return 0
-    print(f"todo service: {applied} commands applied", file=sys.stderr)
+    except NoBroker as e:
+        print(f"{WHO}: {e}", file=sys.stderr)
+        return 1
+    print(f"{WHO}: {applied} commands applied", file=sys.stderr)
     return 0
 
 
