@@ -257,3 +257,48 @@ def test_an_http_kafka_path_is_advertised_only_for_the_methods_that_reach_it(
            for o in doc["operations"].values()}
     assert ops == {("receive", None, "/tasks"), ("receive", "GET", "/tasks/{id};{correlationId}"),
                    ("receive", "GET", "/tasks/{id}")}
+
+
+def test_an_http_kafka_route_an_earlier_one_takes_first_is_not_advertised(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """First match wins inside the binding too: a second fetch of `/items/{id}` is never
+    reached, a route without a method takes every method after it, and a write of the same
+    path by another method is its own channel."""
+    config = tmp_path / "zilla.yaml"
+    config.write_text("""\
+name: shadowed
+bindings:
+  tcp0: {type: tcp, kind: server, options: {host: 127.0.0.1, port: 7000}, exit: http0}
+  http0: {type: http, kind: server, exit: hk0}
+  hk0:
+    type: http-kafka
+    kind: proxy
+    routes:
+      - when: [{method: GET, path: "/items/{id}"}]
+        exit: cc
+        with: {capability: fetch, topic: items, filters: [{key: "${params.id}"}]}
+      - when: [{method: GET, path: "/items/{id}"}]
+        exit: cc
+        with: {capability: fetch, topic: other, filters: [{key: "${params.id}"}]}
+      - when: [{method: PUT, path: "/items/{id}"}]
+        exit: cc
+        with: {capability: produce, topic: commands, key: "${params.id}"}
+      - when: [{path: "/all/*"}]
+        exit: cc
+        with: {capability: produce, topic: everything}
+      - when: [{method: POST, path: "/all/{id}"}]
+        exit: cc
+        with: {capability: produce, topic: never}
+  cc: {type: kafka, kind: cache_client, exit: cs}
+  cs: {type: kafka, kind: cache_server, exit: kc}
+  kc: {type: kafka, kind: client, options: {servers: ["127.0.0.1:9092"]}}
+""")
+    doc = yaml.safe_load(_asyncapi(config, capsys)[0])
+    assert problems(doc) == []
+    summaries = sorted((o["action"], o.get("bindings", {}).get("http", {}).get("method", ""),
+                        doc["channels"][o["channel"]["$ref"].split("/")[-1]]["address"],
+                        o["summary"]) for o in doc["operations"].values())
+    assert summaries == [
+        ("receive", "GET", "/items/{id}", "Read the latest values of items"),
+        ("send", "", "/all/*", "Write a record to everything"),
+        ("send", "PUT", "/items/{id}", "Write a record to commands")]
