@@ -17,6 +17,14 @@ with `challenge` (the client answers with a POST). Each channel has one `receive
 secured by the route's guard (a bearer JWT) when it has one, and lists the servers (listener
 ports) it is reached on.
 
+Each http-kafka route's paths are channels too (`endpoints`), by the same rule: a path and method
+that reaches the route through every binding on the way (an http route whose `:method` lets that
+method through; a `when` without a method counts as a `POST` for a write, a `GET` for a fetch),
+where no earlier route takes it first, on the servers it is reached on. A `produce` route's
+operation is `send` (the request body becomes a record; with `reply-to`, the reply is the
+operation's `reply`; its async location, a `GET` of the same route, is a `receive`), a `fetch`
+route's is `receive`, each with the HTTP method as its `http` operation binding.
+
 Schemas come from the catalogs through `schema_of`, so the daemon can serve what it holds (never
 waiting on a registry on the reactor thread) while `ssekd asyncapi` may ask a registry.
 
@@ -255,6 +263,122 @@ def _sse_kafka_paths(b: Binding, http_path: Pattern | None) -> Iterator[tuple[st
             earlier.append(pattern)
 
 
+@dataclass
+class Endpoint:
+    """A path and method that reaches an http-kafka route, and what the route does with it."""
+
+    key: str
+    address: str
+    #: The method of the route's `when` (None: any).
+    method: str | None
+    #: The http-kafka binding, the index of its route and of the `when` that takes `address`.
+    binding: str
+    route: int
+    when: int
+    #: `produce` or `fetch`.
+    capability: str
+    #: The route's topic with the path's captures put in, and its reply-to topic.
+    topic: str
+    reply_to: str | None
+    #: A `GET` of a produce route's async location: the reply to an earlier write.
+    polls: bool
+    #: A fetch that answers the latest value of every key its filters take (`merge`), not one.
+    merged: bool
+    #: guard name -> roles, from the http route and the http-kafka route together.
+    guarded: dict[str, tuple[str, ...]]
+    servers: list[Server] = field(default_factory=list)
+
+    @property
+    def sends(self) -> bool:
+        """Whether a request here writes a record."""
+        return self.capability == "produce" and not self.polls
+
+
+def endpoints(config: Config) -> list[Endpoint]:
+    """Every path and method that reaches an http-kafka route, in config order (see the
+    module's doc)."""
+    bindings = config.bindings
+    found: dict[tuple[str, int, int, str], Endpoint] = {}
+    for server in servers(config):
+        listener = bindings[server.binding]
+        for http in _http_servers(config, _tcp_exits(listener, server.port), server.secure):
+            for address, target, i, j, guarded in _http_kafka_paths(config, http,
+                                                                     server.secure):
+                slot = (target, i, j, address)
+                endpoint = found.get(slot)
+                if endpoint is None:
+                    route = bindings[target].routes[i]
+                    w = route.with_ or {}
+                    when = route.when[j]
+                    method = str(when["method"]).upper() if "method" in when else None
+                    capability = str(w["capability"])
+                    reply_to = w.get("reply-to")
+                    endpoint = found[slot] = Endpoint(
+                        "", address, method, target, i, j, capability,
+                        _expand(str(w.get("topic", "")), route, address),
+                        None if reply_to is None else str(reply_to),
+                        capability == "produce" and method == "GET" and "async" in w,
+                        capability == "fetch" and "merge" in w, {**guarded, **route.guarded})
+                if server not in endpoint.servers:
+                    endpoint.servers.append(server)
+    result = sorted(found.values(), key=lambda e: (list(bindings).index(e.binding), e.route,
+                                                   e.when, e.address))
+    used: set[str] = set()
+    for e in result:
+        key = base = _KEY.sub("_", f"{e.binding}_{e.route}" + (f"_{e.when}" if e.when else ""))
+        n = 1
+        while key in used:
+            n += 1
+            key = f"{base}_{n}"
+        used.add(key)
+        e.key = key
+    return result
+
+
+def _http_kafka_paths(config: Config, http: Binding, secure: bool
+                      ) -> Iterator[tuple[str, str, int, int, dict[str, tuple[str, ...]]]]:
+    """(address, http-kafka binding, route index, `when` index, guards of the http route) for
+    each `when` of an http-kafka route that this http server hands a request to: its method
+    passes an http route to that binding, and neither an earlier http route for that method
+    (or the server's own paths) nor an earlier route of the binding takes the path first."""
+    scheme = "https" if secure else "http"
+    own = [Pattern.compile(p) for p in _own_paths(http)]
+    routes: list[tuple[Route | None, str | None]] = [(r, r.exit) for r in http.routes]
+    if http.exit:
+        routes.append((None, http.exit))
+    for target in config.bindings.values():
+        if target.type != "http-kafka":
+            continue
+        taken: list[tuple[str | None, Pattern]] = []  # earlier `when`s of the binding
+        for i, route in enumerate(target.routes):
+            capability = (route.with_ or {}).get("capability")
+            for j, kafka_when in enumerate(route.when):
+                text = kafka_when.get("path")
+                if capability not in ("produce", "fetch") or not isinstance(text, str):
+                    continue
+                method = str(kafka_when["method"]).upper() if "method" in kafka_when else None
+                pattern = Pattern.compile(text)
+                sent = method or ("POST" if capability == "produce" else "GET")
+                shadowed = [p for m, p in taken if m is None or m == sent]
+                taken.append((method, pattern))
+                earlier: list[Pattern | None] = []
+                for http_route, exit_name in routes:
+                    for when in http_route.when if http_route and http_route.when else [{}]:
+                        headers = {str(k).lower(): str(v)
+                                   for k, v in (when.get("headers") or {}).items()}
+                        if not _allows(headers.get(":scheme"), scheme) or \
+                                not _allows(headers.get(":method"), sent):
+                            continue
+                        path = Pattern.compile(headers[":path"]) if ":path" in headers else None
+                        address = _meet(path, pattern) if exit_name == target.name else None
+                        if address is not None and \
+                                not any(_covers(p, address) for p in [*own, *earlier,
+                                                                      *shadowed]):
+                            yield (address, target.name, i, j,
+                                   dict(http_route.guarded) if http_route else {})
+                        earlier.append(path)
+
+
 def _samples(address: str) -> tuple[str, str]:
     """Two concrete paths of an address: its `{name}` parts filled two different ways."""
     return (_PARAM.sub("a", address).replace("*", ""),
@@ -372,6 +496,7 @@ def document(config: Config, catalogs: Mapping[str, Catalog],
         if security:
             operation["security"] = security
         operations[f"receive_{c.key}"] = operation
+    _http_kafka(config, docs_channels, operations, schemes)
     doc: dict[str, Any] = {
         "asyncapi": ASYNCAPI_VERSION,
         "info": {"title": config.namespace, "version": "1.0.0",
@@ -507,6 +632,90 @@ class _NoAliases(yaml.SafeDumper):
 
     def ignore_aliases(self, data: Any) -> bool:
         return True
+
+
+def _http_kafka(config: Config, channels: dict[str, Any], operations: dict[str, Any],
+                schemes: dict[str, Any]) -> None:
+    """The channels and operations of the http-kafka routes (see the module docstring)."""
+    for e in endpoints(config):
+        route = config.bindings[e.binding].routes[e.route]
+        w = route.with_ or {}
+        security = []
+        for guard_name in e.guarded:
+            guard = config.guards.get(guard_name)
+            issuer = guard.options.get("issuer") if guard is not None else None
+            schemes.setdefault(guard_name, {
+                "type": "http", "scheme": "bearer", "bearerFormat": "JWT",
+                "description": f"A JWT checked by guard `{guard_name}`"
+                               + (f" (issuer {issuer})" if issuer else "") + "."})
+            security.append({"$ref": f"#/components/securitySchemes/{guard_name}"})
+        messages = _http_kafka_messages(e.capability, e.topic, w, e.polls)
+        channel: dict[str, Any] = {
+            "address": e.address,
+            "title": f"{e.topic} over HTTP ({e.capability})",
+            "description": f"Route {e.route} of http-kafka binding `{e.binding}`"
+                           + (f", {e.method}" if e.method else "") + ".",
+            "servers": [{"$ref": f"#/servers/{s.key}"} for s in e.servers],
+            "messages": messages}
+        params = _PARAM.findall(e.address)
+        if params:
+            channel["parameters"] = {p: {"description": f"`{{{p}}}` of the path."}
+                                     for p in params}
+        channels[e.key] = channel
+        operation: dict[str, Any] = {
+            "action": "send" if e.sends else "receive",
+            "channel": {"$ref": f"#/channels/{e.key}"},
+            "summary": (f"Write a record to {e.topic}" if e.sends else
+                        f"The reply to an earlier write to {e.topic}" if e.polls else
+                        f"Read the latest values of {e.topic}"),
+            "messages": [{"$ref": f"#/channels/{e.key}/messages/"
+                                  f"{'request' if e.sends else 'reply'}"}]}
+        if e.method is not None:
+            operation["bindings"] = {"http": {"method": e.method}}
+        if e.sends and "reply" in messages:
+            operation["reply"] = {
+                "channel": {"$ref": f"#/channels/{e.key}"},
+                "messages": [{"$ref": f"#/channels/{e.key}/messages/reply"}]}
+        if security:
+            operation["security"] = security
+        operations[f"{operation['action']}_{e.key}"] = operation
+
+
+def _http_kafka_messages(capability: str, topic: str, w: Mapping[str, Any],
+                         polls: bool) -> dict[str, Any]:
+    if capability == "fetch":
+        merged = "merge" in w
+        return {"reply": {
+            "name": "values" if merged else "value", "title": "Latest values" if merged
+            else "Latest value",
+            "summary": (f"A JSON array of the latest value of each key of {topic} the route's "
+                        f"filters take." if merged else
+                        f"The latest value of {topic} the route's filters take (404 when none)."),
+            "description": "ETag is the topic's progress (with `/<etag>` for one record with "
+                           "an etag header); If-None-Match answers 304 when nothing it shows "
+                           "changed, and Prefer: wait=N holds the request until it does.",
+            **({"contentType": "application/json", "payload": {"type": "array"}}
+               if merged else {})}}
+    reply_to = w.get("reply-to")
+    messages: dict[str, Any] = {}
+    if not polls:
+        messages["request"] = {
+            "name": "request", "title": "Write",
+            "summary": f"The body becomes the value of a record of {topic}; request headers "
+                       f"become its headers.",
+            "description": "Answered once the broker acknowledged the write"
+                           + (f": with the reply on {reply_to} that carries its correlation id"
+                              if reply_to else " (204)")
+                           + ". Send an Idempotency-Key to make a retry safe; If-Match "
+                             "<progress>/<etag> is forwarded as the record's if-match header."}
+    if reply_to:
+        messages["reply"] = {
+            "name": "reply", "title": "Reply",
+            "summary": f"The reply on {reply_to}: its :status header is the status, its other "
+                       f"headers and value the response"
+                       + (" (202 with the location again while there is none yet)."
+                          if polls else ".")}
+    return messages
 
 
 def to_yaml(doc: Mapping[str, Any]) -> str:

@@ -12,7 +12,10 @@
    Kafka that already listens is used as it is. Without the flag nothing is started, only
    reported: on a production host whose Kafka is briefly down, an empty fake broker on its
    address would take the daemon's connections and serve nothing.
-3. The demo producer (`ssekd produce`) writing to the bootstrap topics, when we started the broker.
+3. The demo producer (`ssekd produce`) writing to the bootstrap topics, when we started the broker;
+   and for the todo demo (`etc/zilla-todo.yaml`: writes to `<name>-commands` with a reply-to
+   topic, `<name>-snapshots` among the bootstrap topics) its command service
+   (`ssekd.todo_service`) instead, which writes those topics itself.
 4. With `--dev-tokens` (as `make run` passes it), for a guard whose `keys` is a JWKS URL on this
    machine where nothing listens (as in `etc/zilla-jwt.yaml`), the development token service
    (`ssekd.devtoken`) there, with a key it creates under the config's folder
@@ -20,12 +23,13 @@
    service with a key of its own must not stand in for a production JWKS endpoint.
 5. `twistd -n ssekd --config …` in the foreground, its output passed on line by line. Once it
    serves (it listens, and the bootstrap topics are assigned or Kafka is reported unreachable),
-   one block says what to open - the pages, the streams, the https address with its CA, the
-   guarded demo's link - and that Ctrl-C stops it all. Ctrl-C or SIGTERM stops all of it.
+   one block says what to open - the pages, the streams, the http-kafka paths with what each
+   method does there, the https address with its CA, the guarded demo's link - and that Ctrl-C
+   stops it all. Ctrl-C or SIGTERM stops all of it.
 
-What a binding connects to and consumes comes from its kind (`KindSpec.connects_to`,
-`KindSpec.bootstrap_topics`), and what is served from the config's AsyncAPI channels: this
-launcher names no binding type.
+What a binding connects to, consumes and writes comes from its kind (`KindSpec.connects_to`,
+`KindSpec.bootstrap_topics`, `KindSpec.produces`), and what is served from the config's AsyncAPI
+channels and endpoints: this launcher names no binding type.
 """
 
 from __future__ import annotations
@@ -81,6 +85,22 @@ def bootstrap_topics(config: Config, registry: Registry) -> list[str]:
         if consumed is not None:
             topics += [t for t in consumed(b.options) if t not in topics]
     return topics
+
+
+def command_services(config: Config, registry: Registry) -> list[tuple[str, str]]:
+    """(prefix, reply topic) of each todo-style command topic: bindings write `<prefix>-commands`
+    with a reply-to topic (`KindSpec.produces`) and `<prefix>-snapshots` is consumed from
+    start-up. `ssekd.todo_service` answers those; the demo producer must not write there."""
+    consumed = bootstrap_topics(config, registry)
+    found: list[tuple[str, str]] = []
+    for b in config.bindings.values():
+        produces = registry.kind(b).produces
+        for topic, reply_to in produces(b) if produces is not None else ():
+            prefix = topic.removesuffix("-commands")
+            if (reply_to is not None and prefix != topic and f"{prefix}-snapshots" in consumed
+                    and (prefix, reply_to) not in found):
+                found.append((prefix, reply_to))
+    return found
 
 
 def dev_token_guards(config: Config) -> list[tuple[str, int, Any]]:
@@ -211,11 +231,33 @@ def ready_block(config_path: Path, config: Config, cas: Sequence[Path], links: S
                        (" (needs a token)" if c.guarded else
                         f": curl -N {plain.url}{c.address}")
                 urls.append((f"{plain.url}{c.address}", what))
+        for address, what in http_kafka_lines(config, plain):
+            urls.append((f"{plain.url}{address}", what))
     if secure is not None:
         trust = f" (curl --cacert {shown(cas[0])})" if cas else ""
         urls.append((f"{secure.url}/", f"the same over TLS and HTTP/2{trust}"))
     stop = ", ".join(["ssekd", *started[:-1]]) + (f" and {started[-1]}" if started else "")
     return ReadyBlock(config_path, urls, list(links), stop)
+
+
+def http_kafka_lines(config: Config, server: asyncapi.Server) -> list[tuple[str, str]]:
+    """(address, what a request there does) for the http-kafka routes reached on `server`, one
+    line per address: its methods, grouped by what they do (the async locations left out: a
+    write answers with them)."""
+    by_address: dict[str, dict[tuple[str, bool], list[str]]] = {}
+    for e in asyncapi.endpoints(config):
+        if server in e.servers and not e.polls:
+            what = (f"a record to {e.topic}"
+                    + (f", answered from {e.reply_to}" if e.reply_to else "") if e.sends else
+                    f"the latest {'values' if e.merged else 'value'} of {e.topic}")
+            doing = by_address.setdefault(e.address, {})
+            doing.setdefault((what, bool(e.guarded)), []).append(e.method or "any method")
+    lines = []
+    for address, doing in by_address.items():
+        parts = [f"{', '.join(methods)}: {what}" + (" (needs a token)" if guarded else "")
+                 for (what, guarded), methods in doing.items()]
+        lines.append((address, "; ".join(parts)))
+    return lines
 
 
 class DaemonOutput:
@@ -347,8 +389,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                     f"does (--dev-broker starts a development broker there)")
         started += ["the development broker"] if brokers else []
         topics = bootstrap_topics(config, registry)
-        if brokers and topics and not args.no_demo:
-            for topic in topics:
+        produced = list(topics)  # the todo demo's service writes its topics itself
+        services = command_services(config, registry) if brokers and not args.no_demo else []
+        for prefix, reply_to in services:
+            children.append(subprocess.Popen(
+                [sys.executable, "-m", "ssekd.todo_service", "--bootstrap",
+                 brokers[0].bootstrap, "--prefix", prefix], start_new_session=True))
+            produced = [t for t in produced if t not in (reply_to, f"{prefix}-snapshots")]
+            say(f"todo command service answering {prefix}-commands")
+        started += ["the todo command service"] if services else []
+        if brokers and produced and not args.no_demo:
+            for topic in produced:
                 children.append(subprocess.Popen(
                     [sys.executable, "-m", "ssekd.produce", "--bootstrap",
                      brokers[0].bootstrap, "--topic", topic, "--rate", str(DEMO_RATE)],

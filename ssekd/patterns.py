@@ -35,7 +35,8 @@ from dataclasses import dataclass
 _TOKEN = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}|\*")
 _REFERENCE = re.compile(
     r"\$\{(?:params\.(?P<param>[A-Za-z_][A-Za-z0-9_]*)"
-    r"|guarded\[(?P<quote>['\"])(?P<guard>[A-Za-z][A-Za-z0-9._-]*)(?P=quote)\]\.identity)\}")
+    r"|guarded\[(?P<quote>['\"])(?P<guard>[A-Za-z][A-Za-z0-9._-]*)(?P=quote)\]\.identity"
+    r"|(?P<name>[A-Za-z_][A-Za-z0-9_]*))\}")
 
 
 @dataclass(frozen=True)
@@ -97,10 +98,16 @@ def guard_references(template: str) -> set[str]:
 
 
 def substitute(template: str, params: Mapping[str, str],
-               identities: Mapping[str, str] | None = None) -> str:
+               identities: Mapping[str, str] | None = None,
+               values: Mapping[str, str] | None = None) -> str:
     """`template` with each reference replaced: `${params.name}` by its captured value,
-    `${guarded['guard'].identity}` by the identity that guard authenticated."""
+    `${guarded['guard'].identity}` by the identity that guard authenticated, and `${name}` by
+    `values[name]` for the names a binding defines (http-kafka's `${idempotencyKey}`); any other
+    `${name}` stays as it is. One pass: a value put in is never read for references."""
     def value(m: re.Match[str]) -> str:
+        if m["name"] is not None:
+            found = (values or {}).get(m["name"])
+            return m[0] if found is None else found
         if m["param"] is not None:
             found = params.get(m["param"])
             if found is None:

@@ -20,10 +20,12 @@ KEYS = ("sensor-a", "sensor-b", "sensor-c", "sensor-d", "sensor-e", "sensor-f")
 
 
 class QuietLog:
-    """librdkafka's log for the demo producer: each distinct line once, on stderr, instead of
-    `%3|...|FAIL|...` twenty times a second while the broker is away."""
+    """librdkafka's log for the demo's programs (this producer, `ssekd.todo_service`): each
+    distinct line once, on stderr after `who`, instead of `%3|...|FAIL|...` twenty times a
+    second while the broker is away."""
 
-    def __init__(self) -> None:
+    def __init__(self, who: str = "ssekd produce") -> None:
+        self.who = who
         self.said: set[str] = set()
 
     def log(self, level: int, fmt: str, *args: object) -> None:
@@ -31,7 +33,7 @@ class QuietLog:
         text = message.split(" (after ", 1)[0]  # "(after 0ms in state CONNECT)" varies
         if text not in self.said and len(self.said) < 100:
             self.said.add(text)
-            print(f"ssekd produce: {text}", file=sys.stderr)
+            print(f"{self.who}: {text}", file=sys.stderr)
 
 
 def ensure_topic(bootstrap: str, topic: str, partitions: int = 3, timeout: float = 30.0) -> None:

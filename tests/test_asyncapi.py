@@ -188,3 +188,117 @@ def test_no_yaml_aliases_even_where_channels_share_a_message(
     text, _ = _asyncapi(write_walk_config(tmp_path, 7000, 7001), capsys)
     assert text.count("name: delete") == len(EXPECTED)
     assert not re.search(r"(^|\s)[&*]id\d+", text)
+
+
+def test_http_kafka_routes_are_send_and_receive_operations(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The todo demo: its writes are `send` operations with the HTTP method and the reply, its
+    async location and its fetch are `receive`; the document is valid AsyncAPI 3.0."""
+    text, _ = _asyncapi(ROOT / "etc" / "zilla-todo.yaml", capsys)
+    doc = yaml.safe_load(text)
+    assert problems(doc) == []
+    ops = {(o["action"], o.get("bindings", {}).get("http", {}).get("method"),
+            doc["channels"][o["channel"]["$ref"].split("/")[-1]]["address"])
+           for o in doc["operations"].values()}
+    assert {("send", "POST", "/tasks"), ("send", "PUT", "/tasks/{id}"),
+            ("send", "DELETE", "/tasks/{id}"), ("receive", "GET", "/tasks/{id};{correlationId}"),
+            ("receive", "GET", "/tasks/{id}"), ("receive", None, "/tasks")} <= ops
+    post = next(o for o in doc["operations"].values()
+                if o.get("bindings", {}).get("http", {}).get("method") == "POST")
+    assert post["reply"]["messages"][0]["$ref"].endswith("/messages/reply")
+    put_channel = next(c for c in doc["channels"].values() if c["address"] == "/tasks/{id}"
+                       and "request" in c["messages"])
+    assert set(put_channel["parameters"]) == {"id"}
+    assert all(c["servers"] == [{"$ref": "#/servers/north_tcp_server_7114"}]
+               for c in doc["channels"].values())
+
+
+def test_an_http_kafka_path_is_advertised_only_for_the_methods_that_reach_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The todo config with its http route to http-kafka narrowed to GET, and a merged fetch of
+    `/tasks` added: the writes go to the static files now, and GET /tasks is the SSE stream, so
+    neither is a channel; the fetch of one task and the async location still are."""
+    text = (ROOT / "etc" / "zilla-todo.yaml").read_text()
+    narrowed = text.replace("""          - headers:
+              :path: /tasks
+          - headers:
+              :path: /tasks/*
+        exit: north_http_kafka_mapping""", """          - headers:
+              :method: GET
+              :path: /tasks
+          - headers:
+              :method: GET
+              :path: /tasks/*
+        exit: north_http_kafka_mapping""").replace("""  north_http_kafka_mapping:
+    type: http-kafka
+    kind: proxy
+    routes:
+""", """  north_http_kafka_mapping:
+    type: http-kafka
+    kind: proxy
+    routes:
+      - when:
+          - method: GET
+            path: /tasks
+        exit: north_kafka_cache_client
+        with:
+          capability: fetch
+          topic: task-snapshots
+          merge:
+            content-type: application/json
+""")
+    assert narrowed.count(":method: GET") == 3 and "merge:" in narrowed
+    config = tmp_path / "zilla.yaml"
+    config.write_text(narrowed)
+    doc = yaml.safe_load(_asyncapi(config, capsys)[0])
+    assert problems(doc) == []
+    ops = {(o["action"], o.get("bindings", {}).get("http", {}).get("method"),
+            doc["channels"][o["channel"]["$ref"].split("/")[-1]]["address"])
+           for o in doc["operations"].values()}
+    assert ops == {("receive", None, "/tasks"), ("receive", "GET", "/tasks/{id};{correlationId}"),
+                   ("receive", "GET", "/tasks/{id}")}
+
+
+def test_an_http_kafka_route_an_earlier_one_takes_first_is_not_advertised(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """First match wins inside the binding too: a second fetch of `/items/{id}` is never
+    reached, a route without a method takes every method after it, and a write of the same
+    path by another method is its own channel."""
+    config = tmp_path / "zilla.yaml"
+    config.write_text("""\
+name: shadowed
+bindings:
+  tcp0: {type: tcp, kind: server, options: {host: 127.0.0.1, port: 7000}, exit: http0}
+  http0: {type: http, kind: server, exit: hk0}
+  hk0:
+    type: http-kafka
+    kind: proxy
+    routes:
+      - when: [{method: GET, path: "/items/{id}"}]
+        exit: cc
+        with: {capability: fetch, topic: items, filters: [{key: "${params.id}"}]}
+      - when: [{method: GET, path: "/items/{id}"}]
+        exit: cc
+        with: {capability: fetch, topic: other, filters: [{key: "${params.id}"}]}
+      - when: [{method: PUT, path: "/items/{id}"}]
+        exit: cc
+        with: {capability: produce, topic: commands, key: "${params.id}"}
+      - when: [{path: "/all/*"}]
+        exit: cc
+        with: {capability: produce, topic: everything}
+      - when: [{method: POST, path: "/all/{id}"}]
+        exit: cc
+        with: {capability: produce, topic: never}
+  cc: {type: kafka, kind: cache_client, exit: cs}
+  cs: {type: kafka, kind: cache_server, exit: kc}
+  kc: {type: kafka, kind: client, options: {servers: ["127.0.0.1:9092"]}}
+""")
+    doc = yaml.safe_load(_asyncapi(config, capsys)[0])
+    assert problems(doc) == []
+    summaries = sorted((o["action"], o.get("bindings", {}).get("http", {}).get("method", ""),
+                        doc["channels"][o["channel"]["$ref"].split("/")[-1]]["address"],
+                        o["summary"]) for o in doc["operations"].values())
+    assert summaries == [
+        ("receive", "GET", "/items/{id}", "Read the latest values of items"),
+        ("send", "", "/all/*", "Write a record to everything"),
+        ("send", "PUT", "/items/{id}", "Write a record to commands")]

@@ -54,7 +54,7 @@ COMMANDS = [
     [str(BIN / "ssekd-spark")],
     *[[str(BIN / "ssekd-spark"), c] for c in ("snapshot", "export")],
     *[[sys.executable, "-m", f"ssekd.{m}"] for m in ("dev", "broker", "devcert", "devtoken",
-                                                     "produce")],
+                                                     "produce", "todo_service")],
 ]
 
 
@@ -125,7 +125,8 @@ def test_the_shipped_configs_check_clean_with_no_secret_in_the_environment(
     set. The store it names does not exist yet there: a warning, exit 0."""
     env = {k: v for k, v in os.environ.items() if k != "KEYSTORE_PASSWORD"}
     clone = clean_clone(tmp_path / "ssekd", Ports.free())
-    for config in ("etc/zilla.yaml", "etc/zilla-jwt.yaml", "etc/zilla-relay.yaml"):
+    for config in ("etc/zilla.yaml", "etc/zilla-jwt.yaml", "etc/zilla-relay.yaml",
+                   "etc/zilla-todo.yaml"):
         result = subprocess.run([str(BIN / "ssekd"), "check", "--config", config], cwd=clone,
                                 capture_output=True, text=True, env=env, timeout=60)
         assert result.returncode == 0, result.stderr

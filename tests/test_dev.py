@@ -5,6 +5,7 @@ second one on the same ports says in one line why it cannot start."""
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
@@ -12,13 +13,16 @@ from urllib.parse import parse_qs, urlsplit
 import jwt
 import pytest
 
+from ssekd import asyncapi
 from ssekd.bindings.api import BindingType, KindSpec, Role
 from ssekd.bindings.registry import Registry, discover
 from ssekd.broker import port_open
 from ssekd.config.load import load_config
-from ssekd.dev import LINK_TOKEN_TTL, bootstrap_topics, local_servers
-from tests.support.checkout import Ports, clean_clone, venv_is_current
+from ssekd.dev import LINK_TOKEN_TTL, bootstrap_topics, http_kafka_lines, local_servers
+from tests.support.checkout import ROOT, Ports, clean_clone, venv_is_current
 from tests.support.launched import launch
+from tests.support.sse import SseClient
+from tests.support.writes import request
 
 CONFIG = """\
 name: dev
@@ -132,3 +136,67 @@ def test_a_second_make_run_says_the_port_is_in_use_in_one_line(
         assert first.running()
     finally:
         assert first.interrupt() == 0
+
+
+# -- the todo demo (etc/zilla-todo.yaml) ---------------------------------------------------------
+
+
+def test_the_todo_demo_gets_its_command_service_instead_of_the_demo_producer() -> None:
+    """etc/zilla-todo.yaml writes `task-commands` with replies on `task-replies` and consumes
+    `task-snapshots`: `make run` starts ssekd.todo_service for the `task` topics, and the demo
+    producer must not write to the topics the service owns."""
+    from ssekd.dev import command_services
+
+    registry = discover()
+    todo = load_config(ROOT / "etc" / "zilla-todo.yaml", registry, environ={})
+    assert command_services(todo, registry) == [("task", "task-replies")]
+    assert bootstrap_topics(todo, registry) == ["task-replies", "task-snapshots"]
+    plain = load_config(ROOT / "etc" / "zilla.yaml", registry,
+                        environ={"KEYSTORE_PASSWORD": "x"})
+    assert command_services(plain, registry) == []
+
+
+def test_the_ready_block_says_what_each_write_path_does() -> None:
+    """One line per http-kafka path, its methods grouped by what they do; the async location
+    (a GET a write answers with) is left out."""
+    registry = discover()
+    todo = load_config(ROOT / "etc" / "zilla-todo.yaml", registry, environ={})
+    [plain] = asyncapi.servers(todo)
+    assert http_kafka_lines(todo, plain) == [
+        ("/tasks", "POST: a record to task-commands, answered from task-replies"),
+        ("/tasks/{id}", "PUT, DELETE: a record to task-commands, answered from task-replies; "
+                        "GET: the latest value of task-snapshots")]
+
+
+@pytest.mark.daemon
+@pytest.mark.timeout(120)
+def test_make_run_serves_the_todo_demo_with_its_command_service(
+        clone: tuple[Path, Ports]) -> None:
+    """`make run CONFIG=etc/zilla-todo.yaml` from a clean clone: the ready block names the page,
+    the stream and the write paths; a POST through it is answered by the command service the
+    launcher started (201 and a snapshot on the stream), and Ctrl-C stops all of it."""
+    folder, ports = clone
+    run = launch(MAKE_RUN.format(config="etc/zilla-todo.yaml"), folder)
+    try:
+        out = run.wait_output("Ctrl-C stops")
+        http = f"http://localhost:{ports[7114]}"
+        block = out[out.index("ssekd is serving etc/zilla-todo.yaml. Open:"):]
+        assert [line.split()[:2] for line in block.splitlines()[1:5]] == [
+            [f"{http}/", "the"], [f"{http}/tasks", "topic"], [f"{http}/tasks", "POST:"],
+            [f"{http}/tasks/{{id}}", "PUT,"]]
+        assert "Ctrl-C stops ssekd, the development broker and the todo command service." \
+            in block
+        assert "demo producer" not in out, "the service owns the todo topics"
+        with SseClient(ports[7114], "/tasks") as stream:
+            created = request(ports[7114], "POST", "/tasks", {"Idempotency-Key": "milk"},
+                              b'{"title": "milk"}')
+            assert created.status == 201, created
+            assert created.headers["location"] == "/tasks/milk"
+            snapshot = stream.next_event(10)
+            assert snapshot is not None and json.loads(snapshot.data or "")["title"] == "milk"
+    finally:
+        status = run.interrupt()
+    assert status == 0, run.output()[-3000:]
+    assert not port_open("127.0.0.1", ports[9092]), "the development broker stopped too"
+    assert "Traceback" not in run.output()
+    assert "todo service: 1 commands applied" in run.output(), "the service stopped, cleanly"

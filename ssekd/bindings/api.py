@@ -164,6 +164,10 @@ class KindSpec:
     #: so `build` is never called for it; `role` and `exit_roles` are those of the composed
     #: binding that takes the composite's name (the one its neighbours reach).
     compose: Callable[[ComposeContext, Binding], Composition] | None = None
+    #: The (topic, reply-to topic or None) of the records a binding of this kind writes, from
+    #: its routes: `make run` starts the demo command service for the todo demo's topics.
+    #: None: it writes none.
+    produces: Callable[[Binding], list[tuple[str, str | None]]] | None = None
 
 
 # -- composition ----------------------------------------------------------------------------------

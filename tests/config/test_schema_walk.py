@@ -70,6 +70,12 @@ AAPI_SERVER_ROUTES = f"{AAPI_COMPOSE}::test_server_routes_send_operations_to_the
 AAPI_TLS = "e2e/test_asyncapi_example.py::" \
            "test_an_https_server_of_the_spec_is_served_over_tls_with_the_vault_s_key"
 AAPI_PATHNAME = f"{AAPI_COMPOSE}::test_a_server_pathname_is_in_front_of_every_path"
+#: The write path (http-kafka) and the kafka client's producers.
+WRITES = "bindings/http_kafka/test_write_path.py"
+WRITE_OPTIONS = "bindings/http_kafka/test_options.py::" \
+                "test_other_header_names_acks_window_and_patch_merge"
+WRITE_CONFIG = "bindings/http_kafka/test_config.py"
+PRODUCER = "bindings/kafka/test_producer.py"
 
 COVERAGE: dict[str, str] = {
     "name": "telemetry/test_events.py::test_a_config_error_at_start_is_an_event",
@@ -222,6 +228,54 @@ COVERAGE: dict[str, str] = {
         "bindings/kafka/test_topic_log.py::test_topic_log_bytes_and_age",
     "bindings.kafka/cache_server.options.cache.max-age":
         "bindings/kafka/test_topic_log.py::test_topic_log_bytes_and_age",
+    "bindings.http-kafka/proxy.options.idempotency": WRITE_OPTIONS,
+    "bindings.http-kafka/proxy.options.idempotency.header": WRITE_OPTIONS,
+    "bindings.http-kafka/proxy.options.idempotency.window": WRITE_OPTIONS,
+    "bindings.http-kafka/proxy.options.correlation": WRITE_OPTIONS,
+    "bindings.http-kafka/proxy.options.correlation.headers": WRITE_OPTIONS,
+    "bindings.http-kafka/proxy.options.correlation.headers.reply-to": WRITE_OPTIONS,
+    "bindings.http-kafka/proxy.options.correlation.headers.correlation-id": WRITE_OPTIONS,
+    "bindings.http-kafka/proxy.options.max-wait":
+        f"{WRITES}::test_no_reply_in_time_is_504_and_a_repeat_gets_the_reply_when_it_comes",
+    "bindings.http-kafka/proxy.options.ack-timeout":
+        "reliability/test_write_faults.py::"
+        "test_broker_frozen_during_a_post_then_back_nothing_twice_nothing_lost",
+    "bindings.http-kafka/proxy.routes[].when[].method":
+        f"{WRITES}::test_respond_async_then_a_get_of_the_location_waits_for_the_reply",
+    "bindings.http-kafka/proxy.routes[].when[].path":
+        f"{WRITES}::test_fetch_one_item_etag_404_and_wait",
+    "bindings.http-kafka/proxy.routes[].with.capability":
+        f"{WRITE_CONFIG}::test_a_route_without_with_and_a_capability_zilla_lacks",
+    "bindings.http-kafka/proxy.routes[].with.topic":
+        f"{WRITES}::test_produce_without_reply_is_204_and_the_record_is_zillas",
+    "bindings.http-kafka/proxy.routes[].with.acks": WRITE_OPTIONS,
+    "bindings.http-kafka/proxy.routes[].with.key":
+        f"{WRITES}::test_produce_without_reply_is_204_and_the_record_is_zillas",
+    "bindings.http-kafka/proxy.routes[].with.overrides":
+        f"{WRITES}::test_a_guarded_write_needs_its_role",
+    "bindings.http-kafka/proxy.routes[].with.reply-to":
+        f"{WRITES}::test_produce_with_reply_answers_the_reply",
+    "bindings.http-kafka/proxy.routes[].with.correlation-id": WRITE_OPTIONS,
+    "bindings.http-kafka/proxy.routes[].with.async":
+        f"{WRITES}::test_respond_async_then_a_get_of_the_location_waits_for_the_reply",
+    "bindings.http-kafka/proxy.routes[].with.filters":
+        f"{WRITES}::test_a_filtered_fetch_by_identity",
+    "bindings.http-kafka/proxy.routes[].with.filters[].key":
+        f"{WRITES}::test_fetch_one_item_etag_404_and_wait",
+    "bindings.http-kafka/proxy.routes[].with.filters[].headers":
+        f"{WRITES}::test_a_filtered_fetch_by_identity",
+    "bindings.http-kafka/proxy.routes[].with.merge":
+        f"{WRITES}::test_fetch_merged_with_etag_304_and_long_poll",
+    "bindings.http-kafka/proxy.routes[].with.merge.content-type":
+        f"{WRITES}::test_fetch_merged_with_etag_304_and_long_poll",
+    "bindings.http-kafka/proxy.routes[].with.merge.patch": WRITE_OPTIONS,
+    "bindings.http-kafka/proxy.routes[].with.merge.patch.initial": WRITE_OPTIONS,
+    "bindings.http-kafka/proxy.routes[].with.merge.patch.path": WRITE_OPTIONS,
+    "bindings.kafka/client.options.producer-properties":
+        f"{PRODUCER}::test_producers_take_the_consumers_servers_and_security_and_nothing_"
+        f"consumer_only",
+    "bindings.kafka/client.options.max-inflight-bytes":
+        f"{PRODUCER}::test_a_record_over_the_inflight_bound_is_refused_before_it_is_queued",
     "bindings.kafka/client.options.servers": "e2e/test_lifecycle.py::test_broker_down_at_start",
     "bindings.kafka/client.options.sasl": SASL,
     "bindings.kafka/client.options.sasl.mechanism": SASL,

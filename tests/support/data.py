@@ -10,6 +10,8 @@ DATA = Path(__file__).resolve().parents[1] / "data"
 
 #: The full example zilla.yaml of Zilla's SSE-Kafka documentation.
 ZILLA_EXAMPLE = DATA / "zilla-example.yaml"
+#: The zilla.yaml of Zilla's todo demo (todo-mvc-cqrs), as published.
+ZILLA_TODO_DEMO = DATA / "zilla-todo-demo.yaml"
 
 
 def event_id_vectors() -> dict[str, Any]:

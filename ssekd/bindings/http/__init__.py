@@ -81,10 +81,13 @@ def _check_keepalive(ctx: BuildContext, binding: Binding, limits: Limits) -> Non
     idle timeout, or HTTP/2 connections carrying only quiet streams are closed under them."""
     issues = []
     for name in binding.exits:
-        max_idle = ctx.exit(name, HttpBinding).max_idle
+        target = ctx.exit(name, HttpBinding)
+        max_idle = target.max_idle
         if max_idle is not None and max_idle >= limits.idle_timeout:
+            # the option that sets it: sse's `max-idle-time`, or the exit's own (`idle_option`)
+            option = str(getattr(target, "idle_option", "max-idle-time"))
             issues.append(ctx.issue(
-                ("bindings", name, "options", "max-idle-time"),
+                ("bindings", name, "options", option),
                 f"expected less than the idle-timeout of http binding {binding.name!r} "
                 f"({limits.idle_timeout:g} s), which closes connections that stay quiet that "
                 f"long; got {max_idle:g}"))

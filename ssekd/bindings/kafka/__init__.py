@@ -19,7 +19,9 @@ cache_server options (docs/protocol.md, plus ssekd's cache bounds):
 client options: `servers`, `sasl`, and `properties`, librdkafka consumer properties passed as
 they are (e.g. `fetch.wait.max.ms: 10` for low latency against a broker that does not answer a
 waiting fetch early); `max-history-reads` (default 64) bounds the reads of old records waiting
-for the history consumer (a stream that finds them all taken asks again shortly).
+for the history consumer (a stream that finds them all taken asks again shortly). The producers
+of http-kafka writes (`producer`) take the same servers and security settings, plus
+`producer-properties`, and `max-inflight-bytes` bounds what waits for the broker.
 """
 
 from __future__ import annotations
@@ -45,9 +47,11 @@ from ssekd.bindings.kafka.client import (
     DEFAULT_MAX_HISTORY_READS,
     ClientSettings,
     KafkaClient,
+    refused_producer_property,
     refused_property,
 )
 from ssekd.bindings.kafka.missing_topics import DEFAULT_GIVE_UP_AFTER
+from ssekd.bindings.kafka.producer import DEFAULT_MAX_INFLIGHT_BYTES
 from ssekd.bindings.kafka.subscription import DEFAULT_CATCH_UP_BYTES
 from ssekd.bindings.kafka.topic_log import CacheBounds
 from ssekd.catalogs.catalog import Catalog
@@ -159,13 +163,18 @@ def _build_client(ctx: BuildContext, binding: Binding) -> KafkaClient:
     settings = ClientSettings(servers=servers(opts),
                               sasl=opts.get("sasl"), properties=dict(opts.get("properties", {})),
                               max_history_reads=int(opts.get("max-history-reads",
-                                                             DEFAULT_MAX_HISTORY_READS)))
-    refused = refused_property(settings)
-    if refused is not None:
-        key, reason = refused
-        path: tuple[str | int, ...] = ("bindings", binding.name, "options", "properties")
-        raise ConfigError([ctx.issue(path + ((key,) if key else ()),
-                                     f"expected properties librdkafka accepts: {reason}")])
+                                                             DEFAULT_MAX_HISTORY_READS)),
+                              producer_properties=dict(opts.get("producer-properties", {})),
+                              max_inflight_bytes=int(opts.get("max-inflight-bytes",
+                                                              DEFAULT_MAX_INFLIGHT_BYTES)))
+    for option, check in (("properties", refused_property),
+                          ("producer-properties", refused_producer_property)):
+        refused = check(settings)
+        if refused is not None:
+            key, reason = refused
+            path: tuple[str | int, ...] = ("bindings", binding.name, "options", option)
+            raise ConfigError([ctx.issue(path + ((key,) if key else ()),
+                                         f"expected properties librdkafka accepts: {reason}")])
     client = KafkaClient(ctx.reactor, settings, binding.name,
                          lambda name, detail: ctx.events.emit(binding.name, name, detail),
                          deliveries=ctx.metrics.deliveries)
@@ -351,5 +360,22 @@ BINDING = BindingType("kafka", {
                                                  "stream catching up from Kafka) waiting for the "
                                                  "history consumer at most; a stream that finds "
                                                  "them all taken asks again a moment later."},
+            "producer-properties": {
+                "type": "object", "x-ssekd-addition": True,
+                "additionalProperties": {"type": ["string", "integer", "number", "boolean"]},
+                "description": "librdkafka producer properties for the records http-kafka "
+                               "writes, applied last (e.g. `linger.ms`, `message.timeout.ms`). "
+                               "The producers already take `servers`, `sasl` and the security "
+                               "settings (`security.*`, `ssl.*`, `sasl.*`) of `properties`; by "
+                               "default `linger.ms: 1`, `partitioner: murmur2_random` (Java's "
+                               "choice of partition for a key), and, for `acks: "
+                               "in_sync_replicas`, the idempotent producer."},
+            "max-inflight-bytes": {
+                "type": "integer", "minimum": 1024, "default": DEFAULT_MAX_INFLIGHT_BYTES,
+                "x-ssekd-addition": True,
+                "description": "Bytes of written records (keys, values, headers) the broker has "
+                               "not acknowledged yet, at most. A write that would pass it, or "
+                               "one made while no broker is reachable, is refused before it is "
+                               "sent: `503` with `Retry-After`."},
         }}),
 })

@@ -17,16 +17,18 @@ cannot hold it for ever.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from twisted.application.service import Service
 from twisted.internet.defer import Deferred
+from twisted.logger import Logger
 
 from ssekd.bindings.kafka.client import FetchResult, KafkaClient
 from ssekd.bindings.kafka.gate import InvalidReport, RecordGate
 from ssekd.bindings.kafka.message import Message
 from ssekd.bindings.kafka.missing_topics import DEFAULT_GIVE_UP_AFTER
+from ssekd.bindings.kafka.producer import Delivered, Record
 from ssekd.bindings.kafka.start import Start
 from ssekd.bindings.kafka.subscription import (
     DEFAULT_CATCH_UP_BYTES,
@@ -41,6 +43,8 @@ from ssekd.catalogs.models import TopicModel
 from ssekd.health import Check
 from ssekd.progress import ProgressState
 from ssekd.telemetry.metrics import Counter, Metrics, Reading
+
+_log = Logger()
 
 #: Topics one cache_server follows at most, unless `max-topics` says otherwise.
 DEFAULT_MAX_TOPICS = 100
@@ -103,6 +107,8 @@ class TopicCache:
         self._ahead: dict[Subscription, float] = {}
         #: The timer of the next `_judge_ahead`, while some subscription is ahead.
         self._judge_call: Any = None
+        #: Told of every change of the log (`watch`): http-kafka's replies and fetches.
+        self.watchers: list[Callable[[list[Message]], None]] = []
 
     # -- fed by the kafka client (reactor thread) ----------------------------------------------
 
@@ -147,6 +153,31 @@ class TopicCache:
         if fresh and before is not None:
             self.tail.route(fresh, before)
         self._wake()
+        if self.watchers and fresh:
+            self._tell(fresh)
+
+    def watch(self, watcher: Callable[[list[Message]], None]) -> Callable[[], None]:
+        """Call `watcher` after each change of the log, on the reactor thread: with the records
+        a batch added (once the streams at the tail have them), or with none when a partition
+        reached its end or started over. A watched topic is not idle. Returns the function that
+        stops the watching."""
+        self.watchers.append(watcher)
+        self.server.busy(self)
+
+        def stop() -> None:
+            if watcher in self.watchers:
+                self.watchers.remove(watcher)
+                if not self.watchers and not self.tail and not self.lagging:
+                    self.server.idle(self)
+
+        return stop
+
+    def _tell(self, fresh: list[Message]) -> None:
+        for watcher in list(self.watchers):
+            try:
+                watcher(fresh)
+            except Exception:  # noqa: BLE001 - one watcher's bug must not stop the cache
+                _log.failure("watcher of {topic}", topic=self.topic)
 
     def on_end(self, partition: int, next_offset: int) -> None:
         if self.gate is not None:
@@ -160,6 +191,8 @@ class TopicCache:
             self._judge_ahead()
         self.tail.settle()
         self._wake()
+        if self.watchers:
+            self._tell([])
 
     def on_rewind(self, partition: int, origin: int) -> None:
         """The broker lost `partition` (restarted empty): the tail consumer reads it again from
@@ -185,6 +218,8 @@ class TopicCache:
         for s in placed:
             s.restart(partition, origin)
         self._wake()
+        if self.watchers:
+            self._tell([])
 
     def _oversized(self, m: Message) -> None:
         """A record larger than the cache's `max-bytes` leaves the cache as it comes: streams at
@@ -238,7 +273,7 @@ class TopicCache:
             self.tail.leave(s)
         self._ahead.pop(s, None)
         self.lagging.discard(s)
-        if not self.tail and not self.lagging:
+        if not self.tail and not self.lagging and not self.watchers:
             self.server.idle(self)
 
     @property
@@ -388,7 +423,7 @@ class CacheServer(Service):
 
     def _idle_expired(self, cache: TopicCache) -> None:
         cache.idle_call = None
-        if not cache.subscriptions():
+        if not cache.subscriptions() and not cache.watchers:
             self._drop(cache, f"no stream for {self.idle_timeout:g} s")
 
     def missing(self, cache: TopicCache) -> None:
@@ -397,6 +432,8 @@ class CacheServer(Service):
         self._drop(cache, f"not in the cluster after {self.missing_topic_retries} looks")
         for s in cache.subscriptions():
             s.sink.end()
+        if cache.watchers:
+            cache._tell([])
 
     def _drop(self, cache: TopicCache, why: str) -> None:
         self.busy(cache)  # cancel its idle timer
@@ -424,6 +461,14 @@ class CacheServer(Service):
                                     f"({model.problem or 'still being fetched'})",
                                     model.next_try_in)
         return cache.subscribe(encoder, sink, start)
+
+    def produce(self, record: Record, acks: str) -> Deferred[Delivered]:
+        """Write `record` through the kafka client (see `producer.Writes.produce`)."""
+        return self.client.produce(record, acks)
+
+    def warm(self, acks: str, topics: Sequence[str] = ()) -> None:
+        """Make the kafka client's producer for `acks` ahead of the first write."""
+        self.client.warm(acks, topics)
 
     def figures(self) -> Iterable[Reading]:
         """Per topic (never per stream): its cache's size, oldest record age, readers, and the
@@ -481,3 +526,9 @@ class CacheClient:
 
     def topic(self, name: str) -> TopicCache:
         return self.server.topic(name)
+
+    def produce(self, record: Record, acks: str) -> Deferred[Delivered]:
+        return self.server.produce(record, acks)
+
+    def warm(self, acks: str, topics: Sequence[str] = ()) -> None:
+        self.server.warm(acks, topics)

@@ -40,7 +40,7 @@ import queue
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -50,6 +50,7 @@ from confluent_kafka import (
     Consumer,
     KafkaError,
     KafkaException,
+    Producer,
     TopicPartition,
 )
 from confluent_kafka import Message as KafkaRecord
@@ -60,6 +61,14 @@ from twisted.logger import Logger
 
 from ssekd.bindings.kafka.message import Message, from_confluent, from_confluent_batch
 from ssekd.bindings.kafka.missing_topics import MissingTopics
+from ssekd.bindings.kafka.producer import (
+    ACKS,
+    DEFAULT_MAX_INFLIGHT_BYTES,
+    PRODUCER_DEFAULTS,
+    Delivered,
+    Record,
+    Writes,
+)
 from ssekd.telemetry.delivery import Deliveries
 from ssekd.telemetry.metrics import Reading
 
@@ -181,6 +190,10 @@ class ClientSettings:
     properties: Mapping[str, Any] = field(default_factory=dict)
     metadata_interval: float = 5.0
     max_history_reads: int = DEFAULT_MAX_HISTORY_READS
+    #: librdkafka producer properties (options.producer-properties), e.g. `linger.ms`.
+    producer_properties: Mapping[str, Any] = field(default_factory=dict)
+    #: Bytes of produced records not yet acknowledged, at most (options.max-inflight-bytes).
+    max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES
 
     def consumer_config(self, group: str) -> dict[str, Any]:
         conf: dict[str, Any] = {
@@ -231,6 +244,17 @@ class ClientSettings:
             return str(explicit)
         return "SSL" if tls else None
 
+    def producer_config(self, acks: str) -> dict[str, Any]:
+        """The conf of the producer for `acks` (a Zilla acks name): the consumer's servers and
+        security settings, our defaults, idempotence where the acks allow it, then
+        `producer-properties`."""
+        conf = self.admin_config(self.consumer_config("ssekd-producer"))
+        conf.update(PRODUCER_DEFAULTS)
+        conf["acks"] = ACKS[acks]
+        conf["enable.idempotence"] = ACKS[acks] == "all"
+        conf.update(self.producer_properties)
+        return conf
+
     def admin_config(self, consumer: Mapping[str, Any]) -> dict[str, Any]:
         """The admin client's conf from the consumer's: the same servers, every security
         setting (`security.*`, `ssl.*`, `sasl.*`), so it reaches a TLS or SASL cluster too, and
@@ -271,6 +295,28 @@ def refused_property(settings: ClientSettings) -> tuple[str | None, str] | None:
     return None
 
 
+def refused_producer_property(settings: ClientSettings) -> tuple[str | None, str] | None:
+    """`refused_property` for the producer's config (`producer-properties`): a producer made
+    without servers checks them before the daemon listens."""
+    for acks in ACKS:
+        conf = settings.producer_config(acks)
+        conf.pop("bootstrap.servers", None)
+        conf["log_level"] = 0
+        try:
+            producer = Producer(conf)
+        except (KafkaException, ValueError, TypeError) as e:
+            reason = str(e.args[0].str() if e.args and isinstance(e.args[0], KafkaError) else e)
+            secrets = [*settings.producer_properties.values(), *settings.properties.values(),
+                       *(settings.sasl or {}).values()]
+            for value in {str(v) for v in secrets if len(str(v)) >= 3}:
+                reason = reason.replace(value, "…")
+            named = [k for k in settings.producer_properties
+                     if re.search(rf"(?<![\w.]){re.escape(k)}(?![\w.])", reason)]
+            return (named[0] if named else None), reason
+        del producer
+    return None
+
+
 def _close(consumer: Any) -> None:
     """Close a consumer on its own thread; one that never connected may complain."""
     try:
@@ -295,6 +341,26 @@ class KafkaClient(Service):
         self.history = HistoryFetcher(self)
         #: History reads handed to the history thread and not answered yet.
         self.history_pending = 0
+        #: The producers (http-kafka writes), made on first use.
+        self.writes = Writes(reactor, self._producer_config, binding, self._emit_event,
+                             settings.max_inflight_bytes)
+
+    def _producer_config(self, acks: str) -> dict[str, Any]:
+        """A producer's conf, its librdkafka log going to the binding's events."""
+        conf = self.settings.producer_config(acks)
+        conf["logger"] = LibrdkafkaLog(self.event)
+        return conf
+
+    def _emit_event(self, name: str, detail: str) -> None:
+        self._emit(name, detail)
+
+    def produce(self, record: Record, acks: str) -> Deferred[Delivered]:
+        """Write `record` (see `producer.Writes.produce`)."""
+        return self.writes.produce(record, acks)
+
+    def warm(self, acks: str, topics: Sequence[str] = ()) -> None:
+        """Make the producer for `acks` now, and learn `topics`, ahead of the first write."""
+        self.writes.warm(acks, topics)
 
     # called on any thread: events are printed from the reactor thread only
     def event(self, name: str, detail: str = "-") -> None:
@@ -352,13 +418,17 @@ class KafkaClient(Service):
         super().startService()
         for tail in self.tails.values():
             tail.start()
+        self.writes.start()
 
     def stopService(self) -> Deferred[None]:
         super().stopService()
         all_threads: list[_KafkaThread] = [*self.tails.values(), self.history]
-        threads = [t for t in all_threads if t.is_alive()]
+        threads: list[threading.Thread] = [t for t in all_threads if t.is_alive()]
         for t in all_threads:
             t.stop()
+        poller = self.writes.stop()
+        if poller is not None and poller.is_alive():
+            threads.append(poller)
         done: Deferred[None] = Deferred()
 
         def join() -> None:

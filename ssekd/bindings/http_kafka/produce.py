@@ -1,0 +1,404 @@
+"""The produce capability: a request becomes one Kafka record, answered once the broker has it.
+
+The record: the body as its value, the route's `key` (`${params.x}`, `${idempotencyKey}`, an
+identity), the request's headers as Kafka headers (`headers.forwarded`), the reply-to header when
+the route has `reply-to`, the route's `overrides`, and last the correlation id
+(`headers.correlation_id`). Then:
+
+- without `reply-to`: `204` once the broker acknowledged the write;
+- with `reply-to`, in sync: the reply on that topic carrying the same correlation id answers the
+  request - its `:status`, its other headers, its value as the body; `504` when none comes
+  within `max-wait` seconds (the write stands: the same request again gets the reply when it
+  comes, without writing again);
+- with `Prefer: respond-async` on a route with `async`: `202` with the `async` headers
+  (`location` with `${correlationId}`) once acknowledged, unless the reply is already there;
+  a `GET` of that location (the route's other `when`) answers the reply when it is there, else
+  `202` again - after waiting up to `Prefer: wait=N` seconds (at most `max-wait`).
+
+No acknowledgement within `ack-timeout` seconds: `503` with `Retry-After`, and the write is left
+to finish (`replay.Replays`: the same request again waits for it rather than writing twice). A
+write refused before it was sent (no broker reachable, `max-inflight-bytes` full) is `503` with
+`Retry-After`; one librdkafka gave up: `503` when trying again may work, `413` for a record over
+the broker's size limit, `404` for a topic the cluster does not have, else `400` (Zilla's answer
+to a rejected write).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from twisted.internet.defer import Deferred, TimeoutError
+from twisted.python.failure import Failure
+from twisted.web import http
+
+from ssekd.bindings.api import HttpContext
+from ssekd.bindings.http_kafka.exchange import Exchange
+from ssekd.bindings.http_kafka.headers import (
+    IfMatchRefused,
+    Prefer,
+    correlation_id,
+    forwarded,
+    parse_if_match,
+    parse_prefer,
+    response_header,
+    without_credentials,
+)
+from ssekd.bindings.http_kafka.replay import Replays, State, Write
+from ssekd.bindings.http_kafka.waits import KafkaExit, Replies, when_loaded
+from ssekd.bindings.kafka.cache import SchemaUnavailable, TopicLimitReached
+from ssekd.bindings.kafka.message import Message
+from ssekd.bindings.kafka.producer import Delivered, Record, WriteFailed, WriteRefused
+from ssekd.patterns import Pattern, Unresolvable, substitute
+from ssekd.telemetry.events import EventLog
+
+#: Kafka's own rule for topic names.
+TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+#: `Retry-After` when a topic's cache could not be read in time.
+RETRY_AFTER_LOADING = 1.0
+_CORRELATION = "${correlationId}"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The binding's options (`idempotency`, `correlation`, and ssekd's waits)."""
+
+    idempotency_header: str = "idempotency-key"
+    reply_to_header: str = "zilla:reply-to"
+    correlation_header: str = "zilla:correlation-id"
+    max_wait: float = 30.0
+    ack_timeout: float = 10.0
+
+
+@dataclass(frozen=True)
+class ProduceWith:
+    """A produce route's `with`, compiled."""
+
+    topic: str
+    acks: str = "in_sync_replicas"
+    key: str | None = None
+    overrides: tuple[tuple[str, str], ...] = ()
+    reply_to: str | None = None
+    #: `async` response headers (name, template)
+    async_headers: tuple[tuple[str, str], ...] = ()
+    #: The Kafka header carrying the correlation id (the route's `correlation-id`, else the
+    #: binding's `correlation.headers.correlation-id`).
+    correlation_header: str = "zilla:correlation-id"
+    #: The `async` values with `${correlationId}`, as patterns a GET path is matched against.
+    locations: tuple[Pattern, ...] = field(default=())
+
+    def correlation_of(self, path: str) -> str | None:
+        """The correlation id a GET of an async location names, else None."""
+        for pattern in self.locations:
+            found = pattern.match(path)
+            if found is not None and found.get("correlationId"):
+                return found["correlationId"]
+        return None
+
+
+def topic_allowed(topic: str, template: str) -> bool:
+    """Whether `topic`, made from a route's `topic` template, may be written or read: a name
+    Kafka allows as a whole, and - when the request named it - not an internal topic."""
+    return TOPIC_NAME.fullmatch(topic) is not None and \
+        not ("${" in template and topic.startswith("_"))
+
+
+def location_pattern(template: str) -> Pattern:
+    """An `async` value as a pattern: `${correlationId}` and `${params.x}` capture a segment."""
+    text = template.replace(_CORRELATION, "{correlationId}")
+    text = re.sub(r"\$\{params\.([A-Za-z_][A-Za-z0-9_]*)\}", r"{\1}", text)
+    return Pattern.compile(text)
+
+
+class Producing:
+    """Answers the requests of produce routes (one per http-kafka binding)."""
+
+    def __init__(self, binding: str, settings: Settings, clock: Any, events: EventLog,
+                 replays: Replays) -> None:
+        self.binding = binding
+        self.settings = settings
+        self.clock = clock
+        self.events = events
+        self.replays = replays
+        #: (reply topic, correlation header) -> its replies (made again for a new cache of the
+        #: topic: one dropped while idle, then followed again)
+        self._replies: dict[tuple[str, str], Replies] = {}
+
+    # -- the request -------------------------------------------------------------------------
+
+    def handle(self, exchange: Exchange, ctx: HttpContext, w: ProduceWith, exit_: KafkaExit,
+               params: Mapping[str, str], headers: Mapping[str, str]) -> None:
+        request: Any = exchange.request
+        path = request.path.decode("latin-1")
+        if request.method == b"GET" and w.locations:
+            correlation = w.correlation_of(path)
+            if correlation is not None:
+                self._correlate(exchange, w, exit_, correlation,
+                                parse_prefer(request.requestHeaders.getRawHeaders(b"prefer")),
+                                params)
+                return
+        prefer = parse_prefer(request.requestHeaders.getRawHeaders(b"prefer"))
+        if_match: str | None = None
+        raw_if_match = request.getHeader(b"if-match")
+        if raw_if_match is not None:
+            try:
+                if_match = parse_if_match(raw_if_match.decode("latin-1"))
+            except IfMatchRefused as e:
+                self.events.emit(self.binding, "BINDING_HTTP_KAFKA_IF_MATCH_REFUSED",
+                                 f"{request.method.decode('latin-1')} {path}: {e}")
+                exchange.text(http.BAD_REQUEST, str(e))
+                return
+        supplied = request.getHeader(self.settings.idempotency_header.encode("latin-1"))
+        idempotency = supplied.decode("latin-1") if supplied else str(uuid.uuid4())
+        identities = ctx.identities()
+        values = {"idempotencyKey": idempotency}
+        try:
+            topic = substitute(w.topic, params, identities)
+            key = None if w.key is None else \
+                substitute(w.key, params, identities, values).encode("utf-8")
+            overrides = [(n, substitute(v, params, identities, values).encode("utf-8"))
+                         for n, v in w.overrides]
+        except Unresolvable as e:
+            self.events.emit(self.binding, "BINDING_HTTP_KAFKA_NO_ROUTE", f"{path}: {e}")
+            exchange.answer(http.NOT_FOUND)
+            return
+        if not topic_allowed(topic, w.topic):
+            self.events.emit(self.binding, "BINDING_HTTP_KAFKA_NO_ROUTE",
+                             f"{path}: {topic!r} is not a topic a request may name")
+            exchange.answer(http.NOT_FOUND)
+            return
+        pseudo = [(":method", headers[":method"]), (":scheme", headers[":scheme"]),
+                  (":authority", headers[":authority"]),
+                  (":path", without_credentials(headers[":path"], ctx.credential_query))]
+        kafka_headers = forwarded(request, pseudo, if_match)
+        if w.reply_to is not None:
+            kafka_headers.append((self.settings.reply_to_header, w.reply_to.encode("utf-8")))
+        kafka_headers += overrides
+        body = request.content.read() if request.content is not None else b""
+        correlation = correlation_id(idempotency, key, kafka_headers, body)
+        kafka_headers.append((w.correlation_header, correlation.encode("utf-8")))
+        record = Record(topic, key, body, tuple(kafka_headers))
+        respond_async = prefer.respond_async and bool(w.async_headers)
+        began = self.clock.seconds()
+        if w.reply_to is None:
+            self._write(exchange, w, exit_, record, correlation, began, None, False, params)
+            return
+        # the reply topic is read before writing: a reply already there is a repeat's answer,
+        # and once loaded the cache cannot miss the reply to come
+        try:
+            replies = self._replies_of(exit_, w.reply_to, w.correlation_header)
+        except (TopicLimitReached, SchemaUnavailable) as e:
+            self._unavailable(exchange, f"reply topic {w.reply_to}: {e}", RETRY_AFTER_LOADING)
+            return
+        loaded = exchange.hold(when_loaded(replies.cache, self.clock, self.settings.max_wait))
+
+        def then(ok: bool | None) -> None:
+            if not ok:
+                self._unavailable(exchange, f"reply topic {w.reply_to} is not loaded yet",
+                                  RETRY_AFTER_LOADING)
+                return
+            self._write(exchange, w, exit_, record, correlation, began, replies,
+                        respond_async, params)
+
+        loaded.addCallback(then).addErrback(exchange.failed)
+
+    def _write(self, exchange: Exchange, w: ProduceWith, exit_: KafkaExit, record: Record,
+               correlation: str, began: float, replies: Replies | None, respond_async: bool,
+               params: Mapping[str, str]) -> None:
+        """Write `record` unless this correlation id was written already, then answer."""
+        write = self.replays.get(correlation)
+        if write is None and replies is not None and replies.find(correlation) is not None:
+            self._replayed(record.topic, correlation, "its reply is on the reply topic")
+            self._after_ack(exchange, w, correlation, began, replies, respond_async, params)
+            return
+        if write is None or write.state is State.FAILED:
+            write = self._produce(exit_, record, w.acks, correlation)
+        else:
+            self._replayed(record.topic, correlation, f"the first write is {write.state.value}")
+        acked = exchange.hold(self._within(write.acknowledged(), self.settings.ack_timeout))
+
+        def delivered(_: Delivered) -> None:
+            if replies is None:
+                exchange.answer(http.NO_CONTENT)
+                return
+            self._after_ack(exchange, w, correlation, began, replies, respond_async, params)
+
+        def not_delivered(failure: Failure) -> None:
+            if failure.check(TimeoutError):
+                self.events.emit(self.binding, "BINDING_HTTP_KAFKA_ACK_TIMEOUT",
+                                 f"{record.topic} {correlation}: no acknowledgement within "
+                                 f"{self.settings.ack_timeout:g} s; the write may still happen")
+                self._unavailable(exchange, "the broker has not acknowledged the write yet; "
+                                  "send the same request again (same idempotency key) to "
+                                  "learn its outcome", self.settings.ack_timeout)
+                return
+            if failure.check(WriteRefused):
+                refused: Any = failure.value
+                self._unavailable(exchange, str(refused), refused.retry_after)
+                return
+            if failure.check(WriteFailed):
+                self._answer_failed(exchange, failure.value)  # type: ignore[arg-type]
+                return
+            exchange.failed(failure)
+
+        acked.addCallbacks(delivered, not_delivered).addErrback(exchange.failed)
+
+    def _produce(self, exit_: KafkaExit, record: Record, acks: str, correlation: str) -> Write:
+        write = self.replays.begin(correlation)
+        d = exit_.produce(record, acks)
+
+        def settle(outcome: Delivered | Failure) -> None:
+            self.replays.settle(correlation, write, outcome)
+
+        d.addBoth(settle)
+        return write
+
+    def _within(self, d: Deferred[Delivered], timeout: float) -> Deferred[Delivered]:
+        """`d`'s outcome, or `TimeoutError` after `timeout` seconds - without cancelling the
+        write itself (it goes on; `Replays` keeps it for a repeat)."""
+        out: Deferred[Delivered] = Deferred()
+
+        def expired() -> None:
+            if not out.called:
+                out.errback(Failure(TimeoutError()))
+
+        timer = self.clock.callLater(timeout, expired)
+
+        def relay(result: Delivered | Failure) -> None:
+            if timer.active():
+                timer.cancel()
+            if not out.called:
+                if isinstance(result, Failure):
+                    out.errback(result)
+                else:
+                    out.callback(result)
+
+        d.addBoth(relay)
+        return out
+
+    def _after_ack(self, exchange: Exchange, w: ProduceWith, correlation: str, began: float,
+                   replies: Replies, respond_async: bool,
+                   params: Mapping[str, str]) -> None:
+        if respond_async:
+            held = replies.find(correlation)
+            if held is not None:
+                self._answer_reply(exchange, held, w.correlation_header)
+            else:
+                exchange.answer(http.ACCEPTED, self._async_headers(w, params, correlation))
+            return
+        left = max(0.0, self.settings.max_wait - (self.clock.seconds() - began))
+        waited = exchange.hold(replies.wait(correlation, left))
+
+        def replied(reply: Message | None) -> None:
+            if reply is None:
+                self.events.emit(self.binding, "BINDING_HTTP_KAFKA_REPLY_TIMEOUT",
+                                 f"{w.reply_to} {correlation}: no reply within "
+                                 f"{self.settings.max_wait:g} s")
+                exchange.text(http.GATEWAY_TIMEOUT,
+                              "written, but no reply came in time; send the same request again "
+                              "(same idempotency key) for the reply")
+                return
+            self._answer_reply(exchange, reply, w.correlation_header)
+
+        waited.addCallback(replied).addErrback(exchange.failed)
+
+    # -- GET of an async location ------------------------------------------------------------
+
+    def _correlate(self, exchange: Exchange, w: ProduceWith, exit_: KafkaExit, correlation: str,
+                   prefer: Prefer, params: Mapping[str, str]) -> None:
+        assert w.reply_to is not None  # `async` needs `reply-to` (checked when built)
+        try:
+            replies = self._replies_of(exit_, w.reply_to, w.correlation_header)
+        except (TopicLimitReached, SchemaUnavailable) as e:
+            self._unavailable(exchange, f"reply topic {w.reply_to}: {e}", RETRY_AFTER_LOADING)
+            return
+        wait = min(prefer.wait or 0.0, self.settings.max_wait)
+        began = self.clock.seconds()
+        loaded = exchange.hold(when_loaded(replies.cache, self.clock, self.settings.max_wait))
+
+        def then(ok: bool | None) -> None:
+            if not ok:
+                self._unavailable(exchange, f"reply topic {w.reply_to} is not loaded yet",
+                                  RETRY_AFTER_LOADING)
+                return
+            left = max(0.0, wait - (self.clock.seconds() - began))
+            waited = exchange.hold(replies.wait(correlation, left))
+            waited.addCallback(answer).addErrback(exchange.failed)
+
+        def answer(reply: Message | None) -> None:
+            if reply is None:
+                exchange.answer(http.ACCEPTED, self._async_headers(w, params, correlation))
+            else:
+                self._answer_reply(exchange, reply, w.correlation_header)
+
+        loaded.addCallback(then).addErrback(exchange.failed)
+
+    # -- answers -------------------------------------------------------------------------------
+
+    def _async_headers(self, w: ProduceWith, params: Mapping[str, str],
+                       correlation: str) -> list[tuple[str, str]]:
+        """The route's `async` headers (`location`), with the request's params and the
+        correlation id; a GET of the location gets them again with its `202`. A value whose
+        references the request cannot fill is left out."""
+        values = {"correlationId": correlation}
+        out = []
+        for name, template in w.async_headers:
+            try:
+                out.append((name, substitute(template, params, None, values)))
+            except Unresolvable:
+                continue
+        return out
+
+    def _answer_reply(self, exchange: Exchange, reply: Message, correlation_header: str) -> None:
+        raw_status = reply.header(":status")
+        status = int(raw_status) if raw_status is not None and raw_status.isdigit() and \
+            len(raw_status) == 3 else 0
+        if not 200 <= status <= 599:
+            self.events.emit(self.binding, "BINDING_HTTP_KAFKA_REPLY_INVALID",
+                             f"partition {reply.partition} offset {reply.offset}: :status "
+                             f"{raw_status!r} is not an HTTP status")
+            exchange.text(http.BAD_GATEWAY, "the reply carried no valid :status")
+            return
+        headers: list[tuple[str, bytes]] = []
+        for name, value in reply.headers:
+            if name.startswith(":") or name == correlation_header or value is None:
+                continue
+            if response_header(name, value):
+                headers.append((name, value))
+        exchange.answer(status, headers, reply.value or b"")
+
+    def _answer_failed(self, exchange: Exchange, failed: WriteFailed) -> None:
+        if failed.retriable:
+            self._unavailable(exchange, f"the broker did not take the write: {failed}",
+                              self.settings.ack_timeout)
+        elif failed.too_large:
+            exchange.text(http.REQUEST_ENTITY_TOO_LARGE, f"the broker refused the record: "
+                                                         f"{failed}")
+        elif failed.unknown_topic:
+            exchange.text(http.NOT_FOUND, "no such topic")
+        else:
+            exchange.text(http.BAD_REQUEST, f"the broker refused the record: {failed}")
+
+    def _unavailable(self, exchange: Exchange, reason: str, retry_after: float) -> None:
+        self.events.emit(self.binding, "BINDING_HTTP_KAFKA_UNAVAILABLE",
+                         f"{exchange.request.method.decode('latin-1')} "
+                         f"{exchange.request.path.decode('latin-1')}: {reason}")
+        exchange.text(http.SERVICE_UNAVAILABLE, reason,
+                      [("retry-after", str(max(1, math.ceil(retry_after))))])
+
+    def _replayed(self, topic: str, correlation: str, why: str) -> None:
+        self.events.emit(self.binding, "BINDING_HTTP_KAFKA_REPLAYED",
+                         f"{topic} {correlation}: not written again ({why})")
+
+    def _replies_of(self, exit_: KafkaExit, topic: str, header: str) -> Replies:
+        cache = exit_.topic(topic)
+        key = (topic, header)
+        replies = self._replies.get(key)
+        if replies is None or replies.cache is not cache:
+            replies = self._replies[key] = Replies(cache, header, self.clock)
+        return replies
+
