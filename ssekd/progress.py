@@ -33,6 +33,14 @@ _URLSAFE = re.compile(r"[A-Za-z0-9_-]*={0,2}")
 
 ETAG_FORMAT = "${etag}"
 KEY_ETAG_FORMAT = '["${base64(key)}","${etag}"]'
+#: An ssekd addition (Zilla #42): the key as text where it can go in a JSON string as it is.
+KEY_TEXT_FORMAT = '["${key}","${etag}"]'
+#: The formats whose id is a `[key, progress]` array.
+KEYED_FORMATS = (KEY_ETAG_FORMAT, KEY_TEXT_FORMAT)
+
+#: What keeps a key out of the text form: what JSON would have to escape (a quote, a backslash,
+#: control characters) - the key then would not read as it is between the quotes.
+_NOT_VERBATIM = re.compile(r'["\\\x00-\x1f\x7f]')
 
 
 class UndecodableId(ValueError):
@@ -334,11 +342,24 @@ def clean_etag(raw: bytes | None) -> str | None:
     return text
 
 
+def key_text(key: bytes) -> str:
+    """The key as the text form of ids writes it: the key itself when it is UTF-8 with nothing
+    JSON must escape, else its base64url (docs/protocol.md)."""
+    try:
+        text = key.decode("utf-8")
+    except UnicodeDecodeError:
+        return b64url(key)
+    return b64url(key) if _NOT_VERBATIM.search(text) else text
+
+
 def format_event_id(fmt: str, token: str, etag: str | None, key: bytes | None) -> str:
-    """An event id in one of the two formats of docs/protocol.md."""
+    """An event id in one of the formats of docs/protocol.md."""
     value = token if etag is None else f"{token}/{etag}"
-    if fmt == KEY_ETAG_FORMAT:
-        k = "null" if key is None else f'"{b64url(key)}"'
+    if fmt in KEYED_FORMATS:
+        if key is None:
+            k = "null"
+        else:
+            k = f'"{b64url(key) if fmt == KEY_ETAG_FORMAT else key_text(key)}"'
         # json.dumps of a plain token/etag is the bare quoted text, byte-identical to Zilla's,
         # and it still yields a valid JSON array when an etag carries a quote or backslash.
         return f"[{k},{json.dumps(value, ensure_ascii=False)}]"

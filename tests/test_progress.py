@@ -3,6 +3,7 @@ tokens, and the encoder's incremental token that never drifts from the reference
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -10,9 +11,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ssekd.progress import (
+    KEY_TEXT_FORMAT,
+    MAX_ID_LENGTH,
     ProgressId,
     ProgressState,
     UndecodableId,
+    b64url,
     format_event_id,
     parse_last_event_id,
 )
@@ -117,3 +121,39 @@ def test_hostile_tokens() -> None:
 
 
 # -- the cache: bounds, compaction, tail groups ------------------------------------------------
+
+
+# -- the text form of keyed ids (an ssekd addition, Zilla #42) ----------------------------------
+
+@pytest.mark.parametrize(("key", "shown"), [
+    (b"sensor-1", "sensor-1"),
+    ("caf\u00e9 \u00fcber/\u2603".encode(), "caf\u00e9 \u00fcber/\u2603"),
+    (b"", ""),
+    # what JSON would escape, and what is not UTF-8, falls back to base64url
+    (b'say "hi"', b64url(b'say "hi"')),
+    (b"back\\slash", b64url(b"back\\slash")),
+    (b"line\nbreak", b64url(b"line\nbreak")),
+    (b"tab\there", b64url(b"tab\there")),
+    (b"del\x7f", b64url(b"del\x7f")),
+    (b"\xff\xfe", b64url(b"\xff\xfe")),
+])
+def test_text_keys_are_verbatim_or_base64(key: bytes, shown: str) -> None:
+    token = ProgressId.encode({0: 3})
+    event_id = format_event_id(KEY_TEXT_FORMAT, token, "e1", key)
+    assert event_id == f'["{shown}","{token}/e1"]'
+    assert json.loads(event_id)[0] == shown
+    assert parse_last_event_id(event_id) == {0: 3}
+    assert format_event_id(KEY_TEXT_FORMAT, token, None, None) == f'[null,"{token}"]'
+
+
+@given(st.binary(max_size=40), st.dictionaries(st.integers(0, 50), st.integers(0, 2**40),
+                                               max_size=5))
+def test_text_key_ids_always_resume(key: bytes, positions: dict[int, int]) -> None:
+    """Whatever the key, the id is one JSON array whose first item is the key or its base64url,
+    with no line break (it is an `id:` line), and it resumes at its progress."""
+    event_id = format_event_id(KEY_TEXT_FORMAT, ProgressId.encode(positions), None, key)
+    shown, _ = json.loads(event_id)
+    assert shown == key.decode("utf-8", "replace") or shown == b64url(key)
+    assert "\n" not in event_id and "\r" not in event_id and "\0" not in event_id
+    if len(event_id) <= MAX_ID_LENGTH:
+        assert parse_last_event_id(event_id) == positions

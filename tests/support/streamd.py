@@ -60,6 +60,11 @@ bindings:
         with:
           topic: "${{params.topic}}"
           event: {{id: '["${{base64(key)}}","${{etag}}"]'}}
+      - when: [{{path: "/keytext/{{topic}}"}}]
+        exit: cache_client
+        with:
+          topic: "${{params.topic}}"
+          event: {{id: '["${{key}}","${{etag}}"]'}}
       - when: [{{path: "/bykey/{{topic}}/{{key}}"}}]
         exit: cache_client
         with:

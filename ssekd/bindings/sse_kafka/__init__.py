@@ -16,6 +16,7 @@ from ssekd.config.model import Binding
 from ssekd.patterns import Pattern, reference_problems
 from ssekd.progress import ETAG_FORMAT as ETAG_ID
 from ssekd.progress import KEY_ETAG_FORMAT as KEY_ETAG_ID
+from ssekd.progress import KEY_TEXT_FORMAT as KEY_TEXT_ID
 
 __all__ = ["BINDING"]
 
@@ -90,12 +91,15 @@ BINDING = BindingType("sse-kafka", {
                        }}},
                    "event": {"type": "object", "additionalProperties": False,
                              "required": ["id"], "description": "Event fields.",
-                             "properties": {"id": {"enum": [ETAG_ID, KEY_ETAG_ID],
+                             "properties": {"id": {"enum": [ETAG_ID, KEY_ETAG_ID, KEY_TEXT_ID],
                                                    "default": ETAG_ID,
                                                    "description": "Form of the `id:` field: the "
                                                                   "progress (and etag) alone, or "
                                                                   "a JSON array with the key "
-                                                                  "first."}}},
+                                                                  "first, base64url or (an ssekd "
+                                                                  "addition, `${key}`) as text "
+                                                                  "where it is UTF-8 that JSON "
+                                                                  "need not escape."}}},
                }},
     ),
 })

@@ -153,3 +153,24 @@ def test_resume_with_key_form_id(kafka: Kafka, streamd: Streamd) -> None:
             assert [g for g in got if partition_of(g, markers) == partition] == \
                 [x for x in expected if partition_of(x, markers) == partition]
         markers += new
+
+
+def test_text_key_ids_show_the_key_and_resume(kafka: Kafka, streamd: Streamd) -> None:
+    """`["${key}","${etag}"]` (an ssekd addition): a UTF-8 key as it is, one JSON would have to
+    escape (or that is not UTF-8) as base64url, null as null; a stream resumed with any of them
+    goes on right after its event."""
+    topic = kafka.topic(1)
+    keys = [b"caf\xc3\xa9/1", b'say "hi"', b"\xff\x00", None, b"plain"]
+    for n, key in enumerate(keys):
+        kafka.produce(topic, b"v%d" % n, key=key, partition=0,
+                      headers=[("etag", b"rev-%d" % n)])
+    kafka.flush()
+    with streamd.open(f"/keytext/{topic}") as c:
+        events = c.events(len(keys))
+    shown = [json.loads(e.id or "")[0] for e in events]
+    assert shown == ["caf\u00e9/1", b64(b'say "hi"'), b64(b"\xff\x00"), None, "plain"]
+    assert json.loads(events[0].id or "")[1] == f"{ProgressId.encode({0: 1})}/rev-0"
+    for cut in range(len(keys) - 1):
+        with streamd.open(f"/keytext/{topic}", {"Last-Event-ID": events[cut].id or ""}) as c:
+            rest = c.events(len(keys) - cut - 1)
+        assert [e.data for e in rest] == [f"v{n}" for n in range(cut + 1, len(keys))]
