@@ -15,8 +15,13 @@ Captured values are returned as they appear in the value: the binding that uses 
 whether they are percent-encoded.
 
 A route's `with` refers to values of the request: `${params.name}` to a capture of that route's
-`when`, `${guarded['guard'].identity}` to the identity a guard authenticated. One rule for a
-value a reference cannot find:
+`when`, `${guarded['guard'].identity}` to the identity a guard authenticated, and - where the
+binding takes them (sse-kafka, an ssekd addition, Zilla #1508) - `${headers.name}` to a request
+header and `${query.name}` to a query parameter. A header or query value is the client's own
+text, so it is held to more than a capture (`RequestValues`): one with a control character (a
+line break above all) or that is not UTF-8 is not a value, nor is a query parameter the http
+binding reads credentials from; a header that carries credentials cannot be named at all. One
+rule for a value a reference cannot find:
 
 - when the config alone shows it can never be there (a capture that some pattern of the route
   does not make, a guard the config does not define), it is a config error with its line, found
@@ -36,7 +41,12 @@ _TOKEN = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}|\*")
 _REFERENCE = re.compile(
     r"\$\{(?:params\.(?P<param>[A-Za-z_][A-Za-z0-9_]*)"
     r"|guarded\[(?P<quote>['\"])(?P<guard>[A-Za-z][A-Za-z0-9._-]*)(?P=quote)\]\.identity"
+    r"|headers\.(?P<header>[A-Za-z0-9_-]+)|query\.(?P<query>[A-Za-z0-9_.~-]+)"
     r"|(?P<name>[A-Za-z_][A-Za-z0-9_]*))\}")
+#: Headers that carry credentials: a route cannot copy them into a topic or a filter.
+CREDENTIAL_HEADERS = frozenset({"authorization", "cookie", "proxy-authorization"})
+#: What a value from a request header or the query may not hold (a line break above all).
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 @dataclass(frozen=True)
@@ -97,13 +107,45 @@ def guard_references(template: str) -> set[str]:
     return {m["guard"] for m in _REFERENCE.finditer(template) if m["guard"] is not None}
 
 
+@dataclass(frozen=True)
+class RequestValues:
+    """The request's headers (lower-case names, first value) and query parameters (first
+    value, percent-decoded), for `${headers.name}` and `${query.name}`; `secret_query` names
+    the parameters that carry credentials (the http binding's `authorization`)."""
+
+    headers: Mapping[str, str]
+    query: Mapping[str, str]
+    secret_query: frozenset[str] = frozenset()
+
+    def header(self, name: str) -> str:
+        found = self.headers.get(name.lower())
+        if found is None:
+            raise Unresolvable(f"no header {name}")
+        if "\ufffd" in found or _CONTROL.search(found):
+            raise Unresolvable(f"header {name} is not UTF-8 text without control characters")
+        return found
+
+    def parameter(self, name: str) -> str:
+        if name in self.secret_query:
+            raise Unresolvable(f"query parameter {name} carries credentials")
+        found = self.query.get(name)
+        if found is None:
+            raise Unresolvable(f"no query parameter {name}")
+        if "\ufffd" in found or _CONTROL.search(found):
+            raise Unresolvable(f"query parameter {name} is not UTF-8 text without control "
+                               f"characters")
+        return found
+
+
 def substitute(template: str, params: Mapping[str, str],
                identities: Mapping[str, str] | None = None,
-               values: Mapping[str, str] | None = None) -> str:
+               values: Mapping[str, str] | None = None,
+               request: RequestValues | None = None) -> str:
     """`template` with each reference replaced: `${params.name}` by its captured value,
-    `${guarded['guard'].identity}` by the identity that guard authenticated, and `${name}` by
-    `values[name]` for the names a binding defines (http-kafka's `${idempotencyKey}`); any other
-    `${name}` stays as it is. One pass: a value put in is never read for references."""
+    `${guarded['guard'].identity}` by the identity that guard authenticated, `${headers.name}`
+    and `${query.name}` by the request's (`RequestValues`: none without `request`), and `${name}`
+    by `values[name]` for the names a binding defines (http-kafka's `${idempotencyKey}`); any
+    other `${name}` stays as it is. One pass: a value put in is never read for references."""
     def value(m: re.Match[str]) -> str:
         if m["name"] is not None:
             found = (values or {}).get(m["name"])
@@ -113,6 +155,11 @@ def substitute(template: str, params: Mapping[str, str],
             if found is None:
                 raise Unresolvable(f"no path parameter {m['param']}")
             return found
+        if m["header"] is not None or m["query"] is not None:
+            if request is None:
+                raise Unresolvable("no request values here")
+            return request.header(m["header"]) if m["header"] is not None \
+                else request.parameter(m["query"])
         identity = (identities or {}).get(m["guard"])
         if identity is None:
             raise Unresolvable(f"no identity for guard {m['guard']}")
@@ -140,13 +187,33 @@ def unknown_guards(templates: Iterable[str], guards: Collection[str]) -> list[st
     return unknown
 
 
+def request_references(template: str) -> tuple[set[str], set[str]]:
+    """The header names and query parameters a `with` value refers to."""
+    found = list(_REFERENCE.finditer(template))
+    return ({m["header"].lower() for m in found if m["header"] is not None},
+            {m["query"] for m in found if m["query"] is not None})
+
+
 def reference_problems(templates: Iterable[str], patterns: Iterable[Pattern],
-                       guards: Collection[str]) -> list[str]:
+                       guards: Collection[str], request_values: bool = False) -> list[str]:
     """Why a route's `with` values (`templates`) could never resolve, whatever the request, as
     config error messages; empty when they always can. `patterns` are the route's `when.path`
-    patterns and `guards` the guards the config defines."""
+    patterns and `guards` the guards the config defines; `request_values` says whether the
+    binding takes `${headers.name}` and `${query.name}`."""
     templates = list(templates)
     problems: list[str] = []
+    headers: set[str] = set()
+    query: set[str] = set()
+    for t in templates:
+        h, q = request_references(t)
+        headers |= h
+        query |= q
+    if (headers or query) and not request_values:
+        problems.append("expected only `${params.name}` and `${guarded[...].identity}` here; "
+                        "`${headers...}` and `${query...}` are for sse-kafka routes")
+    elif headers & CREDENTIAL_HEADERS:
+        problems.append(f"expected a header that carries no credentials; "
+                        f"{', '.join(sorted(headers & CREDENTIAL_HEADERS))} does")
     missing = missing_captures(templates, patterns)
     if missing:
         problems.append(f"expected references to what every `when.path` captures; "

@@ -6,10 +6,13 @@ import pytest
 
 from ssekd.patterns import (
     Pattern,
+    RequestValues,
     Unresolvable,
     guard_references,
     missing_captures,
+    reference_problems,
     references,
+    request_references,
     substitute,
     unknown_guards,
 )
@@ -82,3 +85,41 @@ def test_unknown_guards_names_what_the_config_does_not_define() -> None:
     templates = ["${guarded['jwt1'].identity}", "${guarded['jwt0'].identity}", "${params.x}"]
     assert unknown_guards(templates, {"jwt0"}) == ["jwt1"]
     assert unknown_guards(templates, {"jwt0", "jwt1"}) == []
+
+
+def test_request_values_are_the_clients_text_and_nothing_else() -> None:
+    """`${headers.name}` (any case) and `${query.name}` (an ssekd addition, Zilla #1508): a
+    value with a control character or bytes that were not UTF-8 (U+FFFD after decoding) is no
+    value, nor is a query parameter that carries credentials."""
+    values = RequestValues({"x-tenant": "acme", "x-bad": "a\nb", "x-nul": "a\x00",
+                            "x-latin": "caf\ufffd"},
+                           {"stream": "orders", "q": "a\rb", "access_token": "eyJ"},
+                           frozenset({"access_token"}))
+    template = "${headers.X-Tenant}.${query.stream}"
+    assert request_references(template) == ({"x-tenant"}, {"stream"})
+    assert substitute(template, {}, None, request=values) == "acme.orders"
+    for bad, why in [("${headers.x-bad}", "control characters"),
+                     ("${headers.x-nul}", "control characters"),
+                     ("${headers.x-latin}", "not UTF-8"),
+                     ("${headers.x-none}", "no header x-none"),
+                     ("${query.q}", "control characters"),
+                     ("${query.access_token}", "carries credentials"),
+                     ("${query.none}", "no query parameter none")]:
+        with pytest.raises(Unresolvable, match=why):
+            substitute(bad, {}, None, request=values)
+    with pytest.raises(Unresolvable, match="no request values here"):
+        substitute("${headers.x-tenant}", {}, None)
+
+
+def test_request_values_only_where_the_binding_takes_them_and_never_credentials() -> None:
+    patterns = [Pattern.compile("/{topic}")]
+    assert reference_problems(["${query.t}", "${headers.x-a}"], patterns, set(),
+                              request_values=True) == []
+    assert reference_problems(["${query.t}"], patterns, set()) == [
+        "expected only `${params.name}` and `${guarded[...].identity}` here; "
+        "`${headers...}` and `${query...}` are for sse-kafka routes"]
+    for header in ("Authorization", "cookie", "Proxy-Authorization"):
+        [problem] = reference_problems([f"${{headers.{header}}}"], patterns, set(),
+                                       request_values=True)
+        assert problem.startswith("expected a header that carries no credentials"), problem
+        assert header.lower() in problem

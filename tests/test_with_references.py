@@ -45,8 +45,11 @@ def _proxy() -> tuple[SseKafkaProxy, FakeCache, EventLog]:
     return SseKafkaProxy("p", (route,), {"cc": cache}, log), cache, log
 
 
-def _request(path: str, sessions: dict[str, Any]) -> StreamRequest:
-    return StreamRequest(path, None, {}, HttpContext("http0", sessions=sessions), f"GET {path}")
+def _request(path: str, sessions: dict[str, Any], query: dict[str, str] | None = None,
+             headers: dict[str, str] | None = None) -> StreamRequest:
+    context = HttpContext("http0", sessions=sessions)
+    context.credential_query = frozenset({"access_token"})
+    return StreamRequest(path, None, query or {}, context, f"GET {path}", headers or {})
 
 
 def test_identity_of_the_guard_becomes_the_filter_key() -> None:
@@ -63,6 +66,41 @@ def test_a_request_without_that_identity_is_404() -> None:
     assert cache.topics == []
     assert log.recent[-1].endswith(
         "BINDING_SSE_KAFKA_NO_ROUTE GET /mine/items: no identity for guard jwt0"), log.recent
+
+
+def test_topic_from_the_query_and_key_from_a_header() -> None:
+    """A header or query value is held to what a path capture is: a topic name Kafka allows
+    and not an internal topic; and beyond that, no control character (a line break) and no
+    credentials (ssekd additions, Zilla #1508)."""
+    cache = FakeCache()
+    route = SseKafkaRoute((Pattern.compile("/item"),), "cc",
+                          {"topic": "${query.stream}", "filters": [{"key": "${headers.x-item}"}]})
+    log = EventLog("t")
+    proxy = SseKafkaProxy("p", (route,), {"cc": cache}, log)
+    opened = proxy.open(_request("/item", {}, {"stream": "orders"}, {"x-item": "42"}), None)
+    assert not isinstance(opened, int)
+    assert (cache.topics, cache.keys) == (["orders"], [b"42"])
+    for query, headers, why in [
+            ({"stream": "orders"}, {}, "no header x-item"),
+            ({}, {"x-item": "42"}, "no query parameter stream"),
+            ({"stream": "orders"}, {"x-item": "42\r\nevent: forged"}, "control characters"),
+            ({"stream": "orders\n"}, {"x-item": "42"}, "control characters"),
+            ({"stream": "__consumer_offsets"}, {"x-item": "42"}, "internal topic"),
+            ({"stream": "_schemas"}, {"x-item": "42"}, "internal topic"),
+            ({"stream": "a,b"}, {"x-item": "42"}, "not a topic name"),
+            ({"stream": "orders", "access_token": "x"}, {"x-item": "42"}, None)]:
+        request = _request("/item", {}, query, headers)
+        if why is None:
+            assert not isinstance(proxy.open(request, None), int)
+            continue
+        assert proxy.open(request, None) == 404, (query, headers)
+        assert why in log.recent[-1], log.recent[-1]
+    assert cache.topics == ["orders", "orders"]
+    # a parameter the http binding reads credentials from is never a value
+    route = SseKafkaRoute((Pattern.compile("/leak"),), "cc", {"topic": "${query.access_token}"})
+    proxy = SseKafkaProxy("p", (route,), {"cc": cache}, log)
+    assert proxy.open(_request("/leak", {}, {"access_token": "orders"}), None) == 404
+    assert "carries credentials" in log.recent[-1]
 
 
 class FakeFiles:

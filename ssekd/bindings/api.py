@@ -494,6 +494,9 @@ class StreamRequest:
     context: HttpContext | None = None
     #: Short description for events: "GET /path".
     describe: str = ""
+    #: Request headers by lower-case name (first value, UTF-8; not valid UTF-8: with U+FFFD),
+    #: read when a route refers to one (`${headers.name}`).
+    headers: Mapping[str, str] = field(default_factory=dict)
 
 
 class EventSink(Protocol):

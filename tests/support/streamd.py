@@ -65,6 +65,11 @@ bindings:
         with:
           topic: "${{params.topic}}"
           event: {{id: '["${{key}}","${{etag}}"]'}}
+      - when: [{{path: "/item"}}]
+        exit: cache_client
+        with:
+          topic: "${{query.topic}}"
+          filters: [{{key: "${{headers.x-item}}"}}]
       - when: [{{path: "/bykey/{{topic}}/{{key}}"}}]
         exit: cache_client
         with:

@@ -13,6 +13,7 @@ after that, whereas a `429` or `503` would make it give up for good (docs/protoc
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from typing import Any
 from urllib.parse import unquote_to_bytes
 
@@ -39,6 +40,33 @@ DEFAULT_TRY_LATER_RETRY = 5000
 def _text(raw: bytes) -> str:
     """Client bytes as text for ids and events: UTF-8 where valid, never an exception."""
     return raw.decode("utf-8", errors="replace")
+
+
+class RequestHeaders(Mapping[str, str]):
+    """A request's headers as `StreamRequest.headers` gives them: lower-case name, first value,
+    decoded on demand (most routes read none)."""
+
+    __slots__ = ("_headers",)
+
+    def __init__(self, headers: Any) -> None:
+        self._headers = headers  # twisted.web.http_headers.Headers
+
+    def __getitem__(self, name: str) -> str:
+        if self._headers is None:
+            raise KeyError(name)
+        raw = self._headers.getRawHeaders(name.lower().encode("latin-1", "replace"))
+        if not raw:
+            raise KeyError(name)
+        first = raw[0]
+        return _text(first if isinstance(first, bytes) else str(first).encode("utf-8"))
+
+    def __iter__(self) -> Iterator[str]:
+        if self._headers is None:
+            return iter(())
+        return (n.decode("latin-1").lower() for n, _ in self._headers.getAllRawHeaders())
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
 
 def query_params(uri: bytes) -> dict[str, str]:
@@ -150,7 +178,8 @@ class SseServer(Service):
                                    TryLater(f"{len(self.streams)} streams open (limits.streams)"))
         stream = SseStream(self, request, ctx.lease)
         result = self.source.open(
-            StreamRequest(path, last_id, query, ctx, f"GET {path}"), stream)
+            StreamRequest(path, last_id, query, ctx, f"GET {path}",
+                          RequestHeaders(getattr(request, "requestHeaders", None))), stream)
         if isinstance(result, int):
             return self._reject(request, result, f"GET {path}")
         if isinstance(result, TryLater):

@@ -38,7 +38,7 @@ def _build(ctx: BuildContext, binding: Binding) -> SseKafkaProxy:
         patterns = tuple(Pattern.compile(w["path"]) for w in r.when) or (Pattern.compile("*"),)
         issues += [ctx.issue(("bindings", binding.name, "routes", i, "with"), problem)
                    for problem in reference_problems(with_templates(r.with_), patterns,
-                                                     ctx.config.guards)]
+                                                     ctx.config.guards, request_values=True)]
         routes.append(SseKafkaRoute(patterns, exit_name, r.with_, r.guarded))
     if issues:
         raise ConfigError(issues)
@@ -71,7 +71,13 @@ BINDING = BindingType("sse-kafka", {
         }},
         with_={"type": "object", "additionalProperties": False, "required": ["topic"],
                "default": {"topic": DEFAULT_TOPIC},
-               "description": "What the stream carries. Values may use `${params.name}`.",
+               "description": "What the stream carries. Values may use `${params.name}`, "
+                              "`${guarded['guard'].identity}` and (ssekd additions) "
+                              "`${headers.name}` and `${query.name}`: a header or query value "
+                              "with a control character, or not UTF-8, is `404`, and so is a "
+                              "query parameter the http binding reads credentials from; a "
+                              "header that carries credentials (authorization, cookie) cannot "
+                              "be named.",
                "properties": {
                    "topic": {"type": "string", "minLength": 1,
                              "description": "The topic to stream."},

@@ -32,7 +32,7 @@ from ssekd.bindings.kafka.cache import SchemaUnavailable, TopicLimitReached
 from ssekd.bindings.kafka.start import Start
 from ssekd.bindings.kafka.subscription import EventEncoder, Subscription
 from ssekd.bindings.sse_kafka.encoder import Filter, KafkaEventEncoder
-from ssekd.patterns import Pattern, Unresolvable, substitute
+from ssekd.patterns import Pattern, RequestValues, Unresolvable, substitute
 from ssekd.progress import ETAG_FORMAT, UndecodableId, parse_last_event_id
 from ssekd.telemetry.events import EventLog
 from ssekd.telemetry.metrics import Counter, Gauge, Metrics
@@ -186,16 +186,21 @@ class SseKafkaProxy:
             refused = refuse_unauthorized(request, self.name, route.guarded, self.guards)
             if refused is not None:
                 return refused
-        identities = request.context.identities() if request.context is not None else {}
+        context = request.context
+        identities = context.identities() if context is not None else {}
+        values = RequestValues(request.headers, request.query,
+                               context.credential_query if context is not None else frozenset())
         w = route.with_ or {}
         template = str(w.get("topic", DEFAULT_TOPIC))
         try:
-            topic = substitute(template, params, identities)
+            def resolve(text: str) -> str:
+                return substitute(text, params, identities, request=values)
+
+            topic = resolve(template)
             filters = tuple(
                 Filter(
-                    key=None if "key" not in f
-                    else substitute(f["key"], params, identities).encode("utf-8"),
-                    headers=tuple((n, substitute(v, params, identities).encode("utf-8"))
+                    key=None if "key" not in f else resolve(f["key"]).encode("utf-8"),
+                    headers=tuple((n, resolve(v).encode("utf-8"))
                                   for n, v in sorted(f.get("headers", {}).items(),
                                                      key=_request_values_first)))
                 for f in w.get("filters", ()))

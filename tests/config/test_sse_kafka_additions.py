@@ -1,0 +1,127 @@
+"""ssekd's additions to sse-kafka routes and sse servers, misused: each is refused before the
+daemon listens, naming file, line, path and what was expected (the in-process check of every
+case, and the real `twistd ssekd` on one)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+from twisted.internet.testing import MemoryReactorClock
+
+from ssekd.bindings.registry import discover
+from ssekd.broker import free_port, port_open
+from ssekd.config import ConfigError
+from ssekd.config.load import load_config
+from ssekd.engine import Engine
+from tests.support.daemon import TWISTD
+
+GOOD = """\
+name: test
+bindings:
+  tcp0:
+    type: tcp
+    kind: server
+    options: {{host: 127.0.0.1, port: {port}}}
+    exit: http0
+  http0:
+    type: http
+    kind: server
+    routes:
+      - when: [{{headers: {{":path": "/files/*"}}}}]
+        exit: files_map
+    exit: sse0
+  files_map:
+    type: http-filesystem
+    kind: proxy
+    routes:
+      - when: [{{path: "/files/{{path}}"}}]
+        exit: files
+        with: {{path: "${{params.path}}"}}
+  files:
+    type: filesystem
+    kind: server
+    options: {{location: www}}
+  sse0:
+    type: sse
+    kind: server
+    exit: sse_kafka0
+  sse_kafka0:
+    type: sse-kafka
+    kind: proxy
+    routes:
+      - when: [{{path: "/items/{{id}}"}}]
+        exit: cache_client0
+        with:
+          topic: items
+          filters:
+            - key: "${{params.id}}"
+  cache_client0: {{type: kafka, kind: cache_client, exit: cache_server0}}
+  cache_server0: {{type: kafka, kind: cache_server, exit: kafka_client0}}
+  kafka_client0:
+    type: kafka
+    kind: client
+    options: {{servers: ["127.0.0.1:9"]}}
+"""
+
+# (id, replace-this, with-this, line, path, words the message must contain)
+CASES = [
+    ("credential-header-in-a-filter", 'key: "${{params.id}}"', 'key: "${{headers.authorization}}"',
+     36, "bindings.sse_kafka0.routes[0].with",
+     "expected a header that carries no credentials; authorization does"),
+    ("cookie-in-the-topic", "topic: items", 'topic: "${{headers.Cookie}}"', 36,
+     "bindings.sse_kafka0.routes[0].with", "cookie does"),
+    ("request-value-in-a-file-path", 'with: {{path: "${{params.path}}"}}',
+     'with: {{path: "${{headers.x-file}}"}}', 21, "bindings.files_map.routes[0].with.path",
+     "`${headers...}` and `${query...}` are for sse-kafka routes"),
+    ("unknown-id-form", 'key: "${{params.id}}"',
+     'key: "${{params.id}}"\n          event: {{id: \'[\"${{key}}\"]\'}}', 40,
+     "bindings.sse_kafka0.routes[0].with.event.id", "expected one of"),
+]
+
+
+def broken(tmp_path: Path, case: tuple[str, str, str, int, str, str], port: int) -> Path:
+    _, old, new, *_ = case
+    text = GOOD.replace(old, new, 1)
+    assert text != GOOD, f"case {case[0]} did not change the config"
+    config = tmp_path / "zilla.yaml"
+    config.write_text(text.format(port=port))
+    (tmp_path / "www").mkdir(exist_ok=True)
+    return config
+
+
+def test_the_base_config_is_good(tmp_path: Path) -> None:
+    config = tmp_path / "zilla.yaml"
+    config.write_text(GOOD.format(port=free_port()))
+    (tmp_path / "www").mkdir()
+    Engine(config, reactor=MemoryReactorClock(), environ={})
+    load_config(config, discover())
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_issue_names_file_line_path_and_expectation(tmp_path: Path, case: tuple) -> None:
+    config = broken(tmp_path, case, 7114)
+    with pytest.raises(ConfigError) as caught:
+        Engine(config, reactor=MemoryReactorClock(), environ={})  # load, validate and build
+    _, _, _, line, path, words = case
+    issue = caught.value.issues[0]
+    assert issue.file == config
+    assert (issue.line, issue.path) == (line, path), str(caught.value)
+    assert words in issue.message, str(caught.value)
+    assert f"{config}:{line}: " in str(caught.value)
+
+
+@pytest.mark.daemon
+def test_daemon_refuses_to_start(tmp_path: Path) -> None:
+    case = CASES[0]
+    port = free_port()
+    config = broken(tmp_path, case, port)
+    result = subprocess.run([TWISTD, "-n", "--pidfile=", "ssekd", "--config", str(config)],
+                            capture_output=True, timeout=30, cwd=tmp_path,
+                            env={"PATH": "/usr/bin:/bin"})
+    output = (result.stdout + result.stderr).decode()
+    assert result.returncode == 1, output
+    assert f"{config}:{case[3]}: " in output and case[5] in output
+    assert "Traceback" not in output
+    assert not port_open("127.0.0.1", port)
