@@ -582,14 +582,68 @@ def router_cost(groups: tuple[int, ...] = (0, 100, 1_000, 10_000, 20_000),
     return out
 
 
+def value_cost(records: int = 50_000) -> list[dict[str, Any]]:
+    """Microseconds per record for the cache to route a batch at the tail to 1,000 streams
+    over 100 distinct value filters (10 streams each), in-process, beside the same streams on
+    key filters and no stream at all: what a JSON value filter costs a record."""
+    from ssekd.bindings.kafka.message import Message
+    from ssekd.bindings.kafka.start import Start
+    from ssekd.bindings.sse_kafka.encoder import Filter, KafkaEventEncoder
+    from ssekd.bindings.sse_kafka.proxy import value_conditions
+    from ssekd.telemetry.metrics import Counter
+
+    rng = random.Random(3)
+    batch = []
+    nxt = [0] * 4
+    for i in range(records):
+        p = i % 4
+        # the same item as key and as the value's owner: key filters and value filters take
+        # the same records (a tenth of them), so the difference is what reading JSON costs
+        n = rng.randrange(1_000)
+        doc = {"id": i, "owner": f"user-{n}", "status": rng.choice(["open", "closed", "held"]),
+               "region": rng.choice(["eu", "us", "ap"]), "pad": "x" * 40}
+        batch.append(Message(p, nxt[p], b"user-%d" % n, json.dumps(doc).encode()))
+        nxt[p] += 1
+    batch.sort(key=lambda m: m.partition)  # a fetch brings each partition's records together
+
+    def filters(kind: str, n: int) -> tuple[Any, ...]:
+        if kind == "key":
+            return (Filter(key=b"user-%d" % n),)
+        # 100 distinct filters over two pointers: 80 on the owner, 20 on owner and status
+        spec: dict[str, Any] = {"/owner": f"user-{n}"}
+        if n % 5 == 0:
+            spec["/status"] = ["open", "closed", "held"]
+        return (Filter(values=value_conditions(spec, str)),)
+
+    out = []
+    for kind in ("none", "key", "value"):
+        _, cache = _in_process(0, max_messages=50_000)
+        counter, not_json = Counter(), Counter()
+        if kind != "none":
+            for n in range(100):
+                encoder = KafkaEventEncoder("t", filters(kind, n), filtered=counter,
+                                            not_json=not_json)
+                for _ in range(10):
+                    cache.subscribe(encoder, _Nothing(), Start())
+        clock = cache.reactor
+        while clock.getDelayedCalls():
+            clock.advance(0)
+        t0 = time.perf_counter()
+        for i in range(0, records, 500):
+            cache.on_records(batch[i:i + 500])
+        out.append({"filters": kind, "streams": 1 + (1000 if kind != "none" else 0),
+                    "us_per_record": round((time.perf_counter() - t0) / records * 1e6, 2)})
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--only", action="append",
-                        choices=["items", "users", "curve", "group_bytes", "router"])
+                        choices=["items", "users", "curve", "group_bytes", "router", "value"])
     args = parser.parse_args(argv)
     full = bool(os.environ.get("FULL")) and not args.quick
-    only = set(args.only or ["items", "users", "curve", "group_bytes", "router"])
+    only = set(args.only or ["items", "users", "curve", "group_bytes", "router", "value"])
     seconds = 300 if full else 30
     results: dict[str, Any] = {"full": full}
     private = ec.generate_private_key(ec.SECP256R1())
@@ -598,6 +652,8 @@ def main(argv: list[str] | None = None) -> int:
         results["group_bytes"] = group_bytes()
     if "router" in only:
         results["router"] = router_cost()
+    if "value" in only:
+        results["value"] = value_cost()
     if "items" in only:
         n = 20_000 if full else 2_000
         rig = fanout.Rig(config(jwk), workers=max(1, -(-n // PER_WORKER)))
@@ -654,6 +710,12 @@ def print_table(r: dict[str, Any]) -> None:
         print(table("the cache's cost per record at the tail (in-process, one unfiltered stream "
                     "beside the key streams)", ["key groups", "µs/record"],
                     [[x["groups"], x["us_per_record"]] for x in r["router"]]))
+    if r.get("value"):
+        print()
+        print(table("value filters at the tail: 1,000 streams over 100 distinct filters "
+                    "(in-process, beside the unfiltered stream)", ["filters", "streams",
+                                                                  "µs/record"],
+                    [[x["filters"], x["streams"], x["us_per_record"]] for x in r["value"]]))
     if r.get("group_bytes"):
         g = r["group_bytes"]
         print(f"\nmemory per filter group: {g['bytes_per_group']} bytes "

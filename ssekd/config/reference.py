@@ -148,6 +148,8 @@ def type_of(schema: Schema) -> str:
             return f"list of {_plural(items)}"
         return "list"
     if kind == "object":
+        if expected:
+            return str(expected)
         entries = schema.get("additionalProperties")
         if isinstance(entries, Mapping) and "properties" not in entries \
                 and "allOf" not in entries:

@@ -117,6 +117,9 @@ METRICS: Mapping[str, MetricDef] = _defs(
               "back (counted once per group of streams with the same filters, not per stream; "
               "a stream catching up reads only the records its filters can take).",
               labels=("topic",)),
+    MetricDef("sse.kafka.value.not.json", "counter", "Records at the tail a route's value "
+              "filters could not read as JSON (they match none; counted once per record, "
+              "however many filters looked).", labels=("topic",)),
     MetricDef("sse.kafka.resumes", "counter", "Streams that came back with a last event id, "
               "by where they resumed from (cache, kafka, undecodable).", labels=("outcome",)),
     MetricDef("sse.pauses", "counter", "Times a slow client's full buffer paused its "

@@ -194,6 +194,9 @@ COVERAGE: dict[str, str] = {
     "bindings.sse-kafka/proxy.routes[].with.filters[].key":
         f"{FILTERS}::test_filter_by_key_from_path_params",
     "bindings.sse-kafka/proxy.routes[].with.filters[].headers": f"{FILTERS}::test_filter_by_header",
+    "bindings.sse-kafka/proxy.routes[].with.filters[].value":
+        "bindings/sse_kafka/test_value_and_request_filters.py::"
+        "test_value_filters_take_the_records_whose_fields_match",
     "bindings.sse-kafka/proxy.routes[].with.event":
         "bindings/sse_kafka/test_event_ids.py::test_resume_with_key_form_id",
     "bindings.sse-kafka/proxy.routes[].with.event.id":

@@ -57,6 +57,7 @@ bindings:
           topic: items
           filters:
             - key: "${{params.id}}"
+              value: {{/status: open}}
   cache_client0: {{type: kafka, kind: cache_client, exit: cache_server0}}
   cache_server0: {{type: kafka, kind: cache_server, exit: kafka_client0}}
   kafka_client0:
@@ -75,8 +76,19 @@ CASES = [
     ("request-value-in-a-file-path", 'with: {{path: "${{params.path}}"}}',
      'with: {{path: "${{headers.x-file}}"}}', 21, "bindings.files_map.routes[0].with.path",
      "`${headers...}` and `${query...}` are for sse-kafka routes"),
-    ("unknown-id-form", 'key: "${{params.id}}"',
-     'key: "${{params.id}}"\n          event: {{id: \'[\"${{key}}\"]\'}}', 40,
+    ("value-filter-not-a-pointer", "value: {{/status: open}}", "value: {{status: open}}", 40,
+     "bindings.sse_kafka0.routes[0].with.filters[0].value.status",
+     "expected a JSON pointer such as /status"),
+    ("value-filter-on-an-object", "value: {{/status: open}}", "value: {{/status: {{a: 1}}}}", 40,
+     "bindings.sse_kafka0.routes[0].with.filters[0].value./status",
+     "expected a string, number, true, false or null, or a list of them"),
+    ("value-filter-empty-set", "value: {{/status: open}}", "value: {{/status: []}}", 40,
+     "bindings.sse_kafka0.routes[0].with.filters[0].value./status",
+     "expected a string, number, true, false or null, or a list of them"),
+    ("value-filter-empty", "value: {{/status: open}}", "value: {{}}", 40,
+     "bindings.sse_kafka0.routes[0].with.filters[0].value", "expected a map of at least one"),
+    ("unknown-id-form", "value: {{/status: open}}",
+     "value: {{/status: open}}\n          event: {{id: '[\"${{key}}\"]'}}", 41,
      "bindings.sse_kafka0.routes[0].with.event.id", "expected one of"),
 ]
 

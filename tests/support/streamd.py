@@ -65,6 +65,13 @@ bindings:
         with:
           topic: "${{params.topic}}"
           event: {{id: '["${{key}}","${{etag}}"]'}}
+      - when: [{{path: "/byvalue/{{topic}}/{{owner}}"}}]
+        exit: cache_client
+        with:
+          topic: "${{params.topic}}"
+          filters:
+            - {{value: {{/owner: "${{params.owner}}", /kind: [order, refund]}}}}
+            - {{value: {{/all: true}}}}
       - when: [{{path: "/item"}}]
         exit: cache_client
         with:

@@ -1,4 +1,5 @@
-"""The records a topic's cache holds, by what filters ask of them: a key, or a header's value.
+"""The records a topic's cache holds, by what filters ask of them: a key, a header's value, or
+a field of the JSON value (an ssekd addition: `ssekd.bindings.kafka.value_path`).
 
 A filtered stream catching up (a browser opening `/items/42`, or coming back with its last event
 id) needs only the records its filters can take. Reading the whole cache for them costs every
@@ -7,13 +8,16 @@ read a billion records. The index lists, per *term* (a key, or one header's valu
 records that carry it, in arrival order, so such a stream reads its own records and nothing else.
 
 It is built on the first read that needs it (a topic no filtered stream reads costs nothing), the
-key list and each header name's list on their own (a header name is indexed only once a filter
-names it; names come from the config, values from requests). From then on each record appended
-is listed under its terms. Records that leave the cache (evicted, or replaced by a newer value of
-their key on a compacted topic) are not taken out one by one: readers pass over them (`live`),
-and once such dead entries outnumber the live ones the index is made again from what the cache
-holds, so it stays within twice the cache's records and a term whose records are all gone
-disappears with them (keys that come and go leave nothing behind).
+key list, each header name's list and each JSON pointer's list on their own (a header name or a
+pointer is indexed only once a filter names it; names come from the config, values from
+requests). From then on each record appended is listed under its terms, its value parsed once for
+all the pointers indexed; a record whose value is not JSON is listed under none of them.
+Records that leave the cache (evicted, or replaced by a newer value of their key on a compacted
+topic) are not taken out one by one: readers pass over them (`live`), and once such dead entries
+outnumber the live ones the index is made again from what the cache holds, so it stays within
+twice the cache's records and a term whose records are all gone disappears with them (keys that
+come and go leave nothing behind). A record's value is parsed again when it leaves, to count its
+entries under the pointers: its fields are not kept beside it.
 
 Everything here runs on the reactor thread.
 """
@@ -23,9 +27,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ssekd.bindings.kafka.message import Message
+from ssekd.bindings.kafka.value_path import ValuePath, parse_value
 
-#: A filter's indexable part: `(None, key)`, or `(header name, value)`.
-Term = tuple[str | None, bytes]
+#: A filter's indexable part: `(None, key)`, `(header name, value)`, or `(pointer, canonical
+#: JSON of a scalar)`.
+Term = tuple[str | ValuePath | None, bytes]
 
 #: Dead entries the index keeps before it is made again (and at least as many as live ones).
 REBUILD_AFTER = 1024
@@ -34,13 +40,16 @@ REBUILD_AFTER = 1024
 class LogIndex:
     """Cached records by term; the cache (`TopicLog`) feeds it and says when records die."""
 
-    __slots__ = ("_headers", "_keys", "dead", "entries")
+    __slots__ = ("_headers", "_keys", "_values", "dead", "entries")
 
     def __init__(self) -> None:
         #: key -> records with that key (built on the first key term asked for)
         self._keys: dict[bytes, list[Message]] | None = None
         #: header name -> value -> records with that header value (per name, once asked for)
         self._headers: dict[str, dict[bytes, list[Message]]] = {}
+        #: pointer -> canonical value -> records whose value has it there (per pointer, once
+        #: asked for)
+        self._values: dict[ValuePath, dict[bytes, list[Message]]] = {}
         #: Entries listed, and how many of them are records that left the cache since.
         self.entries = 0
         self.dead = 0
@@ -56,6 +65,14 @@ class LogIndex:
                     if not m.replaced and m.key is not None:
                         self._list_key(m)
             return self._keys.get(value, _NONE)
+        if isinstance(name, ValuePath):
+            found = self._values.get(name)
+            if found is None:
+                found = self._values[name] = {}
+                for m in window:
+                    if not m.replaced and m.value is not None:
+                        self._list_value(m, name, found, parse_value(m.value))
+            return found.get(value, _NONE)
         by_value = self._headers.get(name)
         if by_value is None:
             by_value = self._headers[name] = {}
@@ -71,6 +88,10 @@ class LogIndex:
         if self._headers and m.headers:
             for name, by_value in self._headers.items():
                 self._list_header(m, name, by_value)
+        if self._values and m.value is not None:
+            doc = parse_value(m.value)
+            for path, found in self._values.items():
+                self._list_value(m, path, found, doc)
 
     def died(self, m: Message) -> None:
         """A listed record left the cache (or was replaced): its entries are dead now."""
@@ -86,6 +107,7 @@ class LogIndex:
         names = list(self._headers)
         self._keys = {} if keys else None
         self._headers = {name: {} for name in names}
+        self._values = {path: {} for path in self._values}
         self.entries = self.dead = 0
         for m in window:
             if not m.replaced:
@@ -93,7 +115,8 @@ class LogIndex:
 
     def sizes(self) -> tuple[int, int]:
         """(terms listed, entries listed): what the index holds, for tests and figures."""
-        terms = len(self._keys or ()) + sum(len(v) for v in self._headers.values())
+        terms = len(self._keys or ()) + sum(len(v) for v in self._headers.values()) \
+            + sum(len(v) for v in self._values.values())
         return terms, self.entries
 
     def _list_key(self, m: Message) -> None:
@@ -116,12 +139,28 @@ class LogIndex:
                 run.append(m)
             self.entries += 1
 
+    def _list_value(self, m: Message, path: ValuePath, found: dict[bytes, list[Message]],
+                    doc: object) -> None:
+        at = path.find(doc)
+        if at is None:
+            return
+        run = found.get(at)
+        if run is None:
+            found[at] = [m]
+        else:
+            run.append(m)
+        self.entries += 1
+
     def _count(self, m: Message) -> int:
-        """How many entries `m` has (what `add` listed it under)."""
+        """How many entries `m` has (what `add` listed it under). With pointers indexed its
+        value is parsed again: a record's fields are not kept beside it."""
         n = 1 if self._keys is not None and m.key is not None else 0
         if self._headers and m.headers:
             for name in self._headers:
                 n += len({v for k, v in m.headers if k == name and v is not None})
+        if self._values and m.value is not None:
+            doc = parse_value(m.value)
+            n += sum(1 for path in self._values if path.find(doc) is not None)
         return n
 
 

@@ -86,7 +86,16 @@ class EventEncoder(Protocol):
         """Counts the records at the tail its filters held back (once per tail group)."""
         ...
 
-    def matches(self, m: Message) -> bool: ...
+    @property
+    def not_json(self) -> Counter:
+        """Counts the records at the tail whose value a value filter could not read as JSON
+        (once per record, for every encoder that counts into it)."""
+        ...
+
+    def matches(self, m: Message, parsed: Any = ...) -> bool:
+        """Whether it takes `m`; `parsed` is `m`'s value as a `value_path.ParsedValue` when
+        the caller parsed it already, for filters on the value."""
+        ...
 
     def event(self, m: Message, token: bytes) -> bytes:
         """The event of a record it takes, with `token` (the position after it) as its id."""

@@ -4,11 +4,16 @@ Streams at the tail that share an encoder (route, filters, id format) form one `
 each batch is encoded once for the group and written to every member. A topic may have tens of
 thousands of groups - a stream per item (`/items/{id}`, a key filter) or per user (a filter on
 the guard's identity) - so a record must not visit every group. `TailRouter` keeps the groups in
-an index by the one thing each filter needs a record to carry (its *term*: a key, or a header's
-value, see `ssekd.bindings.kafka.log_index`): a record visits the groups indexed under its key
-and under each of its headers' values, plus the groups that may take any record (no filter).
-The cost of a record is then one lookup per key or header it carries plus the groups that take
-it, whatever the number of groups.
+an index by the one thing each filter needs a record to carry (its *term*: a key, a header's
+value, or a field of its JSON value, see `ssekd.bindings.kafka.log_index`): a record visits the
+groups indexed under its key and under each of its headers' values, plus the groups that may take
+any record (no filter). The cost of a record is then one lookup per key or header it carries plus
+the groups that take it, whatever the number of groups.
+
+Value filters (an ssekd addition) cost a record one JSON parse, made only while some group has
+one, and one lookup per distinct pointer the groups name (`/status`, `/owner`): the groups are
+listed under (pointer, value), so 100 filters on one pointer cost a record what one does. A
+record whose value is not JSON matches no value filter and is counted once (`not_json`).
 
 Progress without per-group work: every stream at the tail has passed every record the cache
 took, so all of them are at the same position - the cache's tail, one past the last record of
@@ -35,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 from ssekd.bindings.kafka.log_index import Term
 from ssekd.bindings.kafka.message import Message
 from ssekd.bindings.kafka.topic_log import TopicLog
+from ssekd.bindings.kafka.value_path import NOT_JSON, UNPARSED, ParsedValue, ValuePath
 from ssekd.progress import ProgressState
 
 if TYPE_CHECKING:
@@ -75,8 +81,9 @@ def _positions(tail: dict[int, int], floor: dict[int, int]) -> dict[int, int]:
 class TailRouter:
     """The tail groups of one topic, indexed by the terms their filters need."""
 
-    __slots__ = ("_anything", "_by_header", "_by_key", "_counted", "_floored", "_header_names",
-                 "_multi", "_unwritten", "_before", "group_of", "groups", "log")
+    __slots__ = ("_anything", "_by_header", "_by_key", "_by_value", "_counted", "_floored",
+                 "_header_names", "_multi", "_not_json", "_unwritten", "_before",
+                 "_value_paths", "group_of", "groups", "log")
 
     def __init__(self, log: TopicLog) -> None:
         self.log = log
@@ -90,6 +97,12 @@ class TailRouter:
         self._by_header: dict[tuple[str, bytes], dict[TailGroup, None]] = {}
         #: Header names some group's term names, with how many terms name each.
         self._header_names: dict[str, int] = {}
+        #: Groups by (JSON pointer's text, canonical value), and the pointers with how many
+        #: terms name each (a record's value is parsed while there is one).
+        self._by_value: dict[tuple[str, bytes], dict[TailGroup, None]] = {}
+        self._value_paths: dict[ValuePath, int] = {}
+        #: Per not-JSON counter of the groups with value terms: [counter, how many groups].
+        self._not_json: dict[int, list[Any]] = {}
         #: Groups listed under more than one term (a record may name them twice).
         self._multi = 0
         #: Groups with a floor.
@@ -155,12 +168,9 @@ class TailRouter:
             listed[g] = None
         if len(terms) > 1:
             self._multi += 1
-        counter = g.encoder.filtered
-        entry = self._counted.get(id(counter))
-        if entry is None:
-            self._counted[id(counter)] = [counter, 1]
-        else:
-            entry[1] += 1
+        _count_in(self._counted, g.encoder.filtered, 1)
+        if any(isinstance(name, ValuePath) for name, _ in terms):
+            _count_in(self._not_json, g.encoder.not_json, 1)
 
     def _drop(self, g: TailGroup) -> None:
         """Take a group out of everything (its last member left)."""
@@ -179,10 +189,9 @@ class TailRouter:
                     self._unlist(term)
         if len(terms) > 1:
             self._multi -= 1
-        entry = self._counted[id(g.encoder.filtered)]
-        entry[1] -= 1
-        if not entry[1]:
-            del self._counted[id(g.encoder.filtered)]
+        _count_in(self._counted, g.encoder.filtered, -1)
+        if any(isinstance(name, ValuePath) for name, _ in terms):
+            _count_in(self._not_json, g.encoder.not_json, -1)
 
     def _lists(self, term: Term, create: bool) -> dict[TailGroup, None] | None:
         name, value = term
@@ -190,6 +199,12 @@ class TailRouter:
             listed = self._by_key.get(value)
             if listed is None and create:
                 listed = self._by_key[value] = {}
+            return listed
+        if isinstance(name, ValuePath):
+            listed = self._by_value.get((name.text, value))
+            if listed is None and create:
+                listed = self._by_value[(name.text, value)] = {}
+                self._value_paths[name] = self._value_paths.get(name, 0) + 1
             return listed
         listed = self._by_header.get((name, value))
         if listed is None and create:
@@ -202,6 +217,14 @@ class TailRouter:
         if name is None:
             del self._by_key[value]
             return
+        if isinstance(name, ValuePath):
+            del self._by_value[(name.text, value)]
+            left = self._value_paths[name] - 1
+            if left:
+                self._value_paths[name] = left
+            else:
+                del self._value_paths[name]
+            return
         del self._by_header[(name, value)]
         left = self._header_names[name] - 1
         if left:
@@ -213,8 +236,9 @@ class TailRouter:
         """What the index holds (for tests and figures)."""
         return {"groups": len(self.groups), "keys": len(self._by_key),
                 "headers": len(self._by_header), "header_names": len(self._header_names),
+                "values": len(self._by_value), "pointers": len(self._value_paths),
                 "anything": len(self._anything), "floored": len(self._floored),
-                "counters": len(self._counted)}
+                "counters": len(self._counted) + len(self._not_json)}
 
     # -- a batch ------------------------------------------------------------------------------
 
@@ -238,7 +262,7 @@ class TailRouter:
                 g.out = [data]
                 touched[g] = None
         taken: dict[int, list[Any]] = {}
-        if self._by_key or self._by_header or self._floored:
+        if self._by_key or self._by_header or self._by_value or self._floored:
             self._route_each(fresh, before, touched, taken)
         self._count_filtered(len(fresh), taken)
         self._write(touched, before)
@@ -253,9 +277,12 @@ class TailRouter:
         tail = ProgressState(before)
         by_key = self._by_key
         by_header = self._by_header
+        by_value = self._by_value
         names = self._header_names
+        paths = list(self._value_paths)
         floored_anything = [g for g in self._anything if g.floor]
         multi = self._multi > 0
+        not_json = 0
         for m in fresh:
             p = m.partition
             tail.move(p, m.offset + 1)  # its token is made only if a group takes the record
@@ -270,6 +297,18 @@ class TailRouter:
                         listed = by_header.get((n, v))
                         if listed:
                             found = [*found, *listed]
+            parsed = UNPARSED
+            if paths:
+                parsed = ParsedValue(m.value)  # once per record, whatever the groups
+                if parsed.doc is NOT_JSON:
+                    not_json += m.value is not None
+                else:
+                    for path in paths:
+                        at = parsed.at(path)  # once per pointer, whatever the filters
+                        if at is not None:
+                            listed = by_value.get((path.text, at))
+                            if listed:
+                                found = [*found, *listed]
             if not found:
                 continue
             token = tail.token_bytes()
@@ -279,7 +318,8 @@ class TailRouter:
             for g in found:
                 encoder = g.encoder
                 if encoder.terms is not None:
-                    if not encoder.matches(m):
+                    if not (encoder.matches(m) if parsed is UNPARSED
+                            else encoder.matches(m, parsed)):
                         continue
                     counter = encoder.filtered
                     entry = taken.get(id(counter))
@@ -304,6 +344,9 @@ class TailRouter:
                     touched[g] = None
                 else:
                     g.out.append(event)
+        if not_json:
+            for counter, _ in self._not_json.values():
+                counter.value += not_json
 
     def _count_filtered(self, records: int, taken: dict[int, list[Any]]) -> None:
         """Each indexed group held back every record of the batch it did not take."""
@@ -349,3 +392,14 @@ class TailRouter:
                 self.group_of[s] = into
             g.members.clear()
             self._drop(g)
+
+
+def _count_in(counters: dict[int, list[Any]], counter: Any, groups: int) -> None:
+    """Add `groups` to the number of groups counting into `counter` (dropped at none)."""
+    entry = counters.get(id(counter))
+    if entry is None:
+        counters[id(counter)] = [counter, groups]
+        return
+    entry[1] += groups
+    if not entry[1]:
+        del counters[id(counter)]

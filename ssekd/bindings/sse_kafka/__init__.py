@@ -20,6 +20,9 @@ from ssekd.progress import KEY_TEXT_FORMAT as KEY_TEXT_ID
 
 __all__ = ["BINDING"]
 
+#: A value a JSON field may be compared with.
+_JSON_SCALAR: dict[str, object] = {"type": ["string", "number", "boolean", "null"]}
+
 
 def _build(ctx: BuildContext, binding: Binding) -> SseKafkaProxy:
     routes = []
@@ -94,6 +97,28 @@ BINDING = BindingType("sse-kafka", {
                                        "additionalProperties": {"type": "string"},
                                        "description": "Each named header must be present with "
                                                       "this value; with `key`, all must match."},
+                           "value": {
+                               "type": "object", "minProperties": 1, "x-ssekd-addition": True,
+                               "x-expected": "a map of at least one JSON pointer to a JSON "
+                                             "scalar (string, "
+                                             "number, true, false, null) or a list of them",
+                               "propertyNames": {"pattern": r"^(/([^~/]|~[01])*)+$",
+                                                 "x-expected": "a JSON pointer such as "
+                                                               "/status or /owner/id"},
+                               "additionalProperties": {"anyOf": [
+                                   _JSON_SCALAR,
+                                   {"type": "array", "minItems": 1, "items": _JSON_SCALAR}],
+                                   "x-expected": "a string, number, true, false or null, or a "
+                                                 "list of them"},
+                               "description": "Fields of the record's JSON value, by JSON "
+                                              "pointer (Zilla #1507): each must hold this value "
+                                              "(equal JSON: `42` is not `\"42\"`), or one of "
+                                              "the list. Strings may use references (which "
+                                              "give strings: `${params.id}` is never `42`). "
+                                              "A record "
+                                              "whose value is not JSON, or where the field is "
+                                              "missing, an object or an array, does not match. "
+                                              "With `key` and `headers`, all must match."},
                        }}},
                    "event": {"type": "object", "additionalProperties": False,
                              "required": ["id"], "description": "Event fields.",

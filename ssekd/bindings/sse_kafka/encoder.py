@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ssekd.bindings.kafka.log_index import Term
 from ssekd.bindings.kafka.message import Message
 from ssekd.bindings.kafka.subscription import CatchUp
+from ssekd.bindings.kafka.value_path import UNPARSED, ParsedValue, ValuePath
 from ssekd.bindings.sse.wire import CR, END, ID, ID_DATA, LF, event_bytes, id_data_event
 from ssekd.progress import (
     ETAG_FORMAT,
@@ -29,49 +31,70 @@ from ssekd.telemetry.metrics import Counter
 
 @dataclass(frozen=True)
 class Filter:
-    """All of: key equal (when given) and each header present with that value (docs/protocol.md)."""
+    """All of: key equal (when given), each header present with that value, and each JSON
+    pointer of `values` at one of its values in the record's JSON value (docs/protocol.md)."""
 
     key: bytes | None = None
     headers: tuple[tuple[str, bytes], ...] = ()
+    #: (pointer, the canonical JSON of the values it may hold): an ssekd addition.
+    values: tuple[tuple[ValuePath, frozenset[bytes]], ...] = ()
 
     @property
-    def term(self) -> Term | None:
-        """The one part of the filter the cache indexes records by: the key when it names one,
-        else its first header (sse-kafka lists a value taken from the request first, being the
-        most selective); None for an empty filter, which takes every record."""
+    def terms(self) -> tuple[Term, ...] | None:
+        """The part of the filter the cache indexes records by: the key when it names one, else
+        its first header, else its first pointer with each of its values (sse-kafka lists a
+        value taken from the request first, being the most selective); None for an empty
+        filter, which takes every record."""
         if self.key is not None:
-            return (None, self.key)
+            return ((None, self.key),)
         if self.headers:
-            return self.headers[0]
+            return (self.headers[0],)
+        if self.values:
+            path, allowed = self.values[0]
+            return tuple((path, v) for v in sorted(allowed))
         return None
 
-    def matches(self, m: Message) -> bool:
+    def matches(self, m: Message, parsed: Any = UNPARSED) -> bool:
+        """`parsed`: the record's value as a `ParsedValue`, when the caller parsed it."""
         if self.key is not None and m.key != self.key:
             return False
         for name, value in self.headers:
             if not any(n == name and v == value for n, v in m.headers):
                 return False
+        if self.values:
+            if parsed is UNPARSED:
+                parsed = ParsedValue(m.value)
+            for path, allowed in self.values:
+                if parsed.at(path) not in allowed:
+                    return False
         return True
 
 
 class KafkaEventEncoder:
     """Encodes records as `id:`/`event:`/`data:` events, advancing a stream's progress."""
 
-    __slots__ = ("__weakref__", "_key", "_terms", "filtered", "filters", "id_format", "topic")
+    __slots__ = ("__weakref__", "_json", "_key", "_terms", "filtered", "filters", "id_format",
+                 "not_json", "topic")
 
     def __init__(self, topic: str, filters: tuple[Filter, ...] = (),
-                 id_format: str = ETAG_FORMAT, filtered: Counter | None = None) -> None:
+                 id_format: str = ETAG_FORMAT, filtered: Counter | None = None,
+                 not_json: Counter | None = None) -> None:
         self.topic = topic
         self.filters = filters
         self.id_format = id_format
         #: Records at the tail the filters held back (counted once per group of streams by
         #: the cache's tail router; a stream catching up reads only what its filters can take).
         self.filtered = filtered or Counter()
+        #: Records at the tail a value filter could not read as JSON (once per record).
+        self.not_json = not_json or Counter()
         self._key: Hashable = (topic, filters, id_format)
-        terms = [t for t in (f.term for f in filters) if t is not None]
+        per_filter = [f.terms for f in filters]
         # an empty filter takes every record, and so do no filters
         self._terms: tuple[Term, ...] | None = \
-            tuple(dict.fromkeys(terms)) if filters and len(terms) == len(filters) else None
+            tuple(dict.fromkeys(t for ts in per_filter if ts for t in ts)) \
+            if filters and all(per_filter) else None
+        #: Whether a filter looks into the value (parse it once for all of them).
+        self._json = any(f.values for f in filters)
 
     @property
     def key(self) -> Hashable:
@@ -88,9 +111,14 @@ class KafkaEventEncoder:
         None when any record may be taken (no filters, or an empty one)."""
         return self._terms
 
-    def matches(self, m: Message) -> bool:
-        """Filters are any-of; a route with no filters takes everything."""
-        return not self.filters or any(f.matches(m) for f in self.filters)
+    def matches(self, m: Message, parsed: Any = UNPARSED) -> bool:
+        """Filters are any-of; a route with no filters takes everything. `parsed`: the value
+        as a `ParsedValue`, when the caller parsed it already."""
+        if not self.filters:
+            return True
+        if self._json and parsed is UNPARSED:
+            parsed = ParsedValue(m.value)
+        return any(f.matches(m, parsed) for f in self.filters)
 
     def event(self, m: Message, token: bytes) -> bytes:
         """The event of a record this encoder takes, its id made of `token` (the position

@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol, runtime_checkable
@@ -31,6 +31,7 @@ from ssekd.bindings.api import EventSink, Guard, StreamRequest, TryLater, refuse
 from ssekd.bindings.kafka.cache import SchemaUnavailable, TopicLimitReached
 from ssekd.bindings.kafka.start import Start
 from ssekd.bindings.kafka.subscription import EventEncoder, Subscription
+from ssekd.bindings.kafka.value_path import ValuePath, canonical
 from ssekd.bindings.sse_kafka.encoder import Filter, KafkaEventEncoder
 from ssekd.patterns import Pattern, RequestValues, Unresolvable, substitute
 from ssekd.progress import ETAG_FORMAT, UndecodableId, parse_last_event_id
@@ -63,6 +64,17 @@ def _request_values_first(header: tuple[str, Any]) -> tuple[bool, str]:
     return "${" not in str(value), name
 
 
+def _value_items(wanted: Any) -> list[Any]:
+    """The values a value filter's pointer may hold: one, or a list (set membership)."""
+    return list(wanted) if isinstance(wanted, list) else [wanted]
+
+
+def _request_valued_first(item: tuple[str, Any]) -> tuple[bool, str]:
+    """Orders a filter's pointers as `_request_values_first` orders its headers."""
+    pointer, wanted = item
+    return not any("${" in v for v in _value_items(wanted) if isinstance(v, str)), pointer
+
+
 def with_templates(with_: Mapping[str, Any] | None) -> list[str]:
     """Every value of a route's `with` that may hold references, the topic first."""
     w = with_ or {}
@@ -70,7 +82,22 @@ def with_templates(with_: Mapping[str, Any] | None) -> list[str]:
     for f in w.get("filters", ()):
         out += [str(f["key"])] if "key" in f else []
         out += [str(v) for v in (f.get("headers") or {}).values()]
+        out += [v for wanted in (f.get("value") or {}).values() for v in _value_items(wanted)
+                if isinstance(v, str)]
     return out
+
+
+def value_conditions(spec: Mapping[str, Any], resolve: Callable[[str], str]
+                     ) -> tuple[tuple[ValuePath, frozenset[bytes]], ...]:
+    """A filter's `value` block as `Filter.values`: each pointer with the canonical JSON of the
+    values it may hold, strings resolved by `resolve` (`${...}` references), pointers holding
+    a value from the request first."""
+    out = []
+    for pointer, wanted in sorted(spec.items(), key=_request_valued_first):
+        allowed = frozenset(canonical(resolve(v) if isinstance(v, str) else v)
+                            for v in _value_items(wanted))
+        out.append((ValuePath(pointer), frozenset(a for a in allowed if a is not None)))
+    return tuple(out)
 
 
 @runtime_checkable
@@ -202,7 +229,8 @@ class SseKafkaProxy:
                     key=None if "key" not in f else resolve(f["key"]).encode("utf-8"),
                     headers=tuple((n, resolve(v).encode("utf-8"))
                                   for n, v in sorted(f.get("headers", {}).items(),
-                                                     key=_request_values_first)))
+                                                     key=_request_values_first)),
+                    values=value_conditions(f.get("value") or {}, resolve))
                 for f in w.get("filters", ()))
         except Unresolvable as e:
             self.events.emit(self.name, "BINDING_SSE_KAFKA_NO_ROUTE", f"{request.describe}: {e}")
@@ -230,7 +258,8 @@ class SseKafkaProxy:
             if encoder is None:
                 encoder = self._encoders[key] = KafkaEventEncoder(
                     topic, filters, id_format,
-                    self.metrics.counter("sse.kafka.filtered", self.name, topic=topic))
+                    self.metrics.counter("sse.kafka.filtered", self.name, topic=topic),
+                    self.metrics.counter("sse.kafka.value.not.json", self.name, topic=topic))
             if start.has_id:
                 self._count_resume(start, cache, topic)
             return RouteHandle(cache.subscribe(topic, encoder, sink, start),

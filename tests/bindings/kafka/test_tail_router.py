@@ -21,7 +21,8 @@ from ssekd.telemetry.events import EventLog
 from ssekd.telemetry.metrics import Counter
 from tests.support.subscriptions import Sink
 
-EMPTY = {"groups": 0, "keys": 0, "headers": 0, "header_names": 0, "anything": 0,
+EMPTY = {"groups": 0, "keys": 0, "headers": 0, "header_names": 0, "values": 0, "pointers": 0,
+         "anything": 0,
          "floored": 0, "counters": 0}
 
 

@@ -4,6 +4,7 @@ from the query and whose key filter from a header (Zilla #1507, #1508)."""
 
 from __future__ import annotations
 
+import json
 from urllib.parse import quote
 
 import pytest
@@ -12,6 +13,36 @@ from tests.support.broker import Kafka
 from tests.support.streamd import Streamd
 
 pytestmark = [pytest.mark.daemon, pytest.mark.broker]
+
+
+def test_value_filters_take_the_records_whose_fields_match(kafka: Kafka,
+                                                           streamd: Streamd) -> None:
+    topic = kafka.topic(2)
+    records = [
+        {"owner": "alice", "kind": "order", "n": 1},
+        {"owner": "bob", "kind": "order", "n": 2},
+        {"owner": "alice", "kind": "note", "n": 3},
+        {"owner": "alice", "kind": "refund", "n": 4},
+        "not an object",
+        {"owner": ["alice"], "kind": "order", "n": 5},
+        {"all": True, "n": 6},
+        {"all": 1, "n": 7},
+    ]
+    for n, r in enumerate(records):
+        kafka.produce(topic, json.dumps(r).encode(), partition=n % 2)
+    kafka.produce(topic, b"{not json", partition=0)
+    kafka.produce(topic, json.dumps({"owner": "alice", "kind": "order", "n": 8}).encode(),
+                  partition=1)
+    kafka.flush()
+    with streamd.open(f"/byvalue/{topic}/alice") as c:
+        events = c.events(4)
+    got = sorted(json.loads(e.data or "")["n"] for e in events)
+    assert got == [1, 4, 6, 8]
+    # a resume from the second event goes on after it, by each partition's order
+    first_two = {json.loads(e.data or "")["n"] for e in events[:2]}
+    with streamd.open(f"/byvalue/{topic}/alice", {"Last-Event-ID": events[1].id or ""}) as c:
+        rest = c.events(2)
+    assert {json.loads(e.data or "")["n"] for e in rest} == {1, 4, 6, 8} - first_two
 
 
 def test_topic_from_the_query_and_key_from_a_header(kafka: Kafka, streamd: Streamd) -> None:
