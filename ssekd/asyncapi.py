@@ -7,7 +7,9 @@ takes the path. First match wins at every step, so a path an earlier route takes
 demo's static files, the health paths, this document) is not advertised, and a sse-kafka route
 `/{topic}` reached only through an http route for `/events` is the channel `/events` of topic
 `events`. `with` values are expanded with what the path captures (`{name}` for a part the path
-leaves open), so no title says `${params.topic}`.
+leaves open), so no title says `${params.topic}`; a header or query value a route reads
+(`${headers.name}`, `${query.name}`) is named in words, in the channel's description, and
+for the query in the operation's http binding (its `query` schema).
 
 A channel's messages are the events a stream sends - a record (`event` absent, `data` the
 record's value; the payload schema from the topic's model when the channel's topic is one with
@@ -50,7 +52,14 @@ from ssekd.catalogs.catalog import Catalog, Schema
 from ssekd.catalogs.models import ModelConfig
 from ssekd.config.model import Binding, Config, Route
 from ssekd.config.origin import OperationOrigin, Origin, ServerOrigin
-from ssekd.patterns import Pattern, Unresolvable, guard_references, substitute
+from ssekd.patterns import (
+    Pattern,
+    RequestValues,
+    Unresolvable,
+    guard_references,
+    request_references,
+    substitute,
+)
 
 ASYNCAPI_VERSION = "3.0.0"
 #: How the daemon or the command finds a model's schema: None when not (yet) known.
@@ -150,7 +159,8 @@ def channels(config: Config) -> list[Channel]:
                     template = str((route.with_ or {}).get("topic", DEFAULT_TOPIC))
                     topic = _expand(template, route, address)
                     literal = None if "${" in template else template
-                    if literal is None and not _PARAM.search(topic):
+                    if literal is None and not _PARAM.search(topic) \
+                            and request_references(template) == (set(), set()):
                         literal = topic  # every capture the topic uses is fixed by the path
                     channel = found[slot] = Channel(
                         "", address, sse_kafka, i, topic, literal,
@@ -418,10 +428,32 @@ def _expand(template: str, route: Route, address: str) -> str:
             params = captured
             break
     identities = {g: f"{{identity of guard {g}}}" for g in guard_references(template)}
+    headers, query = request_references(template)
+    request = RequestValues({h: f"{{header {h}}}" for h in headers},
+                            {q: f"{{query {q}}}" for q in query})
     try:
-        return substitute(template, params, identities)
+        return substitute(template, params, identities, request=request)
     except Unresolvable:
         return template
+
+
+def request_values(route: Route) -> tuple[list[str], list[str]]:
+    """The request headers and query parameters a route's `with` reads (`${headers.name}`,
+    `${query.name}`, sse-kafka's additions): a client must send them, or gets a `404`."""
+    w = route.with_ or {}
+    texts = [str(w.get("topic", DEFAULT_TOPIC))]
+    for f in w.get("filters") or ():
+        texts += [str(f["key"])] if "key" in f else []
+        texts += [str(v) for v in (f.get("headers") or {}).values()]
+        for wanted in (f.get("value") or {}).values():
+            texts += [str(v) for v in (wanted if isinstance(wanted, list) else [wanted])]
+    headers: set[str] = set()
+    query: set[str] = set()
+    for text in texts:
+        h, q = request_references(text)
+        headers |= h
+        query |= q
+    return sorted(headers), sorted(query)
 
 
 def held_schema(catalog: Catalog, model: ModelConfig) -> Schema | None:
@@ -493,6 +525,19 @@ def document(config: Config, catalogs: Mapping[str, Catalog],
             "action": "receive", "channel": {"$ref": f"#/channels/{c.key}"},
             "summary": f"Stream {c.topic}",
             "messages": [{"$ref": f"#/channels/{c.key}/messages/{m}"} for m in messages]}
+        headers, query = request_values(route)
+        if headers or query:
+            asked = [f"the header `{h}`" for h in headers] \
+                + [f"the query parameter `{q}`" for q in query]
+            channel["description"] += (f" The request must carry {' and '.join(asked)} (what "
+                                       f"the stream reads; without it, or with a control "
+                                       f"character in it, the answer is 404).")
+        if query:
+            operation["bindings"] = {"http": {
+                "method": "GET", "bindingVersion": "0.3.0",
+                "query": {"type": "object", "required": query, "properties": {
+                    q: {"type": "string", "pattern": "^[^\\x00-\\x1f\\x7f]*$"}
+                    for q in query}}}}
         if security:
             operation["security"] = security
         operations[f"receive_{c.key}"] = operation

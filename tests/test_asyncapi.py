@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -302,3 +303,35 @@ bindings:
         ("receive", "GET", "/items/{id}", "Read the latest values of items"),
         ("send", "", "/all/*", "Write a record to everything"),
         ("send", "PUT", "/items/{id}", "Write a record to commands")]
+
+
+def test_a_route_reading_request_values_says_what_a_client_must_send(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`${query.name}` and `${headers.name}` (ssekd additions): the document names them in
+    words (never `${...}`), the query parameters in the operation's http binding, and a topic
+    taken from the query is no literal topic (no model is looked up for it)."""
+    text = (ROOT / "etc" / "zilla.yaml").read_text()
+    old = """        with:
+          topic: ${params.topic}
+"""
+    assert old in text
+    shutil.copytree(ROOT / "etc" / "schemas", tmp_path / "schemas")
+    config = tmp_path / "zilla.yaml"
+    config.write_text(text.replace(old, """        with:
+          topic: ${query.stream}
+          filters:
+            - key: ${headers.x-item}
+              value:
+                /region: [eu, "${query.region}"]
+"""))
+    doc = yaml.safe_load(_asyncapi(config, capsys)[0])
+    assert problems(doc) == []
+    [(key, events)] = doc["channels"].items()
+    assert events["title"] == "{query stream} as Server-Sent Events"
+    assert "the header `x-item` and the query parameter `region` and the query parameter " \
+           "`stream`" in events["description"]
+    binding = doc["operations"][f"receive_{key}"]["bindings"]["http"]
+    assert binding["method"] == "GET"
+    assert binding["query"]["required"] == ["region", "stream"]
+    assert set(binding["query"]["properties"]) == {"region", "stream"}
+    assert "${" not in yaml.safe_dump(doc)
