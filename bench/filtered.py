@@ -22,6 +22,10 @@ workers: each process stays under this machine's open-file limit) on free ports.
    not the connection, which bench/workers.py measures).
 5. `router`: the cache's cost per record at the tail, in-process (no sockets, no Kafka): one
    unfiltered stream beside 0 to 20,000 key streams over 50,000 keys, batches of 500 records.
+6. `value`: the same for value filters (an ssekd addition): 1,000 streams over 100 distinct
+   filters on the JSON value (two pointers), beside the same streams on key filters and no
+   filtered stream at all. A value filter costs a record one JSON parse while any group has
+   one, plus one lookup per distinct pointer: not a visit of every group.
 
 Prints a table and writes bench/results/filtered.json.
 
