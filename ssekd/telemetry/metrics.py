@@ -89,7 +89,7 @@ METRICS: Mapping[str, MetricDef] = _defs(
     MetricDef("stream.data.received", "counter", "Bytes clients sent on their streams after "
               "the request (always 0 for SSE, which is one-way).", "bytes", zilla=True),
     MetricDef("stream.data.sent", "counter", "Bytes of events, comments and keepalives sent "
-              "on streams.", "bytes", zilla=True),
+              "on streams (after gzip, on a compressed stream).", "bytes", zilla=True),
     MetricDef("http.request.size", "histogram", "Request sizes (headers are not counted: "
               "the body, by Content-Length or as read).", "bytes", zilla=True),
     MetricDef("http.response.size", "histogram", "Response body sizes.", "bytes", zilla=True),
@@ -124,6 +124,8 @@ METRICS: Mapping[str, MetricDef] = _defs(
               "by where they resumed from (cache, kafka, undecodable).", labels=("outcome",)),
     MetricDef("sse.pauses", "counter", "Times a slow client's full buffer paused its "
               "stream."),
+    MetricDef("sse.gzip.input", "counter", "Bytes written to gzip streams before compression "
+              "(`compression`; beside the bytes sent, what gzip saved).", "bytes"),
     MetricDef("sse.limit.ends", "counter", "Streams ended by a limit, by limit.",
               labels=("limit",)),
     MetricDef("tls.handshakes", "counter", "TLS handshakes by outcome (ok, failed) and "

@@ -33,6 +33,10 @@ TELEMETRY = "config/test_honesty.py::test_telemetry_metrics_attributes_and_per_b
 SIGNERS = "config/test_honesty.py::test_tls_signers_serve_the_keys_they_issued"
 SASL = "config/test_honesty.py::test_kafka_sasl_reaches_librdkafka"
 FILTERS = "bindings/sse_kafka/test_routes_filters.py"
+#: ssekd's additions to sse and sse-kafka (issue 29), and the test that each gzip setting
+#: reaches the sse server.
+ADDITIONS = "config/test_sse_kafka_additions.py"
+COMPRESSION_SETTINGS = "test_compression_settings_reach_the_sse_server"
 OTLP = "telemetry/test_otlp.py::test_receiver_gets_stream_metrics_and_events_as_log_records"
 OTLP_DOWN = "telemetry/test_otlp.py::" \
             "test_collector_down_streaming_goes_on_one_failure_event_per_interval"
@@ -186,6 +190,12 @@ COVERAGE: dict[str, str] = {
     "bindings.tls/client.options.alpn": HTTPS_UPSTREAM,
     "bindings.sse/server.options.retry": "e2e/test_lifecycle.py::test_keepalive_and_retry",
     "bindings.sse/server.options.max-idle-time": "e2e/test_lifecycle.py::test_keepalive_and_retry",
+    "bindings.sse/server.options.compression":
+        "e2e/test_compression.py::test_gzip_where_asked_flushed_per_batch",
+    "bindings.sse/server.options.compression.level": f"{ADDITIONS}::{COMPRESSION_SETTINGS}",
+    "bindings.sse/server.options.compression.window-bits": f"{ADDITIONS}::{COMPRESSION_SETTINGS}",
+    "bindings.sse/server.options.compression.memory-level":
+        f"{ADDITIONS}::{COMPRESSION_SETTINGS}",
     "bindings.sse-kafka/proxy.options.internal-topics":
         "reliability/test_topics.py::test_a_route_that_names_an_internal_topic_literally_serves_it",
     "bindings.sse-kafka/proxy.routes[].when[].path": f"{FILTERS}::test_filter_by_key_from_path_params",
@@ -197,6 +207,8 @@ COVERAGE: dict[str, str] = {
     "bindings.sse-kafka/proxy.routes[].with.filters[].value":
         "bindings/sse_kafka/test_value_and_request_filters.py::"
         "test_value_filters_take_the_records_whose_fields_match",
+    "bindings.sse-kafka/proxy.routes[].with.compress":
+        "e2e/test_compression.py::test_gzip_where_asked_flushed_per_batch",
     "bindings.sse-kafka/proxy.routes[].with.event":
         "bindings/sse_kafka/test_event_ids.py::test_resume_with_key_form_id",
     "bindings.sse-kafka/proxy.routes[].with.event.id":

@@ -87,6 +87,18 @@ CASES = [
      "expected a string, number, true, false or null, or a list of them"),
     ("value-filter-empty", "value: {{/status: open}}", "value: {{}}", 40,
      "bindings.sse_kafka0.routes[0].with.filters[0].value", "expected a map of at least one"),
+    ("compression-level", "    kind: server\n    exit: sse_kafka0",
+     "    kind: server\n    options: {{compression: {{level: 12}}}}\n    exit: sse_kafka0", 29,
+     "bindings.sse0.options.compression.level", "expected a number at most 9, got int 12"),
+    ("compression-window", "    kind: server\n    exit: sse_kafka0",
+     "    kind: server\n    options: {{compression: {{window-bits: 8}}}}\n    exit: sse_kafka0",
+     29, "bindings.sse0.options.compression.window-bits", "expected a number at least 9"),
+    ("compression-unknown-key", "    kind: server\n    exit: sse_kafka0",
+     "    kind: server\n    options: {{compression: {{brotli: true}}}}\n    exit: sse_kafka0",
+     29, "bindings.sse0.options.compression.brotli",
+     "unexpected property 'brotli' (expected one of: level, memory-level, window-bits)"),
+    ("compress-not-a-boolean", "topic: items", "topic: items\n          compress: no-thanks", 38,
+     "bindings.sse_kafka0.routes[0].with.compress", "expected boolean, got 'no-thanks'"),
     ("unknown-id-form", "value: {{/status: open}}",
      "value: {{/status: open}}\n          event: {{id: '[\"${{key}}\"]'}}", 41,
      "bindings.sse_kafka0.routes[0].with.event.id", "expected one of"),
@@ -137,3 +149,26 @@ def test_daemon_refuses_to_start(tmp_path: Path) -> None:
     assert f"{config}:{case[3]}: " in output and case[5] in output
     assert "Traceback" not in output
     assert not port_open("127.0.0.1", port)
+
+
+def test_compression_settings_reach_the_sse_server(tmp_path: Path) -> None:
+    """Each key of the sse server's `compression` takes effect (left out: its default)."""
+    from ssekd.bindings.sse.compression import Compression
+    from ssekd.bindings.sse.server import SseServer
+
+    built = []
+    for options, expected in [
+            ("{compression: {level: 1, window-bits: 12, memory-level: 3}}", Compression(1, 12, 3)),
+            ("{compression: {}}", Compression(6, 10, 1)),
+            ("{}", None)]:
+        config = tmp_path / f"zilla-{len(built)}.yaml"
+        config.write_text(GOOD.replace("    kind: server\n    exit: sse_kafka0",
+                                       "    kind: server\n    options: "
+                                       + options.replace("{", "{{").replace("}", "}}")
+                                       + "\n    exit: sse_kafka0").format(port=free_port()))
+        (tmp_path / "www").mkdir(exist_ok=True)
+        engine = Engine(config, reactor=MemoryReactorClock(), environ={})
+        sse = engine._pending.runtimes["sse0"]  # type: ignore[union-attr]  # built, not started
+        assert isinstance(sse, SseServer)
+        assert sse.compression == expected, options
+        built.append(sse)

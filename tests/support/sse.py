@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import time
+import zlib
 from dataclasses import dataclass
 from typing import Self
 
@@ -55,6 +56,17 @@ class SseClient:
         #: of the stream even on a connection kept alive, as for a browser).
         self._left: int | None = next((int(v) for k, v in self.headers.items()
                                        if k.lower() == "content-length"), None)
+        #: A gzip body (`Content-Encoding: gzip`) is decoded as it comes; `body_bytes` counts
+        #: the body as sent (compressed or not).
+        self.gzip = any(k.lower() == "content-encoding" and v.lower() == "gzip"
+                        for k, v in self.headers.items())
+        self._gunzip = zlib.decompressobj(16 + zlib.MAX_WBITS) if self.gzip else None
+        self.body_bytes = 0
+
+    def _take(self, body: bytes) -> None:
+        """Body bytes as sent: decoded into `_body`."""
+        self.body_bytes += len(body)
+        self._body += body if self._gunzip is None else self._gunzip.decompress(body)
 
     def _recv(self, deadline: float) -> bool:
         """Read more from the socket; False on timeout or end of stream."""
@@ -78,12 +90,12 @@ class SseClient:
         if not self.chunked:
             if self._left is not None:
                 taken, self._raw = self._raw[:self._left], self._raw[self._left:]
-                self._body += taken
+                self._take(taken)
                 self._left -= len(taken)
                 if self._left == 0:
                     self.ended = True
                 return
-            self._body += self._raw
+            self._take(self._raw)
             self._raw = b""
             return
         while True:
@@ -97,7 +109,7 @@ class SseClient:
                 self.ended = True
                 self._raw = b""
                 return
-            self._body += rest[:size]
+            self._take(rest[:size])
             self._raw = rest[size + 2:]
 
     def _line(self, deadline: float) -> bytes | None:

@@ -46,7 +46,7 @@ bindings:
 """ + WWW_FILES + """  sse:
     type: sse
     kind: server
-    options: {{max-idle-time: {idle}{retry}}}
+    options: {{max-idle-time: {idle}{retry}{compression}}}
     exit: sse_kafka
   sse_kafka:
     type: sse-kafka
@@ -97,6 +97,9 @@ bindings:
         with:
           topic: "${{params.topic}}"
           filters: [{{key: a}}, {{headers: {{colour: blue}}}}]
+      - when: [{{path: "/packed/{{topic}}"}}]
+        exit: cache_client
+        with: {{topic: "${{params.topic}}", compress: false}}
       - when: [{{path: "/tiny/{{topic}}"}}]
         exit: tiny_cache_client
         with: {{topic: "${{params.topic}}"}}
@@ -181,15 +184,19 @@ def write_config(tmp: Path, bootstrap: str, port: int, idle: float = 15, retry: 
                  max_messages: int = 100000, max_bytes: int = 64 * 1024 * 1024,
                  live_topics: tuple[str, ...] = (), kafka_port_env: bool = False,
                  health: bool = False, prometheus_port: int | None = None,
-                 engine: str = "", bootstrap_topics: tuple[str, ...] = ()) -> Path:
+                 engine: str = "", bootstrap_topics: tuple[str, ...] = (),
+                 compression: str | None = None) -> Path:
     """`health` adds the http binding's health endpoints (default paths, with the `details` a
     test reads what readiness waits for from), `prometheus_port` a
     prometheus exporter, `engine` the `engine` section (YAML flow mapping such as
-    `{workers: 2, drain: 3}`), `bootstrap_topics` the cache's bootstrap list."""
+    `{workers: 2, drain: 3}`), `bootstrap_topics` the cache's bootstrap list, `compression`
+    the sse server's `compression` (a YAML flow mapping such as `{}`)."""
     live = ", ".join(f"{{name: {t}, defaultOffset: live}}" for t in live_topics)
     boot = f"\n      bootstrap: [{', '.join(bootstrap_topics)}]" if bootstrap_topics else ""
     text = CONFIG.format(bootstrap_topics=boot, port=port, www=str(WWW), idle=idle,
                          retry=f", retry: {retry}" if retry is not None else "",
+                         compression=f", compression: {compression}"
+                         if compression is not None else "",
                          bootstrap=bootstrap, max_messages=max_messages, max_bytes=max_bytes,
                          live_topics=live,
                          http_options="\n    options: {health: {details: true}}"

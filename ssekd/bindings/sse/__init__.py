@@ -19,6 +19,7 @@ from ssekd.bindings.api import (
     StreamSource,
 )
 from ssekd.bindings.sse.client import DEFAULT_MAX_UPSTREAMS, SseClient, SseClientRoute
+from ssekd.bindings.sse.compression import Compression
 from ssekd.bindings.sse.relay import FeedSettings
 from ssekd.bindings.sse.server import (
     DEFAULT_MAX_IDLE,
@@ -34,18 +35,24 @@ from ssekd.patterns import Pattern
 __all__ = ["BINDING", "SseClient", "SseServer"]
 
 _DEFAULTS = FeedSettings()
+_GZIP = Compression()
 
 
 def _build(ctx: BuildContext, binding: Binding) -> SseServer:
     assert binding.exit is not None  # the schema requires it
     opts = binding.options
     limits = opts.get("limits", {})
+    gzip = opts.get("compression")
+    compression = None if gzip is None else Compression(
+        level=int(gzip.get("level", _GZIP.level)),
+        window_bits=int(gzip.get("window-bits", _GZIP.window_bits)),
+        memory_level=int(gzip.get("memory-level", _GZIP.memory_level)))
     return SseServer(binding.name, ctx.exit(binding.exit, StreamSource), ctx.reactor, ctx.events,
                      retry=opts.get("retry"),
                      max_idle=float(opts.get("max-idle-time", DEFAULT_MAX_IDLE)),
                      max_streams=int(limits.get("streams", DEFAULT_MAX_STREAMS)),
                      max_lag=float(limits.get("max-lag", DEFAULT_MAX_LAG)),
-                     metrics=ctx.metrics)
+                     metrics=ctx.metrics, compression=compression)
 
 
 def _build_client(ctx: BuildContext, binding: Binding) -> SseClient:
@@ -121,6 +128,28 @@ BINDING = BindingType("sse", {
                               "description": "Seconds without a write before a `:` keepalive "
                                              "comment; must be less than the http binding's "
                                              "`limits.idle-timeout`."},
+            "compression": {
+                "type": "object", "additionalProperties": False, "x-ssekd-addition": True,
+                "x-ssekd-default": "off",
+                "description": "gzip on the streams of clients that ask for it (`Accept-Encoding`), "
+                               "each write compressed and flushed at once; never for an "
+                               "sse-kafka route with `compress: false`. Each gzip stream holds "
+                               "a compressor of 2^(window-bits + 2) + 2^(memory-level + 9) "
+                               "bytes plus about 6 KiB (11 KiB with the defaults). `{}` turns it "
+                               "on with the defaults.",
+                "properties": {
+                    "level": {"type": "integer", "minimum": 1, "maximum": 9,
+                              "default": _GZIP.level, "x-ssekd-addition": True,
+                              "description": "zlib's level: 1 is fastest, 9 smallest."},
+                    "window-bits": {"type": "integer", "minimum": 9, "maximum": 15,
+                                    "default": _GZIP.window_bits, "x-ssekd-addition": True,
+                                    "description": "The history a stream's compressor looks "
+                                                   "back into: 2^window-bits bytes."},
+                    "memory-level": {"type": "integer", "minimum": 1, "maximum": 9,
+                                     "default": _GZIP.memory_level, "x-ssekd-addition": True,
+                                     "description": "The size of its hash table: "
+                                                    "2^(memory-level + 7) entries."},
+                }},
             "limits": {"type": "object", "additionalProperties": False, "x-ssekd-addition": True,
                        "description": "Bounds on the streams of this binding. A stream refused "
                                       "for now gets a `200 text/event-stream` with `retry:` "

@@ -21,6 +21,7 @@ from twisted.application.service import Service
 from twisted.web.server import NOT_DONE_YET, Request
 
 from ssekd.bindings.api import HttpContext, StreamRequest, StreamSource, TryLater
+from ssekd.bindings.sse.compression import Compression, accepts_gzip
 from ssekd.bindings.sse.stats import SseStats
 from ssekd.bindings.sse.stream import SseStream
 from ssekd.bindings.sse.wire import comment, http_chunk, retry_field
@@ -95,7 +96,8 @@ class SseServer(Service):
                  retry: int | None = None, max_idle: float = DEFAULT_MAX_IDLE,
                  max_streams: int = DEFAULT_MAX_STREAMS,
                  max_lag: float = DEFAULT_MAX_LAG,
-                 metrics: Metrics | None = None) -> None:
+                 metrics: Metrics | None = None,
+                 compression: Compression | None = None) -> None:
         self.name = name
         metrics = metrics or Metrics()
         self.stats = SseStats(metrics, name)
@@ -108,6 +110,11 @@ class SseServer(Service):
         self.max_idle = max_idle
         self.max_streams = max_streams
         self.max_lag = max_lag
+        #: gzip for the clients that ask (None: never; `compression`).
+        self.compression = compression
+        #: Bytes written to gzip streams before compression (what `stream.data.sent` counts
+        #: of them is after).
+        self.gzip_input = metrics.counter("sse.gzip.input", name)
         #: Open streams (insertion-ordered), to end them all on stop.
         self.streams: dict[SseStream, None] = {}
         # the last data framed as an HTTP/1.1 chunk, and that chunk (see `chunk`)
@@ -189,9 +196,16 @@ class SseServer(Service):
         req.setHeader(b"Content-Type", b"text/event-stream")
         req.setHeader(b"Cache-Control", b"no-store")
         req.setHeader(b"X-Accel-Buffering", b"no")
+        gzip = None
+        if self.compression is not None:
+            req.setHeader(b"Vary", b"Accept-Encoding")
+            if getattr(result, "compress", True) \
+                    and accepts_gzip(request.getHeader(b"accept-encoding")):
+                req.setHeader(b"Content-Encoding", b"gzip")
+                gzip = self.compression.writer()
         self.streams[stream] = None
         self.stats.opened()
-        stream.start(result, retry_field(self.retry) if self.retry is not None else b"")
+        stream.start(result, retry_field(self.retry) if self.retry is not None else b"", gzip)
         return NOT_DONE_YET
 
     def answer_unavailable(self, request: Request, reason: str, retry_after: float) -> bytes:

@@ -35,9 +35,10 @@ from twisted.web.server import Request
 from zope.interface import implementer
 
 from ssekd.bindings.api import Lease, StreamHandle
+from ssekd.bindings.sse.compression import GzipWriter
 from ssekd.bindings.sse.eager import eager, send_now
 from ssekd.bindings.sse.stats import SseStats
-from ssekd.bindings.sse.wire import CHALLENGE, KEEPALIVE
+from ssekd.bindings.sse.wire import CHALLENGE, KEEPALIVE, http_chunk
 from ssekd.telemetry.delivery import Deliveries
 from ssekd.telemetry.metrics import Counter
 
@@ -62,6 +63,8 @@ class StreamOwner(Protocol):
 
     #: The last data counted by `events_in`, and its count.
     counted: tuple[bytes, int]
+    #: Bytes written to gzip streams before compression.
+    gzip_input: Counter
 
     def events_in(self, data: bytes) -> int:
         """The events `data` holds (counted once per batch for every stream it goes to)."""
@@ -80,6 +83,7 @@ class SseStream:
         "_challenge_call",
         "_delivered",
         "_expiry_call",
+        "_gzip",
         "_lease",
         "_eager",
         "_transport",
@@ -122,14 +126,21 @@ class SseStream:
         self._lease = lease
         self._challenge_call: Any = None
         self._expiry_call: Any = None
+        #: The stream's compressor, when its response is gzip (`compression`).
+        self._gzip: GzipWriter | None = None
 
-    def start(self, handle: StreamHandle, first: bytes) -> None:
-        """Send the headers (and `retry:`), become the request's producer, arm the keepalive."""
+    def start(self, handle: StreamHandle, first: bytes, gzip: GzipWriter | None = None) -> None:
+        """Send the headers (and `retry:`), become the request's producer, arm the keepalive.
+        With `gzip`, every write from here on is compressed and flushed (the response says
+        `Content-Encoding: gzip`)."""
         self.handle = handle
         self.route = getattr(handle, "route", None)
         self._delivered = getattr(handle, "delivered", None)
+        self._gzip = gzip
         self.request.registerProducer(self, True)
         self.request.notifyFinish().addBoth(self._finished)
+        if gzip is not None:  # the gzip header goes with the response's headers
+            first = gzip.write(first)
         self.request.write(first)  # sends the headers: Twisted decides on chunking here
         transport: Any = getattr(getattr(self.request, "channel", None), "transport", None)
         if getattr(self.request, "chunked", False) and transport is not None:
@@ -148,8 +159,6 @@ class SseStream:
         if self.done or not data:  # an empty chunk would end the response
             return
         server = self.server
-        self.written += len(data)
-        server.stats.data_sent.value += len(data)
         last, events = server.counted  # the same data goes to a whole group in a row
         if data is not last:
             events = server.events_in(data)
@@ -161,23 +170,33 @@ class SseStream:
             if deliveries.active:
                 deliveries.wrote(data, events, server.stats.latency)
         self.last_write = self.server.clock.seconds()
+        gzip = self._gzip
+        if gzip is not None:
+            server.gzip_input.value += len(data)
+            data = gzip.write(data)  # this stream's own bytes: framed for it alone below
+        self.written += len(data)
+        server.stats.data_sent.value += len(data)
         transport = self._transport
         if transport is None:
             self.request.write(data)
         else:
             self.request.sentLength += len(data)  # what Request.write counts, for the access log
+            chunk = self.server.chunk(data) if gzip is None else http_chunk(data)
             if self._eager:
-                send_now(transport, self.server.chunk(data))
+                send_now(transport, chunk)
             else:
-                transport.write(self.server.chunk(data))
+                transport.write(chunk)
 
     def end(self, why: str = "upstream") -> None:
         """Finish the response with a 200 that ends: the browser reconnects with its last id.
         `why`: the source ended it (`upstream`), or the server stops (`drain`)."""
         if self.done:
             return
+        gzip = self._gzip
         self._close(why)
         try:
+            if gzip is not None:  # the gzip trailer: the client can tell the stream is whole
+                self.request.write(gzip.finish())
             self.request.unregisterProducer()
             self.request.finish()
         except RuntimeError:  # the connection went away in the meantime

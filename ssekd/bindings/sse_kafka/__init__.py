@@ -120,6 +120,13 @@ BINDING = BindingType("sse-kafka", {
                                               "missing, an object or an array, does not match. "
                                               "With `key` and `headers`, all must match."},
                        }}},
+                   "compress": {"type": "boolean", "default": True,
+                                "x-ssekd-addition": True,
+                                "description": "Whether the sse server may gzip this route's "
+                                               "streams (its `compression`, for clients that "
+                                               "ask): `false` for records that are compressed "
+                                               "already (gzip'd or binary values), which gzip "
+                                               "would not make smaller."},
                    "event": {"type": "object", "additionalProperties": False,
                              "required": ["id"], "description": "Event fields.",
                              "properties": {"id": {"enum": [ETAG_ID, KEY_ETAG_ID, KEY_TEXT_ID],

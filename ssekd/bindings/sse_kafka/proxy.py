@@ -144,16 +144,18 @@ def parse_since(text: str) -> int:
 
 class RouteHandle:
     """A subscription counted in its route's subscriber gauge until it closes. The stream reads
-    `route` (its label, for the stream-end event) and counts what it writes in `delivered`."""
+    `route` (its label, for the stream-end event), counts what it writes in `delivered`, and
+    is gzip'd only where `compress` (the route's `with.compress`) allows it."""
 
-    __slots__ = ("delivered", "gauge", "route", "subscription")
+    __slots__ = ("compress", "delivered", "gauge", "route", "subscription")
 
     def __init__(self, subscription: Subscription, gauge: Gauge, route: str = "-",
-                 delivered: Counter | None = None) -> None:
+                 delivered: Counter | None = None, compress: bool = True) -> None:
         self.subscription = subscription
         self.gauge = gauge
         self.route = route
         self.delivered = delivered
+        self.compress = compress
         gauge.value += 1
 
     def pause(self) -> None:
@@ -264,7 +266,7 @@ class SseKafkaProxy:
                 self._count_resume(start, cache, topic)
             return RouteHandle(cache.subscribe(topic, encoder, sink, start),
                                self._subscribers[id(route)], route.label(),
-                               self._delivered[id(route)])
+                               self._delivered[id(route)], bool(w.get("compress", True)))
         except TopicLimitReached as e:
             # Passes as idle topics are dropped: the browser is told to come back (docs/protocol.md).
             self.events.emit(self.name, "BINDING_SSE_KAFKA_TOPIC_LIMIT", f"{request.describe}: {e}")
