@@ -227,6 +227,9 @@ COVERAGE: dict[str, str] = {
         f"{FILTERS}::test_live_topic_starts_at_the_end",
     "bindings.kafka/cache_server.options.topics[].defaultOffset":
         f"{FILTERS}::test_live_topic_starts_at_the_end",
+    "bindings.kafka/cache_server.options.partition-wait":
+        "reliability/test_leaderless_partition.py::"
+        "test_a_stream_does_not_wait_for_a_partition_without_a_leader",
     "bindings.kafka/cache_server.options.max-topics":
         "bindings/kafka/test_cache.py::test_a_new_topic_beyond_max_topics_is_refused",
     "bindings.kafka/cache_server.options.idle-timeout":

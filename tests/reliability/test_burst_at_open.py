@@ -1,7 +1,7 @@
 """A stream opened on a topic nobody followed yet, then a burst bigger than the cache.
 
 The first stream makes the cache start consuming the topic from its beginning; the stream is
-placed (given its start in each partition) only once the cache has heard of every partition.
+placed (given its start) in each partition as the cache hears of it.
 When the records that arrive meanwhile are more than the cache keeps, the oldest are evicted
 before the stream is placed, and a stream without an id is placed at what the cache *still*
 holds: records written after the client connected never reach it. Found while building the

@@ -114,7 +114,7 @@ bindings:
     type: kafka
     kind: cache_server
     options:
-      cache: {{max-messages: {max_messages}, max-bytes: {max_bytes}}}{bootstrap_topics}
+      cache: {{max-messages: {max_messages}, max-bytes: {max_bytes}}}{bootstrap_topics}{partition_wait}
     exit: kafka_client
   tiny_cache_client:
     type: kafka
@@ -185,18 +185,22 @@ def write_config(tmp: Path, bootstrap: str, port: int, idle: float = 15, retry: 
                  live_topics: tuple[str, ...] = (), kafka_port_env: bool = False,
                  health: bool = False, prometheus_port: int | None = None,
                  engine: str = "", bootstrap_topics: tuple[str, ...] = (),
-                 compression: str | None = None) -> Path:
+                 compression: str | None = None, partition_wait: float | None = None
+                 ) -> Path:
     """`health` adds the http binding's health endpoints (default paths, with the `details` a
     test reads what readiness waits for from), `prometheus_port` a
     prometheus exporter, `engine` the `engine` section (YAML flow mapping such as
     `{workers: 2, drain: 3}`), `bootstrap_topics` the cache's bootstrap list, `compression`
-    the sse server's `compression` (a YAML flow mapping such as `{}`)."""
+    the sse server's `compression` (a YAML flow mapping such as `{}`), `partition_wait` the
+    cache's `partition-wait`."""
     live = ", ".join(f"{{name: {t}, defaultOffset: live}}" for t in live_topics)
     boot = f"\n      bootstrap: [{', '.join(bootstrap_topics)}]" if bootstrap_topics else ""
     text = CONFIG.format(bootstrap_topics=boot, port=port, www=str(WWW), idle=idle,
                          retry=f", retry: {retry}" if retry is not None else "",
                          compression=f", compression: {compression}"
                          if compression is not None else "",
+                         partition_wait=f"\n      partition-wait: {partition_wait}"
+                         if partition_wait is not None else "",
                          bootstrap=bootstrap, max_messages=max_messages, max_bytes=max_bytes,
                          live_topics=live,
                          http_options="\n    options: {health: {details: true}}"

@@ -11,6 +11,8 @@ cache_server options (docs/protocol.md, plus ssekd's cache bounds):
   off from 0.5 s to 60 s) is dropped and its streams ended, so junk names cannot fill max-topics;
 - `catch-up-bytes` (default 64 KiB): what a stream catching up encodes per step, so a client
   that reads nothing holds one step, not the whole history;
+- `partition-wait` (default 5 s): how long a topic's first streams wait for every partition
+  before they deliver the ones that are ready (Zilla #1628: it waits for ever);
 - `cache: {max-messages, max-bytes, max-age}` per topic, defaults 100000 messages, 67108864
   bytes (64 MiB), 3600 seconds (age by record timestamp; not applied to compacted topics);
 - `topics[].value` / `.key`: Zilla's models (`ssekd.catalogs.models`), checked once per record
@@ -40,6 +42,7 @@ from ssekd.bindings.api import (
 from ssekd.bindings.kafka.cache import (
     DEFAULT_IDLE_TIMEOUT,
     DEFAULT_MAX_TOPICS,
+    DEFAULT_PARTITION_WAIT,
     CacheClient,
     CacheServer,
 )
@@ -198,6 +201,7 @@ def _build_cache_server(ctx: BuildContext, binding: Binding) -> CacheServer:
                        missing_topic_retries=int(opts.get("missing-topic-retries",
                                                           DEFAULT_GIVE_UP_AFTER)),
                        catch_up_bytes=int(opts.get("catch-up-bytes", DEFAULT_CATCH_UP_BYTES)),
+                       partition_wait=float(opts.get("partition-wait", DEFAULT_PARTITION_WAIT)),
                        metrics=ctx.metrics, models=_models(ctx, binding))
 
 
@@ -298,6 +302,14 @@ BINDING = BindingType("kafka", {
                                                      "time, at most 60 s) before it is dropped "
                                                      "and its streams ended; bootstrap topics "
                                                      "are looked for without end."},
+            "partition-wait": {"type": "number", "minimum": 0,
+                               "default": DEFAULT_PARTITION_WAIT, "x-ssekd-addition": True,
+                               "description": "Seconds a topic's first streams wait for the "
+                                              "cache to reach every partition, so their ids "
+                                              "list them all; then they deliver the partitions "
+                                              "that are ready while one without a leader (or a "
+                                              "slow one) catches up, and get it when it comes "
+                                              "(Zilla waits for ever, its #1628)."},
             "catch-up-bytes": {"type": "integer", "minimum": 1024,
                                "default": DEFAULT_CATCH_UP_BYTES, "x-ssekd-addition": True,
                                "description": "Bytes of records a stream catching up (from the "

@@ -66,6 +66,9 @@ class SchemaUnavailable(Exception):
         self.retry_after = retry_after
 
 
+#: Seconds new streams wait for every partition of a topic before they deliver those that are
+#: ready (`partition-wait`).
+DEFAULT_PARTITION_WAIT = 5.0
 #: Checks a topic not yet described may hold waiting for its partition count.
 MAX_WAITING_FOR_COUNT = 100
 
@@ -109,6 +112,8 @@ class TopicCache:
         self._judge_call: Any = None
         #: Told of every change of the log (`watch`): http-kafka's replies and fetches.
         self.watchers: list[Callable[[list[Message]], None]] = []
+        #: Ends the wait for every partition (`partition-wait`), once the count is known.
+        self._partial_call: Any = None
 
     # -- fed by the kafka client (reactor thread) ----------------------------------------------
 
@@ -123,12 +128,22 @@ class TopicCache:
             self._counted.append(then)
 
     def on_metadata(self, partitions: int, compacted: bool | None) -> None:
+        if self.log.partition_count is None and self._partial_call is None:
+            self._partial_call = self.reactor.callLater(self.server.partition_wait,
+                                                        self._stop_waiting)
         self.log.partition_count = partitions
         waiting, self._counted = self._counted, []
         for then in waiting:
             then(partitions)
         if compacted is not None and not self.log.count:
             self.log.compacted = compacted
+        self._wake()
+
+    def _stop_waiting(self) -> None:
+        """`partition-wait` passed since the partition count came: streams go on with the
+        partitions the cache has heard of (a partition without a leader waits for nobody)."""
+        self._partial_call = None
+        self.log.partial = True
         self._wake()
 
     def on_records(self, records: list[Message]) -> None:
@@ -336,12 +351,19 @@ class TopicCache:
             self._judge_call = self.reactor.callLater(max(wait, 1.0), self._judge_ahead)
 
     def stop_judging(self) -> None:
-        """No `_judge_ahead` timer outlives the service."""
-        if self._judge_call is not None and self._judge_call.active():
-            self._judge_call.cancel()
-        self._judge_call = None
+        """No `_judge_ahead` (or `partition-wait`) timer outlives the service."""
+        for call in (self._judge_call, self._partial_call):
+            if call is not None and call.active():
+                call.cancel()
+        self._judge_call = self._partial_call = None
 
     def _wake(self) -> None:
+        call = self._partial_call
+        if call is not None and self.log.partition_count is not None \
+                and len(self.log.partitions) >= self.log.partition_count:
+            if call.active():  # every partition heard of: nothing to wait for any more
+                call.cancel()
+            self._partial_call = None
         for s in list(self.lagging):
             s.schedule()
 
@@ -355,6 +377,7 @@ class CacheServer(Service):
                  idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
                  missing_topic_retries: int = DEFAULT_GIVE_UP_AFTER,
                  catch_up_bytes: int = DEFAULT_CATCH_UP_BYTES,
+                 partition_wait: float = DEFAULT_PARTITION_WAIT,
                  metrics: Metrics | None = None,
                  models: Mapping[str, TopicModel] | None = None) -> None:
         self.reactor = reactor
@@ -369,6 +392,7 @@ class CacheServer(Service):
         self.idle_timeout = idle_timeout
         self.missing_topic_retries = missing_topic_retries
         self.catch_up_bytes = catch_up_bytes
+        self.partition_wait = partition_wait
         self.metrics = metrics
         if metrics is not None:
             metrics.reader(binding, "cache", self.figures)

@@ -118,6 +118,9 @@ class TopicLog:
         self.partitions: dict[int, PartitionLog] = {}
         #: Partition count from the broker's metadata, when known (to reject ids naming others).
         self.partition_count: int | None = None
+        #: Whether streams are placed in the partitions heard of before every partition is
+        #: (set by the cache once `partition-wait` passed since the count came: Zilla #1628).
+        self.partial = False
         self.count = 0
         self.bytes = 0
         self.seq = 0

@@ -325,3 +325,63 @@ def test_what_needs_the_partition_count_waits_for_it_and_is_bounded() -> None:
     assert counted[-1] == 3 and len(counted) == MAX_WAITING_FOR_COUNT + 1
     cache.on_metadata(3, False)  # said again: nothing waits any more
     assert len(counted) == MAX_WAITING_FOR_COUNT + 1
+
+
+def _ids(sink: Sink) -> list[dict[int, int]]:
+    from ssekd.progress import parse_last_event_id
+    data = b"".join(sink.writes).decode()
+    return [parse_last_event_id(line[3:]) or {} for line in data.split("\n")
+            if line.startswith("id:")]
+
+
+def test_a_stream_delivers_the_ready_partitions_while_one_is_missing() -> None:
+    """Zilla #1628: a partition the cache has not heard of (its leader is unavailable) holds
+    the stream up for `partition-wait` only. Then the others are delivered, their ids listing
+    only them; when it comes,
+    its records follow and the ids list it; a stream resumed from an id made meanwhile gets
+    all of it and nothing of the others twice."""
+    clock = MemoryReactorClock()
+    server = CacheServer(clock, FakeClient(), "cache", EventLog("t"),  # type: ignore[arg-type]
+                         bounds=CacheBounds(max_messages=8))
+    cache = server.topic("t")
+    cache.on_metadata(3, False)
+    cache.on_records(_msgs(0, 0, 2) + _msgs(1, 0, 2))
+    cache.on_end(0, 2)
+    cache.on_end(1, 2)
+    sink = Sink()
+    s = cache.subscribe(KafkaEventEncoder("t"), sink, Start())
+    _run(clock)
+    assert sink.writes == [], "waiting for every partition (partition-wait), so ids list all"
+    clock.advance(server.partition_wait)
+    _run(clock)
+    assert _values(sink) == ["v0", "v1", "v0", "v1"]
+    assert _ids(sink)[-1] == {0: 2, 1: 2}, "the ids list the partitions delivered"
+    assert not s.at_tail, "it joins the tail once every partition is placed"
+    cache.on_records(_msgs(0, 2, 1))
+    _run(clock)
+    assert _values(sink)[-1] == "v2" and _ids(sink)[-1] == {0: 3, 1: 2}
+    meanwhile = _ids(sink)[-1]
+    # partition 2 comes back (its leader again); the cache evicts the oldest of partition 0
+    cache.on_records([Message(2, o, None, b"p2-%d" % o) for o in range(5)])
+    cache.on_end(2, 5)
+    _run(clock)
+    assert _values(sink)[-5:] == [f"p2-{o}" for o in range(5)]
+    assert _ids(sink)[-1] == {0: 3, 1: 2, 2: 5} and s.at_tail
+    resumed = Sink()
+    r = cache.subscribe(KafkaEventEncoder("t"), resumed, Start(resume=meanwhile))
+    _run(clock)
+    assert _values(resumed) == [f"p2-{o}" for o in range(5)], "all of it, nothing else"
+    assert _ids(resumed)[-1] == {0: 3, 1: 2, 2: 5} and r.at_tail
+
+
+def test_the_partition_wait_ends_once_every_partition_is_heard_of() -> None:
+    """No timer is left behind for a topic whose partitions all came in time."""
+    clock = MemoryReactorClock()
+    server = CacheServer(clock, FakeClient(), "cache", EventLog("t"))  # type: ignore[arg-type]
+    cache = server.topic("t")
+    cache.on_metadata(2, False)
+    assert [c.func.__name__ for c in clock.getDelayedCalls()] == ["_stop_waiting"]
+    cache.on_end(0, 0)
+    assert len(clock.getDelayedCalls()) == 1, "one partition of two: still waiting"
+    cache.on_end(1, 0)
+    assert clock.getDelayedCalls() == [] and not cache.log.partial

@@ -80,15 +80,25 @@ def test_a_live_stream_waits_for_partitions_whose_end_the_cache_has_not_reached(
     assert _place(Start(), log, True, opened) == StartPositions({0: 5, 1: 7}, complete=True)
 
 
-def test_nothing_is_placed_until_the_cache_knows_every_partition() -> None:
+def test_nothing_is_placed_until_the_cache_knows_every_partition_or_stops_waiting() -> None:
+    """So that ids list every partition from the first. Once `partition-wait` has passed
+    (`log.partial`, Zilla #1628 waits for ever): the partitions heard of, `complete` False
+    until every one is placed, and a partition the id lists kept at its offset even before
+    the cache hears of it."""
     log = TopicLog("t", CacheBounds())
     assert start_positions(Start(resume={0: 1}), False, log, NOTHING) is None  # no metadata yet
-    log.partition_count = 2
+    log.partition_count = 3
+    assert start_positions(Start(), False, log, NOTHING) is None  # no partition heard of yet
     log.append(_msgs(0, 0, 3), now=0)
-    assert start_positions(Start(resume={0: 1}), False, log, NOTHING) is None  # p1 not heard of
+    assert start_positions(Start(), False, log, NOTHING) is None  # still waiting for the others
+    log.partial = True  # partition-wait passed
+    assert start_positions(Start(resume={0: 1, 2: 7}), False, log, NOTHING) == \
+        StartPositions({0: 1, 2: 7}, complete=False)  # p1 not heard of
+    assert start_positions(Start(), False, log, NOTHING) == \
+        StartPositions({0: 0}, complete=False)
     log.reached_end(1, 0)
-    assert start_positions(Start(resume={0: 1}), False, log, NOTHING) == \
-        StartPositions({0: 1, 1: 0}, complete=True)
+    assert start_positions(Start(resume={0: 1, 2: 7}), False, log, NOTHING) == \
+        StartPositions({0: 1, 1: 0, 2: 7}, complete=True)
 
 
 @pytest.mark.parametrize("live_topic", [False, True])
@@ -105,9 +115,12 @@ def test_a_last_id_older_than_the_cache_is_kept_for_kafka() -> None:
 
 
 @pytest.mark.parametrize("live_topic", [False, True])
-def test_partitions_a_last_id_does_not_list_start_at_the_historical_start(live_topic: bool) -> None:
+def test_partitions_a_last_id_does_not_list_start_where_the_cache_began(live_topic: bool) -> None:
+    """The id was made before the stream had them: all of them is the stream's, even what the
+    cache evicted (read back from Kafka), where the historical start would skip that."""
     log = _log({0: 20, 1: 3, 2: 9}, max_messages=25)  # 32 records: p0 lost its first 7
-    assert _place(Start(resume={1: 2}), log, live_topic).positions == {0: 7, 1: 2, 2: 0}
+    assert log.historical_start(0) == 7
+    assert _place(Start(resume={1: 2}), log, live_topic).positions == {0: 0, 1: 2, 2: 0}
 
 
 def test_partitions_the_topic_does_not_have_are_ignored() -> None:
