@@ -223,8 +223,11 @@ class World:
             self.cache.on_end(p, 0)
 
     def _server(self) -> tuple[CacheServer, TopicCache]:
+        # partition-wait 0: streams are placed in each partition as the cache hears of it, so
+        # ids made before the cache knew every partition (and resumes from them) are checked
         server = CacheServer(self.clock, self.kafka, "cache", EventLog("t"),  # type: ignore[arg-type]
-                             bounds=CacheBounds(max_messages=self.max_messages))
+                             bounds=CacheBounds(max_messages=self.max_messages),
+                             partition_wait=self.rng.choice([0.0, 5.0]))
         cache = server.topic(TOPIC)
         cache.on_metadata(len(self.kafka.records), self.compacted)
         return server, cache
