@@ -587,9 +587,9 @@ def router_cost(groups: tuple[int, ...] = (0, 100, 1_000, 10_000, 20_000),
 
 
 def value_cost(records: int = 50_000) -> list[dict[str, Any]]:
-    """Microseconds per record for the cache to route a batch at the tail to 1,000 streams
+    """CPU microseconds per record for the cache to route a batch at the tail to 1,000 streams
     over 100 distinct value filters (10 streams each), in-process, beside the same streams on
-    key filters and no stream at all: what a JSON value filter costs a record."""
+    key filters and no stream at all (best of 3): what a JSON value filter costs a record."""
     from ssekd.bindings.kafka.message import Message
     from ssekd.bindings.kafka.start import Start
     from ssekd.bindings.sse_kafka.encoder import Filter, KafkaEventEncoder
@@ -619,8 +619,7 @@ def value_cost(records: int = 50_000) -> list[dict[str, Any]]:
             spec["/status"] = ["open", "closed", "held"]
         return (Filter(values=value_conditions(spec, str)),)
 
-    out = []
-    for kind in ("none", "key", "value"):
+    def once(kind: str) -> float:
         _, cache = _in_process(0, max_messages=50_000)
         counter, not_json = Counter(), Counter()
         if kind != "none":
@@ -632,12 +631,19 @@ def value_cost(records: int = 50_000) -> list[dict[str, Any]]:
         clock = cache.reactor
         while clock.getDelayedCalls():
             clock.advance(0)
-        t0 = time.perf_counter()
+        t0 = time.process_time()  # CPU time: the machine may be shared
         for i in range(0, records, 500):
             cache.on_records(batch[i:i + 500])
-        out.append({"filters": kind, "streams": 1 + (1000 if kind != "none" else 0),
-                    "us_per_record": round((time.perf_counter() - t0) / records * 1e6, 2)})
-    return out
+        return (time.process_time() - t0) / records * 1e6
+
+    # best of 3 per kind, interleaved
+    best: dict[str, float] = {}
+    for _ in range(3):
+        for kind in ("none", "key", "value"):
+            us = once(kind)
+            best[kind] = min(best.get(kind, us), us)
+    return [{"filters": kind, "streams": 1 + (1000 if kind != "none" else 0),
+             "us_per_record": round(best[kind], 2)} for kind in ("none", "key", "value")]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -718,7 +724,7 @@ def print_table(r: dict[str, Any]) -> None:
         print()
         print(table("value filters at the tail: 1,000 streams over 100 distinct filters "
                     "(in-process, beside the unfiltered stream)", ["filters", "streams",
-                                                                  "µs/record"],
+                                                                  "CPU µs/record"],
                     [[x["filters"], x["streams"], x["us_per_record"]] for x in r["value"]]))
     if r.get("group_bytes"):
         g = r["group_bytes"]
