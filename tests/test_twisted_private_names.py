@@ -105,6 +105,10 @@ H2_SEND = "tests/bindings/http/test_h2_send.py"
 SWITCH = "SwitchingChannelProtocol repeats Twisted's ALPN switch with our HTTP/2 class"
 LIMITS = "request limits (body size, header count, rapid reset) applied where bytes arrive"
 EAGER = "ssekd/bindings/sse/eager.py"
+HAPROXY = "twisted.protocols.haproxy"
+PROXY = "ssekd/bindings/proxy_protocol.py"
+PARSERS = ("the PROXY protocol header parsers, fed the bytes of a trusted balancer's connection "
+           "before anything else is built for it")
 BATCH = "BatchingH2Connection replaces H2Connection's data path (one write per reactor turn)"
 
 PRIVATE_NAMES: tuple[Use, ...] = (
@@ -213,6 +217,29 @@ PRIVATE_NAMES: tuple[Use, ...] = (
     Use("twisted.internet.abstract:FileDescriptor._writeDisconnected", Kind.ATTRIBUTE, (EAGER,),
         "true once the write side is closed: nothing may be sent past Twisted then",
         read_by=("twisted.internet.abstract",)),
+    # -- twisted.protocols.haproxy: the PROXY protocol's parsers (only `proxyEndpoint` is
+    # public, and it takes every connection of a port as a balancer's) -----------------------
+    Use(f"{HAPROXY}._v1parser", Kind.MODULE, (PROXY,), PARSERS),
+    Use(f"{HAPROXY}._v2parser", Kind.MODULE, (PROXY,), PARSERS),
+    Use(f"{HAPROXY}._exceptions", Kind.MODULE, (PROXY,), PARSERS),
+    Use(f"{HAPROXY}._v1parser:V1Parser", Kind.CLASS, (PROXY,), PARSERS),
+    Use(f"{HAPROXY}._v2parser:V2Parser", Kind.CLASS, (PROXY,), PARSERS),
+    Use(f"{HAPROXY}._exceptions:InvalidProxyHeader", Kind.CLASS, (PROXY,),
+        "what both parsers raise for a header that is not one: the connection is refused"),
+    Use(f"{HAPROXY}._v1parser:V1Parser.feed", Kind.METHOD, (PROXY,),
+        "buffers bytes until the header line is complete: (info, rest) or (None, None)",
+        params=("self", "data")),
+    Use(f"{HAPROXY}._v2parser:V2Parser.feed", Kind.METHOD, (PROXY,),
+        "buffers bytes until the binary header is complete: (info, rest) or (None, None)",
+        params=("self", "data")),
+    Use(f"{HAPROXY}._v1parser:V1Parser.PROXYSTR", Kind.ATTRIBUTE, (PROXY,),
+        "the first word of a version 1 header, to tell one from other first bytes"),
+    Use(f"{HAPROXY}._v2parser:V2Parser.PREFIX", Kind.ATTRIBUTE, (PROXY,),
+        "the 12 bytes a version 2 header starts with, to tell one from other first bytes"),
+    Use(f"{HAPROXY}._info:ProxyInfo.source", Kind.ATTRIBUTE, (PROXY,),
+        "the client's address the header names (None for LOCAL and UNKNOWN)"),
+    Use(f"{HAPROXY}._info:ProxyInfo.destination", Kind.ATTRIBUTE, (PROXY,),
+        "the address the client connected to, as the balancer saw it"),
     # -- twisted.internet.base: what twistd reads to re-raise the stopping signal -------------
     Use("twisted.internet.base:ReactorBase._exitSignal", Kind.ATTRIBUTE, ("ssekd/tap.py",),
         "cleared after an orderly SIGTERM stop so that twistd exits 0, not -15",

@@ -32,6 +32,13 @@ from ssekd.bindings.connection_limits import (
     CountedConnection,
     OpenConnections,
 )
+from ssekd.bindings.proxy_protocol import SCHEMA as PROXY_PROTOCOL_SCHEMA
+from ssekd.bindings.proxy_protocol import (
+    BadNetwork,
+    HeaderRefusingConnection,
+    ProxiedConnection,
+    ProxyProtocol,
+)
 from ssekd.config import ConfigError
 from ssekd.config.model import Binding
 from ssekd.telemetry.events import EventLog
@@ -86,11 +93,14 @@ class TcpRoute:
 
 class TcpServer:
     """Listens on `host` x each port; hands each connection to the first route that matches,
-    unless it would pass a connection limit."""
+    unless it would pass a connection limit. With `proxy` (`options.proxy-protocol`), the
+    connections of trusted balancers are routed and counted by the client their PROXY header
+    names (`ssekd.bindings.proxy_protocol`)."""
 
     def __init__(self, name: str, host: str, ports: Sequence[int], routes: Sequence[TcpRoute],
                  default: StreamBinding | None, limits: ConnectionLimits, events: EventLog,
-                 table: OpenConnections = PROCESS) -> None:
+                 table: OpenConnections = PROCESS, proxy: ProxyProtocol | None = None,
+                 clock: Any = None) -> None:
         self.name = name
         self.host = host
         self.ports = list(ports)
@@ -99,6 +109,8 @@ class TcpServer:
         self.limits = limits
         self.events = events
         self.table = table
+        self.proxy = proxy
+        self.clock = clock
 
     def listen_specs(self) -> list[ListenSpec]:
         return [ListenSpec(self.host, port, _PortFactory(self, port)) for port in self.ports]
@@ -110,6 +122,22 @@ class TcpServer:
         return self.default
 
     def build_protocol(self, port: int, peer: IAddress) -> IProtocol | None:
+        proxy = self.proxy
+        if proxy is not None and proxy.trusts(peer):
+            return ProxiedConnection(lambda client: self.admit(port, client), self.table,
+                                     self.name, proxy.timeout, self.clock, self._refused)
+        admitted = self.admit(port, peer)
+        if admitted is None:
+            return None
+        inner, address = admitted
+        if proxy is not None:
+            return HeaderRefusingConnection(inner, self.table, self.name, address, self._refused)
+        return CountedConnection(inner, self.table, self.name, address)
+
+    def admit(self, port: int, peer: IAddress) -> tuple[IProtocol, str] | None:
+        """Route and count a connection from `peer` on `port`: the exit's protocol and the
+        address it is counted under (the caller releases it when the connection closes), or
+        None when it has no route or would pass a limit (Twisted then closes it)."""
         exit_ = self.route(port, peer)
         if exit_ is None:
             # no route and no default exit: closed at once (Twisted does it), and said
@@ -133,7 +161,11 @@ class TcpServer:
         if inner is None:
             self.table.release(self.name, address)
             return None
-        return CountedConnection(inner, self.table, self.name, address)
+        return inner, address
+
+    def _refused(self, peer: IAddress, why: str) -> None:
+        self.events.emit(self.name, "BINDING_TCP_CONNECTION_REFUSED",
+                         f"{getattr(peer, 'host', peer)}: {why}")
 
 
 class _PortFactory:
@@ -193,8 +225,15 @@ def _build_server(ctx: BuildContext, binding: Binding) -> TcpServer:
         routes.append(TcpRoute(tuple(conditions) or (Condition(None, None),), exit_))
     default = ctx.exit(binding.exit, StreamBinding) if binding.exit else None
     limits = ConnectionLimits.from_options(options.get("limits"), PROCESS.budget)
+    proxy = None
+    if "proxy-protocol" in options:
+        try:
+            proxy = ProxyProtocol.from_options(options["proxy-protocol"])
+        except BadNetwork as e:
+            raise ConfigError([ctx.issue(base + ("options", "proxy-protocol", "from", e.index),
+                                         f"expected {e.expected}")]) from e
     return TcpServer(binding.name, options.get("host", DEFAULT_HOST), ports, routes, default,
-                     limits, ctx.events)
+                     limits, ctx.events, proxy=proxy, clock=ctx.reactor)
 
 
 #: Seconds an outbound connection may take to be established before it counts as failed.
@@ -269,7 +308,8 @@ BINDING = BindingType("tcp", {
                               "description": "Address to listen on."},
                      "port": {**PORTS, "description": "Port(s) to listen on; each gets its own "
                                                       "socket, kept across reloads."},
-                     "limits": LIMITS_SCHEMA}},
+                     "limits": LIMITS_SCHEMA,
+                     "proxy-protocol": PROXY_PROTOCOL_SCHEMA}},
     ),
     "client": KindSpec(
         role=Role.OUTBOUND, build=_build_client, when=_WHEN,

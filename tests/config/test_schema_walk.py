@@ -44,6 +44,7 @@ OTLP_SIGNALS = "telemetry/test_otlp.py::" \
                "test_signals_and_per_signal_paths_and_a_reload_that_changes_them"
 H2 = "reliability/test_h2_limits.py"
 LIMITS = "reliability/test_connections.py::test_connections_over_the_limits_are_closed_at_once"
+PROXY = "e2e/test_proxy_protocol.py::test_a_trusted_balancer_names_the_clients_and_no_one_else_can"
 #: The sse client and the http/tcp/tls clients it reaches its upstream through.
 RELAY = "bindings/sse/test_sse_client.py::test_500_streams_get_every_event_once_over_one_upstream_stream"
 UPSTREAMS = "bindings/sse/test_sse_client_upstreams.py"
@@ -105,6 +106,11 @@ COVERAGE: dict[str, str] = {
     "bindings.tcp/server.options.limits": LIMITS,
     "bindings.tcp/server.options.limits.connections": LIMITS,
     "bindings.tcp/server.options.limits.connections-per-ip": LIMITS,
+    "bindings.tcp/server.options.proxy-protocol": PROXY,
+    "bindings.tcp/server.options.proxy-protocol.from": PROXY,
+    "bindings.tcp/server.options.proxy-protocol.timeout":
+        "bindings/test_proxy_protocol.py::"
+        "test_a_trusted_address_that_sends_nothing_is_closed_after_the_timeout",
     "bindings.tcp/server.options.port": SITE,
     "bindings.tcp/server.routes[].when[].port": f"{TLS}::test_curl_http2_and_http11_over_tls_and_h2c",
     "bindings.tcp/server.routes[].when[].cidr": "config/test_honesty.py::test_tcp_route_by_cidr",

@@ -25,12 +25,16 @@ class SseClient:
     """
 
     def __init__(self, port: int, path: str, headers: dict[str, str] | None = None,
-                 timeout: float = 10.0) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+                 timeout: float = 10.0, source: str | None = None,
+                 preamble: bytes = b"") -> None:
+        """`source`: the local address to connect from; `preamble`: bytes sent before the
+        request (a PROXY protocol header)."""
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout,
+                                             source_address=(source, 0) if source else None)
         lines = [f"GET {path} HTTP/1.1", f"Host: 127.0.0.1:{port}",
                  "Accept: text/event-stream"]
         lines += [f"{k}: {v}" for k, v in (headers or {}).items()]
-        self.sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
+        self.sock.sendall(preamble + ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
         self._raw = b""  # bytes from the socket not yet de-chunked
         self._body = b""  # de-chunked body not yet parsed into lines
         self.comments = 0

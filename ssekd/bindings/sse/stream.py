@@ -35,6 +35,7 @@ from twisted.web.server import Request
 from zope.interface import implementer
 
 from ssekd.bindings.api import Lease, StreamHandle
+from ssekd.bindings.proxy_protocol import socket_transport
 from ssekd.bindings.sse.compression import GzipWriter
 from ssekd.bindings.sse.eager import eager, send_now
 from ssekd.bindings.sse.stats import SseStats
@@ -144,6 +145,9 @@ class SseStream:
         self.request.write(first)  # sends the headers: Twisted decides on chunking here
         transport: Any = getattr(getattr(self.request, "channel", None), "transport", None)
         if getattr(self.request, "chunked", False) and transport is not None:
+            # behind a PROXY protocol header the connection's transport only relabels
+            # addresses: the chunks go to the socket under it
+            transport = socket_transport(transport)
             self._transport = transport
             self._eager = eager(transport)
         _forget_headers(self.request)
