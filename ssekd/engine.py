@@ -367,6 +367,14 @@ def store_stamps(config: Config) -> dict[str, tuple[tuple[str, int, int], ...]]:
     return stamps
 
 
+def watched_sources(graph: Graph) -> tuple[Path, ...]:
+    """What `--watch` follows for `graph`: the files its config was read from (the config, its
+    specs, its local schemas) and the key stores its vaults name, so a rotated certificate
+    applies with a reload (`Graph.store_stamps` tells the tls bindings to rebuild)."""
+    stores = [Path(path) for stamps in graph.store_stamps.values() for path, _, _ in stamps]
+    return tuple(dict.fromkeys((*graph.config.sources, *stores)))
+
+
 @dataclass
 class Graph:
     """One built config: runtime object per binding, and the sockets its listeners want."""
@@ -550,9 +558,10 @@ class Engine(MultiService):
 
     @property
     def sources(self) -> tuple[Path, ...]:
-        """The files the config being served was read from (`--watch` follows them)."""
+        """The files the config being served was read from and the key stores it names
+        (`--watch` follows them: `watched_sources`)."""
         graph = self.graph or self._pending
-        return graph.config.sources if graph is not None else (self.config_path,)
+        return watched_sources(graph) if graph is not None else (self.config_path,)
 
     @property
     def built(self) -> Graph | None:

@@ -68,7 +68,7 @@ class Options(usage.Options):
     ]
     optFlags = [
         ["watch", "w", "reload when the config file, or a file it reads (AsyncAPI specs, "
-                    "schema files), changes (SIGHUP always reloads)"],
+                    "schema files, key stores), changes (SIGHUP always reloads)"],
     ]
 
     def opt_version(self) -> None:
@@ -117,7 +117,7 @@ class Reloadable(Protocol):
     @property
     def sources(self) -> tuple[Path, ...]:
         """The files the running config was read from (the config, its specs, its local
-        schemas)."""
+        schemas) and the key stores it names."""
 
     @property
     def reactor(self) -> Any: ...
@@ -130,7 +130,10 @@ Stamp = tuple[tuple[str, int, int] | None, ...]
 
 class WatchConfig(TimerService):
     """Polls the mtime and size of the config file and of every file the config was read from
-    (AsyncAPI specs, schema files); a change triggers the same reload as SIGHUP."""
+    (AsyncAPI specs, schema files) or names as a key store; a change triggers the same reload as
+    SIGHUP. Paths are followed through symlinks, so a Kubernetes ConfigMap or Secret mounted as
+    a folder (whose files the kubelet swaps by a symlink) counts as changed when its contents
+    are."""
 
     def __init__(self, engine: Reloadable, interval: float) -> None:
         self.engine = engine

@@ -46,7 +46,7 @@ from twisted.internet.interfaces import IListeningPort
 from twisted.python.failure import Failure
 
 from ssekd import sd_notify
-from ssekd.engine import ENGINE, Engine, build_figures
+from ssekd.engine import ENGINE, Engine, build_figures, watched_sources
 from ssekd.heartbeats import Heartbeats
 from ssekd.sockets import BACKLOG, listening_socket
 from ssekd.telemetry import prometheus
@@ -136,8 +136,9 @@ class Supervisor(Service):
         graph = engine.built
         assert graph is not None
         config = graph.config
-        #: The files the config was read from: `--watch` in the parent follows them.
-        self.sources: tuple[Path, ...] = config.sources
+        #: The files the config was read from and its key stores: `--watch` in the parent
+        #: follows them.
+        self.sources: tuple[Path, ...] = watched_sources(graph)
         #: The parent's own figures (worker restarts, its process), added to the workers' sum.
         self.metrics = Metrics()
         self.metrics.configure(config.namespace, config.telemetry.metrics,
@@ -363,7 +364,7 @@ class Supervisor(Service):
             fresh = None
         if fresh is not None and fresh.built is not None:
             graph = fresh.built
-            self.sources = graph.config.sources
+            self.sources = watched_sources(graph)
             self.drain = graph.config.engine.drain
             wanted = {(s.host, s.port) for s in graph.listen_specs()}
             for key in [k for k in self.sockets if k not in wanted]:

@@ -90,7 +90,7 @@ def supervisor(count: int) -> tuple[Supervisor, SpawningClock, EventLog]:
     config = SimpleNamespace(namespace="test", telemetry=Telemetry(), engine=EngineOptions(),
                              sources=(Path("zilla.yaml"),))
     engine = SimpleNamespace(reactor=clock, events=events, config_path=Path("zilla.yaml"),
-                             built=SimpleNamespace(config=config))
+                             built=SimpleNamespace(config=config, store_stamps={}))
     sup = Supervisor(engine, count, ["--config", "zilla.yaml"])  # type: ignore[arg-type]
     sup.rundir = "/nonexistent"
     return sup, clock, events
