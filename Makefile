@@ -3,11 +3,14 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 CONFIG ?= etc/zilla.yaml
-# Two installs, each made again whenever pyproject.toml changes: `make run` installs what the
-# daemon and the demo need (the `demo` extra: the development broker); `make test`, `make bench`
-# and `make setup` everything the tests and benchmarks drive besides (Spark, the baseline bridge,
-# the linters), about ten times as much.
-SUM        := $(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+# Two installs, each made again whenever pyproject.toml or constraints.txt changes: `make run`
+# installs what the daemon and the demo need (the `demo` extra: the development broker); `make
+# test`, `make bench` and `make setup` everything the tests and benchmarks drive besides (Spark,
+# the baseline bridge, the linters), about ten times as much. Both install exactly the versions
+# of constraints.txt (a pip constraints file: every package of ssekd and its extras, as tested;
+# the container image installs with it too); `make lock` resolves it again from pyproject.toml.
+CONSTRAINTS := constraints.txt
+SUM        := $(shell cat pyproject.toml $(CONSTRAINTS) | cksum | cut -d' ' -f1)
 RUN_STAMP  := $(VENV)/.installed-run-$(SUM)
 STAMP      := $(VENV)/.installed-full-$(SUM)
 FULL_EXTRAS := dev,spark,bench
@@ -26,9 +29,10 @@ COMPAT        := .venv-compat
 TWISTED_FLOOR := $(shell sed -n 's/.*"twisted\[[a-z0-9,]*\]>=\([0-9.]*\).*/\1/p' pyproject.toml)
 COMPAT_STAMP  := $(COMPAT)/.installed-$(SUM)
 
-.PHONY: run test test-compat bench setup system-deps asyncapi-specs check lint docs clean
+.PHONY: run test test-compat bench setup lock system-deps asyncapi-specs check lint docs clean
 
-# An editable install of the checkout with the extras $(2) into the venv whose python is $(1).
+# An editable install of the checkout with the extras $(2) into the venv whose python is $(1),
+# with the pip arguments $(3) (the constraints).
 # twistd finds plugins in the folders on sys.path (twisted/plugins/ssekd_plugin.py is in this
 # one), while setuptools' editable install reaches the packages through an import hook, so the
 # checkout goes on sys.path by a .pth file of our own: what the deprecated `editable_mode=compat`
@@ -46,18 +50,30 @@ endef
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-$(RUN_STAMP): pyproject.toml | $(BIN)/python
-	$(call install,$(BIN)/python,demo)
+$(RUN_STAMP): pyproject.toml $(CONSTRAINTS) | $(BIN)/python
+	$(call install,$(BIN)/python,demo,-c $(CONSTRAINTS))
 	rm -f $(VENV)/.installed-run-*
 	touch $@
 
 # The full install includes the run install: both stamps are set.
-$(STAMP): pyproject.toml | $(BIN)/python
-	$(call install,$(BIN)/python,$(FULL_EXTRAS))
+$(STAMP): pyproject.toml $(CONSTRAINTS) | $(BIN)/python
+	$(call install,$(BIN)/python,$(FULL_EXTRAS),-c $(CONSTRAINTS))
 	rm -f $(VENV)/.installed-*
 	touch $@ $(RUN_STAMP)
 
 setup: $(STAMP)
+
+# A fresh resolution of pyproject.toml (every extra, and the wheel build's own setuptools and
+# wheel) into constraints.txt. Run it to take newer releases, then `make test`.
+lock:
+	rm -rf build/lock
+	$(PYTHON) -m venv build/lock
+	build/lock/bin/python -m pip install -q --upgrade pip
+	build/lock/bin/python -m pip install -q '.[demo,$(FULL_EXTRAS)]' 'setuptools>=77' wheel
+	{ echo "# pip constraints: every package of ssekd and its extras at the versions tested."; \
+	  echo "# Used by make setup and the container image; regenerate with make lock."; \
+	  build/lock/bin/python -m pip freeze --all --exclude ssekd --exclude pip; } > $(CONSTRAINTS)
+	rm -rf build/lock
 
 system-deps:
 	@missing=""; for p in $(DEBS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -100,9 +116,12 @@ test: setup system-deps asyncapi-specs
 $(COMPAT)/bin/python:
 	$(PYTHON) -m venv $(COMPAT)
 
-$(COMPAT_STAMP): pyproject.toml | $(COMPAT)/bin/python
+$(COMPAT_STAMP): pyproject.toml $(CONSTRAINTS) | $(COMPAT)/bin/python
 	@test -n "$(TWISTED_FLOOR)" || { echo "no twisted>= floor found in pyproject.toml"; exit 1; }
-	$(call install,$(COMPAT)/bin/python,$(FULL_EXTRAS),'twisted[tls,http2]==$(TWISTED_FLOOR)')
+	# everything else at the versions of the lock, as in `make test`
+	grep -v -i '^twisted==' $(CONSTRAINTS) > $(COMPAT)/constraints.txt
+	$(call install,$(COMPAT)/bin/python,$(FULL_EXTRAS),'twisted[tls,http2]==$(TWISTED_FLOOR)' \
+	  -c $(COMPAT)/constraints.txt)
 	rm -f $(COMPAT)/.installed-*
 	touch $@
 
