@@ -15,7 +15,8 @@ RUN_STAMP  := $(VENV)/.installed-run-$(SUM)
 STAMP      := $(VENV)/.installed-full-$(SUM)
 FULL_EXTRAS := dev,spark,bench
 # Debian programs the tests and benchmarks drive as real clients.
-DEBS   := curl openssl wrk nghttp2-client chromium default-jre-headless prometheus haproxy systemd
+DEBS   := curl openssl wrk nghttp2-client chromium default-jre-headless prometheus haproxy systemd \
+          podman runc debootstrap
 PYTEST_ARGS ?=
 # The official AsyncAPI JSON Schemas (npm `@asyncapi/specs`), which the generated AsyncAPI
 # documents are validated against in the tests. Kept inside the venv folder (ignored, cleaned).
@@ -23,13 +24,19 @@ ASYNCAPI_SPECS_VERSION := 6.11.1
 NODE_DIR      := $(VENV)/node
 ASYNCAPI_SPECS := $(NODE_DIR)/node_modules/@asyncapi/specs/schemas/3.0.0.json
 
+# `make image`: the container image (Containerfile) as $(IMAGE), from a base made of Debian
+# packages and the wheels of constraints.txt (deploy/container/build-image.sh says why). Needs
+# root for debootstrap. These podman flags are what these machines need (runc, no systemd).
+IMAGE  ?= localhost/ssekd:latest
+PODMAN ?= podman --runtime runc --cgroup-manager cgroupfs --events-backend file
+
 # `make test-compat`: the same suite in a second venv on the oldest Twisted pyproject.toml allows
 # (its `twisted[...]>=` floor, read from there so the two cannot disagree).
 COMPAT        := .venv-compat
 TWISTED_FLOOR := $(shell sed -n 's/.*"twisted\[[a-z0-9,]*\]>=\([0-9.]*\).*/\1/p' pyproject.toml)
 COMPAT_STAMP  := $(COMPAT)/.installed-$(SUM)
 
-.PHONY: run test test-compat bench setup lock system-deps asyncapi-specs check lint docs clean
+.PHONY: run test test-compat bench setup lock image system-deps asyncapi-specs check lint docs clean
 
 # An editable install of the checkout with the extras $(2) into the venv whose python is $(1),
 # with the pip arguments $(3) (the constraints).
@@ -139,6 +146,9 @@ test-compat: $(COMPAT_STAMP) system-deps asyncapi-specs
 # topic, 50,000 idle streams, ...).
 bench: setup system-deps
 	FULL=$(FULL) $(BIN)/python bench/run.py $(if $(FULL),,--quick)
+
+image: $(RUN_STAMP) system-deps
+	PODMAN="$(PODMAN)" PIP=$(BIN)/pip deploy/container/build-image.sh $(IMAGE)
 
 check: $(RUN_STAMP)
 	$(BIN)/ssekd check --config $(CONFIG)

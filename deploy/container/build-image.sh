@@ -1,0 +1,52 @@
+#!/bin/bash
+# `make image`: the Containerfile built where no image can be pulled. The base is made of Debian
+# packages (debian-base.sh, kept in build/image/ and imported once per version of that script),
+# and the Python packages come from build/wheelhouse: the wheels of constraints.txt, downloaded
+# by the host's pip, so the build itself needs no way out. Elsewhere, `podman build -t ssekd .`
+# (or docker build) builds the same recipe FROM python:3.11-slim with packages from PyPI.
+#
+#   PODMAN='podman ...' PIP=.venv/bin/pip deploy/container/build-image.sh IMAGE
+#
+# Run from the project's root. Prints the seconds each part took.
+set -eu
+image=${1:-localhost/ssekd:latest}
+podman=${PODMAN:-podman}
+pip=${PIP:-pip}
+mkdir -p build/image build/wheelhouse
+started=$(date +%s)
+
+# The base: one image per version of debian-base.sh.
+key=$(cksum < deploy/container/debian-base.sh | cut -d' ' -f1)
+base=localhost/ssekd-debian-base:$key
+if ! $podman image exists "$base"; then
+  tar=build/image/debian-base-$key.tar
+  [ -f "$tar" ] || deploy/container/debian-base.sh "$tar"
+  $podman import --quiet "$tar" "$base" > /dev/null
+fi
+based=$(date +%s)
+
+# The wheels: the runtime dependencies of pyproject.toml, and the wheel build's setuptools and
+# wheel, at the versions of constraints.txt, for the Python of the base (Debian 12: 3.11).
+# Kept while constraints.txt is unchanged.
+stamp=build/wheelhouse/.constraints-$(cat constraints.txt pyproject.toml | cksum | cut -d' ' -f1)
+if [ ! -f "$stamp" ]; then
+  rm -f build/wheelhouse/*.whl build/wheelhouse/.constraints-*
+  python3 -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]))' \
+    > build/wheelhouse/requirements.txt
+  $pip download --quiet --dest build/wheelhouse --only-binary=:all: --python-version 3.11 \
+    -c constraints.txt -r build/wheelhouse/requirements.txt setuptools wheel
+  touch "$stamp"
+fi
+wheeled=$(date +%s)
+
+# The build's containers get ulimits stated here (podman_ulimits), not podman's defaults, which
+# may be above what this machine lets a process raise its limits to.
+. deploy/container/ulimits.sh
+$podman build --quiet --pull=never --network host $(podman_ulimits) \
+  --build-arg BASE="$base" --build-arg WHEELS=build/wheelhouse --build-arg PIP_NO_INDEX=1 \
+  --tag "$image" --file Containerfile . > /dev/null
+built=$(date +%s)
+# Layers the build no longer uses (an earlier version of ssekd's code) go after a day; newer
+# ones stay for the next build to reuse.
+$podman image prune --force --filter until=24h > /dev/null
+echo "image $image: base $((based - started)) s, wheels $((wheeled - based)) s, build $((built - wheeled)) s"
