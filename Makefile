@@ -14,9 +14,11 @@ SUM        := $(shell cat pyproject.toml $(CONSTRAINTS) | cksum | cut -d' ' -f1)
 RUN_STAMP  := $(VENV)/.installed-run-$(SUM)
 STAMP      := $(VENV)/.installed-full-$(SUM)
 FULL_EXTRAS := dev,spark,bench
-# Debian programs the tests and benchmarks drive as real clients.
+# Debian programs the tests and benchmarks drive as real clients, and what builds and runs the
+# container image (podman, runc, debootstrap); certutil (libnss3-tools) makes the browser trust
+# the test CA.
 DEBS   := curl openssl wrk nghttp2-client chromium default-jre-headless prometheus haproxy systemd \
-          podman runc debootstrap
+          podman runc debootstrap libnss3-tools
 PYTEST_ARGS ?=
 # The official AsyncAPI JSON Schemas (npm `@asyncapi/specs`), which the generated AsyncAPI
 # documents are validated against in the tests. Kept inside the venv folder (ignored, cleaned).

@@ -1,7 +1,9 @@
 """deploy/haproxy/haproxy.cfg: HAProxy accepts it, it balances by open streams, its health
 check asks the readiness path the shipped config's http binding answers, on that binding's
-cleartext port, and with no daemon up an EventSource still gets a `200` that says when to retry.
-(tests/e2e/test_haproxy.py runs it for real in front of three daemons.)"""
+cleartext port, with no daemon up an EventSource still gets a `200` that says when to retry,
+and it serves TLS with HTTP/2 and sends the PROXY protocol.
+(tests/e2e/test_haproxy.py runs it for real in front of three daemons, test_haproxy_tls.py in
+front of a browser.)"""
 
 from __future__ import annotations
 
@@ -11,8 +13,10 @@ import subprocess
 from pathlib import Path
 
 from ssekd.broker import free_port
+from ssekd.devcert import issue, make_ca
 from tests.support.deploy import DEPLOY, health_paths, served_ports, shipped_config
 from tests.support.haproxy import start_haproxy
+from tests.support.pki import write_pem
 from tests.support.sse import SseClient
 from tests.support.wait import wait_until
 
@@ -20,7 +24,10 @@ CFG = DEPLOY / "haproxy" / "haproxy.cfg"
 
 
 def test_haproxy_accepts_the_config(tmp_path: Path) -> None:
+    certificate = tmp_path / "ssekd.pem"
+    write_pem(certificate, issue(make_ca("haproxy test CA"), ["localhost"]))
     text = CFG.read_text().replace("/run/haproxy/ssekd.sock", str(tmp_path / "s.sock"))
+    text = text.replace("/etc/haproxy/certs/ssekd.pem", str(certificate))
     (tmp_path / "haproxy.cfg").write_text(text)
     out = subprocess.run(["haproxy", "-c", "-f", str(tmp_path / "haproxy.cfg")],
                          capture_output=True, text=True, timeout=30)
@@ -68,3 +75,14 @@ def test_with_no_daemon_up_an_eventsource_gets_200_and_retry_never_a_5xx(
         conn.close()
     finally:
         proxy.stop()
+
+
+def test_tls_with_http2_the_proxy_protocol_and_a_bound_on_old_processes() -> None:
+    """What tests/e2e/test_haproxy_tls.py relies on, named: TLS on :443 offering h2 first, a
+    PROXY protocol v2 header on every connection to a daemon, and old processes stopped after
+    a reload."""
+    text = CFG.read_text()
+    assert re.search(r"^\s+bind :443 ssl crt \S+ alpn h2,http/1\.1$", text, re.MULTILINE)
+    (servers,) = re.findall(r"^\s+default-server (.+)$", text, re.MULTILINE)
+    assert "send-proxy-v2" in servers.split()
+    assert re.search(r"^\s+hard-stop-after \d+s$", text, re.MULTILINE)

@@ -16,7 +16,7 @@ import pytest
 from ssekd.broker import free_port
 from tests.support.broker import Kafka
 from tests.support.daemon import Daemon, start_daemon
-from tests.support.haproxy import Haproxy, start_haproxy
+from tests.support.haproxy import TRUST_BALANCER, Haproxy, start_haproxy
 from tests.support.resume import ResumingClient
 from tests.support.streamd import write_config
 from tests.support.wait import wait_until
@@ -42,7 +42,7 @@ def test_three_daemons_behind_haproxy_lose_no_event_when_one_dies_and_one_drains
             folder = tmp_path / f"d{i}"
             folder.mkdir()
             config = write_config(folder, kafka.bootstrap, port, health=True,
-                                  engine=f"{{drain: {DRAIN:g}}}")
+                                  engine=f"{{drain: {DRAIN:g}}}", tcp_options=TRUST_BALANCER)
             daemons.append(start_daemon(config, wait_ports=[port]))
             ports.append(port)
         proxy = start_haproxy(tmp_path, free_port(), ports)

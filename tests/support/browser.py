@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -17,7 +18,9 @@ CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 class Browser:
     """Chromium with CDP over a pipe."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, env: dict[str, str] | None = None) -> None:
+        """`env` adds to the environment: `HOME` picks the NSS database of trusted CAs
+        (`~/.pki/nssdb`, see `trust_ca`)."""
         self.profile = tempfile.mkdtemp(prefix="ssekd-chromium-")
         to_chrome_r, self._to_chrome = os.pipe()
         self._from_chrome, from_chrome_w = os.pipe()
@@ -34,7 +37,8 @@ class Browser:
              url],
             pass_fds=(3, 4, to_chrome_r, from_chrome_w),
             preexec_fn=wire_fds,  # noqa: PLW1509 - only dup2 calls, needed to place fds 3 and 4
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            env={**os.environ, **(env or {})})
         os.close(to_chrome_r)
         os.close(from_chrome_w)
         self._buf = b""
@@ -79,3 +83,18 @@ class Browser:
         os.close(self._to_chrome)
         os.close(self._from_chrome)
         shutil.rmtree(self.profile, ignore_errors=True)
+
+
+def trust_ca(home: Path, ca_pem: Path) -> dict[str, str]:
+    """An NSS database under `home` (Chromium's `~/.pki/nssdb` on Linux) that trusts `ca_pem`
+    for servers, made with NSS's certutil (Debian package libnss3-tools); returns the
+    environment that points Chromium at it."""
+    db = home / ".pki" / "nssdb"
+    db.mkdir(parents=True)
+    certutil = shutil.which("certutil")
+    assert certutil, "certutil is needed (make test installs libnss3-tools)"
+    subprocess.run([certutil, "-N", "-d", f"sql:{db}", "--empty-password"], check=True,
+                   capture_output=True, timeout=30)
+    subprocess.run([certutil, "-A", "-d", f"sql:{db}", "-t", "C,,", "-n", "ssekd test CA",
+                    "-i", str(ca_pem)], check=True, capture_output=True, timeout=30)
+    return {"HOME": str(home)}

@@ -47,6 +47,13 @@ def _pem_pair(folder: Path, name: str, issued: Issued) -> tuple[Path, Path]:
     return cert, key
 
 
+def write_pem(path: Path, issued: Issued) -> Path:
+    """The certificate and its key in one PEM file, as HAProxy's `crt` takes them."""
+    path.write_bytes(issued.cert.public_bytes(Encoding.PEM)
+                     + issued.key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption()))
+    return path
+
+
 def keytool_merge(target: Path, sources: list[Path], password: str) -> None:
     """Merge single-key stores into one multi-key PKCS#12 store with keytool."""
     assert KEYTOOL is not None

@@ -186,17 +186,18 @@ def write_config(tmp: Path, bootstrap: str, port: int, idle: float = 15, retry: 
                  health: bool = False, prometheus_port: int | None = None,
                  engine: str = "", bootstrap_topics: tuple[str, ...] = (),
                  compression: str | None = None, partition_wait: float | None = None,
-                 tcp_options: str = "") -> Path:
+                 tcp_options: str = "", www: Path = WWW) -> Path:
     """`tcp_options` adds to the tcp server's options (`, proxy-protocol: {...}`), `health`
     adds the http binding's health endpoints (default paths, with the `details` a test reads
     what readiness waits for from), `prometheus_port` a prometheus exporter, `engine` the
     `engine` section (YAML flow mapping such as `{workers: 2, drain: 3}`), `bootstrap_topics`
     the cache's bootstrap list, `compression` the sse server's `compression` (a YAML flow
-    mapping such as `{}`), `partition_wait` the cache's `partition-wait`."""
+    mapping such as `{}`), `partition_wait` the cache's `partition-wait`, `www` the folder
+    served at /www/."""
     live = ", ".join(f"{{name: {t}, defaultOffset: live}}" for t in live_topics)
     boot = f"\n      bootstrap: [{', '.join(bootstrap_topics)}]" if bootstrap_topics else ""
     text = CONFIG.format(bootstrap_topics=boot, port=port, tcp_options=tcp_options,
-                         www=str(WWW), idle=idle,
+                         www=str(www), idle=idle,
                          retry=f", retry: {retry}" if retry is not None else "",
                          compression=f", compression: {compression}"
                          if compression is not None else "",
