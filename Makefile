@@ -135,7 +135,7 @@ $(COMPAT_STAMP): pyproject.toml $(CONSTRAINTS) | $(COMPAT)/bin/python
 	touch $@
 
 # Twisted is pinned to the floor; everything else resolves as in `make test`. The spark-marked
-# tests are left out (the spark/ jobs do not use Twisted), except test_serving: it serves the
+# tests are left out (the ssekd/spark/ jobs do not use Twisted), except test_serving: it serves the
 # jobs' output through the daemon. A -k expression matches markers and names alike, which lets
 # one run drop the marker but keep that file (-m alone cannot).
 test-compat: $(COMPAT_STAMP) system-deps asyncapi-specs
@@ -161,7 +161,7 @@ docs: setup
 
 lint: setup
 	$(BIN)/mypy
-	$(BIN)/ruff check ssekd spark tests bench
+	$(BIN)/ruff check ssekd tests bench
 
 clean:
 	rm -rf $(VENV) $(COMPAT) build *.egg-info bench/results .pytest_cache .mypy_cache

@@ -143,8 +143,8 @@ def main(changes: int = 100_000, keys: int = 1_000, partitions: int = 3,
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark import __version__ as pyspark_version
 
-    from spark.session import build_session
-    from spark.snapshot import SnapshotReport, run_snapshot
+    from ssekd.spark.session import build_session
+    from ssekd.spark.snapshot import SnapshotReport, run_snapshot
 
     broker = start_broker()
     config = {"bootstrap.servers": broker.bootstrap, "fetch.wait.max.ms": "10"}

@@ -4,12 +4,14 @@
   requirement allows, and this environment was installed from it (`make setup`), so CI tests
   the versions the image ships;
 - the wheel installs no generic top-level names (a package called `spark` would collide with
-  anything else of that name), and carries its license, classifiers and project URLs.
+  anything else of that name: the jobs are `ssekd.spark`), and carries its license,
+  classifiers and project URLs.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -82,9 +84,17 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The wheel `pip wheel .` builds of this checkout (its build backend as pyproject.toml
     asks for it, at the locked versions)."""
     out = tmp_path_factory.mktemp("wheel")
+    # from a copy of what the Containerfile copies too: setuptools builds in the tree's build/
+    # and would pack whatever an earlier build left there
+    source = tmp_path_factory.mktemp("source")
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(ROOT / name, source)
+    for name in ("ssekd", "twisted"):
+        shutil.copytree(ROOT / name, source / name,
+                        ignore=shutil.ignore_patterns("__pycache__", "dropin.cache"))
     done = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "--wheel-dir", str(out),
-         str(ROOT)], capture_output=True, text=True, timeout=300,
+         str(source)], capture_output=True, text=True, timeout=300,
         env={**os.environ, "PIP_CONSTRAINT": str(ROOT / "constraints.txt")})
     assert done.returncode == 0, done.stderr
     (built,) = out.glob("ssekd-*.whl")
@@ -113,3 +123,16 @@ def test_the_wheel_says_its_license_classifiers_and_urls(wheel: Path) -> None:
     urls = dict(u.split(", ", 1) for u in meta.get_all("Project-URL") or [])
     assert {"Homepage", "Documentation", "Changelog", "Issues"} <= set(urls)
     assert meta["Requires-Python"] == ">=3.11"
+
+
+def test_ssekd_spark_without_pyspark_says_which_extra_to_install() -> None:
+    """The wheel installs the `ssekd-spark` script whatever the extras; without PySpark it says
+    what to install, in one line, instead of a traceback."""
+    block = "import sys; sys.modules.update(dict.fromkeys(['pyspark', 'pyarrow'], None)); "
+    done = subprocess.run(
+        [sys.executable, "-c", block + "from ssekd.spark.cli import main; "
+         "sys.exit(main(['snapshot', '--topic', 'events', '--bootstrap', 'localhost:1']))"],
+        capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert done.stderr.strip() == ("ssekd-spark needs the [spark] extra: pip install "
+                                   "'ssekd[spark]' (and Java 17+)")

@@ -42,7 +42,7 @@ from zope.interface import implementedBy
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Folders of the project whose Python files are scanned (`twisted/` holds the twistd plugin).
-SCANNED = ("ssekd", "spark", "bench", "tests", "twisted")
+SCANNED = ("ssekd", "bench", "tests", "twisted")
 TWISTED = f"Twisted {twisted_version}"
 #: The installed Twisted's package folder.
 TWISTED_DIR = Path(inspect.getfile(importlib.import_module("twisted"))).parent

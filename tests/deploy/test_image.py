@@ -143,6 +143,11 @@ def test_the_image_runs_the_kubernetes_deployment_read_only_and_drains_on_sigter
     assert podman.run("exec", container_name, "id", "-u").stdout.strip() == "10001"
     denied = podman.run("exec", container_name, "touch", "/opt/ssekd/x", check=False)
     assert denied.returncode != 0 and "Read-only file system" in denied.stderr
+    # the image has no PySpark: its ssekd-spark script says so in one line
+    spark = podman.run("exec", container_name, "ssekd-spark", "snapshot", "--topic", "events",
+                       "--bootstrap", kafka.bootstrap, check=False)
+    assert (spark.returncode, spark.stderr.strip()) == (
+        1, "ssekd-spark needs the [spark] extra: pip install 'ssekd[spark]' (and Java 17+)")
 
     # streams: HTTP/1.1 on the http port, HTTP/2 over TLS on the https one
     stream = SseClient(http, "/events", timeout=20)

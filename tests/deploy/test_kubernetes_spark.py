@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import yaml
 
-from spark.cli import build_parser
-from spark.models import models_for
+from ssekd.spark.cli import build_parser
+from ssekd.spark.models import models_for
 from tests.support.deploy import DEPLOY, ROOT
 
 CONFIG = ROOT / "etc" / "zilla.yaml"

@@ -49,7 +49,7 @@ QUICK_JIT = "-XX:TieredStopAtLevel=1"
 
 def _is_project(name: str) -> bool:
     """Entries of site-packages that install this project (editable or not)."""
-    return name.startswith(("__editable__", "ssekd-")) or name in ("ssekd", "spark")
+    return name.startswith(("__editable__", "ssekd-")) or name == "ssekd"
 
 
 def make_worker_env(path: Path, leave_out: Sequence[str] = ()) -> Path:

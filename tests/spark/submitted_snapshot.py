@@ -13,8 +13,8 @@ import sys
 
 from pyspark.sql import SparkSession
 
-from spark.session import register
-from spark.snapshot import run_snapshot
+from ssekd.spark.session import register
+from ssekd.spark.snapshot import run_snapshot
 
 
 def main(bootstrap: str, topic: str, target: str) -> None:

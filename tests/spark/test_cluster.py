@@ -19,11 +19,11 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from spark.models import models_for
-from spark.pack import pack_code
-from spark.quality import RecordRules
-from spark.snapshot import run_snapshot, run_snapshot_stream
 from ssekd.broker import Broker
+from ssekd.spark.models import models_for
+from ssekd.spark.pack import pack_code
+from ssekd.spark.quality import RecordRules
+from ssekd.spark.snapshot import run_snapshot, run_snapshot_stream
 from tests.spark.daemon_config import daemon_config
 from tests.spark.standalone import (
     PYTHON,

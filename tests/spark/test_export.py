@@ -10,9 +10,9 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
-from spark.export import MALFORMED_FOLDER, run_export
-from spark.quality import RecordRules
 from ssekd.broker import Broker
+from ssekd.spark.export import MALFORMED_FOLDER, run_export
+from ssekd.spark.quality import RecordRules
 from tests.support.kafka_records import Change, Record, create_topic, produce
 
 pytestmark = [pytest.mark.spark, pytest.mark.broker]

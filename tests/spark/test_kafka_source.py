@@ -11,11 +11,11 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from pyspark.sql import SparkSession
 
-from spark import FORMAT
-from spark.kafka_source import KafkaDataSource, limit_rows
-from spark.offsets import probe_end_offsets
-from spark.options import KafkaOptions, OptionError, parse_since, parse_source_options
 from ssekd.broker import Broker
+from ssekd.spark import FORMAT
+from ssekd.spark.kafka_source import KafkaDataSource, limit_rows
+from ssekd.spark.offsets import probe_end_offsets
+from ssekd.spark.options import KafkaOptions, OptionError, parse_since, parse_source_options
 from tests.support.kafka_records import Change, Record, create_topic, produce, read_topic
 
 pytestmark = pytest.mark.spark

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from spark.cli import EXIT_MALFORMED, main
-from spark.options import OptionError
-from spark.quality import RecordRules
-from spark.snapshot import run_snapshot, run_snapshot_stream
 from ssekd.broker import Broker
+from ssekd.spark.cli import EXIT_MALFORMED, main
+from ssekd.spark.options import OptionError
+from ssekd.spark.quality import RecordRules
+from ssekd.spark.snapshot import run_snapshot, run_snapshot_stream
 from tests.support.kafka_records import Change, create_topic, latest_per_key, produce, read_topic
 
 pytestmark = pytest.mark.spark

@@ -13,8 +13,8 @@ import jsonschema
 import pytest
 from pyspark.sql import SparkSession
 
-from spark.cli import EXIT_MALFORMED, main
 from ssekd.broker import Broker
+from ssekd.spark.cli import EXIT_MALFORMED, main
 from tests.spark.daemon_config import daemon_config as config
 from tests.support.kafka_records import Change, create_topic, latest_per_key, produce, read_topic
 from tests.support.schema_registry import Registry, avro_bytes, wire

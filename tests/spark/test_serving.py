@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from spark.snapshot import run_snapshot, snapshot_topic_for
 from ssekd.broker import Broker
+from ssekd.spark.snapshot import run_snapshot, snapshot_topic_for
 from tests.support.broker import Kafka
 from tests.support.kafka_records import Change, create_topic, latest_per_key, produce
 from tests.support.sse import Event

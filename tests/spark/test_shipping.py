@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from spark.cli import main
-from spark.pack import pack_code
-from spark.workers import WorkerSetupError, explain, explained
+from ssekd.spark.cli import main
+from ssekd.spark.pack import pack_code
+from ssekd.spark.workers import WorkerSetupError, explain, explained
 from tests.spark.standalone import make_worker_env
 
 pytestmark = pytest.mark.spark
@@ -22,12 +22,12 @@ pytestmark = pytest.mark.spark
 #: driver's machine lacked pyarrow.
 ON_EXECUTOR = """An exception was thrown from the Python worker:
 Traceback (most recent call last):
-  File "./ssekd-spark.zip/spark/kafka_source.py", line 20, in <module>
+  File "./ssekd-spark.zip/ssekd/spark/kafka_source.py", line 20, in <module>
     from confluent_kafka import Consumer
 ModuleNotFoundError: No module named 'confluent_kafka'"""
 ON_DRIVER = """[PYTHON_DATA_SOURCE_ERROR] Failed to create Python data source instance: Traceback \
 (most recent call last):
-  File "/tmp/spark-7c/userFiles-ec7/ssekd-spark.zip/spark/kafka_source.py", line 19, in <module>
+  File "/tmp/spark-7c/userFiles-ec7/ssekd-spark.zip/ssekd/spark/kafka_source.py", line 19, in <module>
     import pyarrow as pa
 ModuleNotFoundError: No module named 'pyarrow'
  SQLSTATE: 38000"""
@@ -36,10 +36,11 @@ ModuleNotFoundError: No module named 'pyarrow'
 def test_a_worker_python_with_only_the_dependencies_imports_the_jobs_from_the_zip(
         tmp_path: Path) -> None:
     python = make_worker_env(tmp_path / "env")
-    code = "import spark.kafka_source, spark.models, ssekd.catalogs.models; print('ok')"
+    code = ("import ssekd.spark.kafka_source, ssekd.spark.models, ssekd.catalogs.models; "
+            "print('ok')")
     without = subprocess.run([str(python), "-c", code], capture_output=True, text=True,
                              timeout=120, cwd=tmp_path)
-    assert "No module named 'spark'" in without.stderr, "the worker env must lack the project"
+    assert "No module named 'ssekd'" in without.stderr, "the worker env must lack the project"
     archive = pack_code(tmp_path / "ssekd-spark.zip")
     shipped = subprocess.run([str(python), "-c", f"import sys; sys.path.insert(1, "
                                                  f"{str(archive)!r}); {code}"],
@@ -55,7 +56,7 @@ def test_the_pack_command_needs_no_spark_session(tmp_path: Path,
     assert capsys.readouterr().out.strip() == str(tmp_path / "code.zip")
     listing = subprocess.run([sys.executable, "-m", "zipfile", "-l", str(tmp_path / "code.zip")],
                              capture_output=True, text=True, check=True, timeout=60).stdout
-    assert "spark/kafka_source.py" in listing and "ssekd/catalogs/models.py" in listing
+    assert "ssekd/spark/kafka_source.py" in listing and "ssekd/catalogs/models.py" in listing
     assert "__pycache__" not in listing
 
 
@@ -68,7 +69,7 @@ def test_a_missing_package_is_named_with_where_and_what_to_do() -> None:
     planner = explain(RuntimeError(ON_DRIVER))
     assert planner is not None and planner.startswith(
         "pyarrow is not installed in the Python that Spark started on the driver's machine")
-    code = explain(RuntimeError("ModuleNotFoundError: No module named 'spark'"))
+    code = explain(RuntimeError("ModuleNotFoundError: No module named 'ssekd'"))
     assert code is not None and code.startswith("the ssekd code did not reach")
     assert "ssekd-spark pack" in code
     assert explain(RuntimeError("Job aborted: Connection refused")) is None

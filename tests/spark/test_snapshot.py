@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from spark.snapshot import run_snapshot, run_snapshot_stream, snapshot_topic_for
 from ssekd.broker import Broker
+from ssekd.spark.snapshot import run_snapshot, run_snapshot_stream, snapshot_topic_for
 from tests.support.kafka_records import Change, Record, create_topic, latest_per_key, produce, read_topic
 
 pytestmark = [pytest.mark.spark, pytest.mark.broker]

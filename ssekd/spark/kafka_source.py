@@ -7,7 +7,7 @@
 One Spark input partition per Kafka partition (a task reads one partition's offset range with its
 own consumer). Offsets, in a streaming checkpoint as in options, are `{"partition": offset}`
 objects. Ends of partitions come from fetched data, not from the broker's offset listing (see
-`spark.offsets`). Options are described in `spark/README.md` and parsed in `spark.options`.
+`ssekd.spark.offsets`). Options are described in `ssekd/spark/README.md` and parsed in `ssekd.spark.options`.
 """
 
 from __future__ import annotations

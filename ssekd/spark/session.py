@@ -23,7 +23,7 @@ def build_session(master: str = "local[*]", app_name: str = "ssekd-spark",
     """A session on `master` (`local[*]`, `spark://host:7077`, `yarn`, ...).
 
     Executors import this package to run the data source: `py_files` (zips, such as the one
-    `spark.pack` makes) are put on their `sys.path` before the data source is registered, since
+    `ssekd.spark.pack` makes) are put on their `sys.path` before the data source is registered, since
     a registered data source carries the list of files its Python processes add. Their
     dependencies (confluent-kafka, pyarrow, ...) must be installed where they run.
 

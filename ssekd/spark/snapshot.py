@@ -14,7 +14,7 @@ a Spark checkpoint; its first micro-batch of each run is compared with the snaps
 way, so a batch replayed after a crash writes nothing twice, and later micro-batches write each
 key's latest change once.
 
-Malformed records (see `spark.quality`) are counted and reported, never written. A key whose
+Malformed records (see `ssekd.spark.quality`) are counted and reported, never written. A key whose
 *latest* record is malformed is held: the snapshot keeps what it had, rather than an older value
 presented as current.
 """

@@ -2,7 +2,7 @@
 cluster.
 
 On a master that is not `local`, the command ships this project's code to the executors itself
-(a zip made from the running code, `spark.pack`), so workers need only the dependencies.
+(a zip made from the running code, `ssekd.spark.pack`), so workers need only the dependencies.
 
 Exit status: 0 done; 1 the job failed (a worker that lacks a package: one line saying which);
 2 bad arguments or config; 3 `--strict` and malformed or invalid records were found (they are

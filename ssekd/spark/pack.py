@@ -1,10 +1,10 @@
 """The project's own code as one zip, for executors that have the dependencies but not ssekd.
 
-Executors import `spark.kafka_source` to read and write Kafka, and `ssekd.catalogs` to check
-records against a topic's model. Both packages are pure Python, so Spark can put a zip of them on
-each executor's `sys.path` (`--py-files`, `spark.submit.pyFiles`, `SparkContext.addPyFile`; it
+Executors import `ssekd.spark.kafka_source` to read and write Kafka, and `ssekd.catalogs` to check
+records against a topic's model. The `ssekd` package is pure Python, so Spark can put a zip of it
+on each executor's `sys.path` (`--py-files`, `spark.submit.pyFiles`, `SparkContext.addPyFile`; it
 takes `.zip`, not `.whl`). Their dependencies are not in it: confluent-kafka, pyarrow and the
-rest are native wheels that must be installed where the executors run (see spark/README.md,
+rest are native wheels that must be installed where the executors run (see ssekd/spark/README.md,
 "On a cluster"). A zip made from the running code also guarantees that driver and executors run
 the same version of it.
 """
@@ -16,7 +16,7 @@ import zipfile
 from pathlib import Path
 
 #: The packages shipped. Everything the executors import from this project lives in them.
-PACKAGES = ("spark", "ssekd")
+PACKAGES = ("ssekd",)
 #: Files of a package that are code or data the code reads at run time.
 SUFFIXES = (".py", ".json", ".typed")
 #: A fixed time for every entry, so the same code gives the same bytes.

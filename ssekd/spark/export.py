@@ -6,7 +6,7 @@ the files read back with pyarrow, pandas or Spark into the same rows. The date i
 timestamp's calendar date in `time_zone` (UTC unless asked otherwise), never the session's zone:
 a job's output should not depend on where the driver runs.
 
-Malformed records (`spark.quality`; for an export, only what was asked for: oversized values,
+Malformed records (`ssekd.spark.quality`; for an export, only what was asked for: oversized values,
 and keys that are not UTF-8 with `key_format="utf8"`) are kept out of the dataset and written to
 `<output>/_malformed/` with a `problem` column. Readers skip folders starting with `_`, and
 nothing is dropped.

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from .models import TopicModels
 
 #: `invalid_key`/`invalid_value`: the record fails a model of the daemon's config (`--config`,
-#: `spark.models`); its `problem_detail` says which model and why, as the daemon would.
+#: `ssekd.spark.models`); its `problem_detail` says which model and why, as the daemon would.
 PROBLEMS = ("null_key", "undecodable_key", "oversized_value", "invalid_key", "invalid_value")
 MODEL_PROBLEMS = ("invalid_key", "invalid_value")
 DEFAULT_MAX_VALUE_BYTES = 1024 * 1024

@@ -3,7 +3,7 @@
 On a cluster, each executor starts its own Python (`spark.pyspark.python`, the same command on
 every machine) to read and write Kafka. That Python needs the jobs' dependencies installed
 (confluent-kafka, pyarrow, pandas; jsonschema, fastavro and twisted for `--config` models) and
-this project's code, which `ssekd-spark` ships itself (`spark.pack`). When an import fails
+this project's code, which `ssekd-spark` ships itself (`ssekd.spark.pack`). When an import fails
 there, Spark reports a Python traceback inside a Java stack trace, after retrying the task: this
 module turns that into one sentence naming the package, the executor and what to do.
 """
@@ -28,7 +28,7 @@ DISTRIBUTIONS = {
     "yaml": "pyyaml",
 }
 #: This project's own packages: missing means the code did not reach the worker.
-OWN_PACKAGES = ("spark", "ssekd")
+OWN_PACKAGES = ("ssekd",)
 
 MISSING_MODULE = re.compile(r"No module named '([A-Za-z0-9_.]+)'")
 #: What only a failure on the driver's machine shows: the planner of a Python data source
@@ -73,12 +73,12 @@ def explain(error: BaseException) -> str | None:
         return (f"the ssekd code did not reach the Python processes Spark started {where}: "
                 f"`import {module}` failed. ssekd-spark ships it itself unless --no-ship-code; "
                 f"with spark-submit, pass the zip of `ssekd-spark pack` with --py-files, or "
-                f"install ssekd on every worker (spark/README.md, On a cluster)")
+                f"install ssekd on every worker (ssekd/spark/README.md, On a cluster)")
     distribution = DISTRIBUTIONS.get(top, top)
     return (f"{distribution} is not installed in the Python that Spark started {where}: "
             f"`import {module}` failed there. That Python is spark.pyspark.python, here "
             f"{python!r}; it needs ssekd's dependencies on every worker (pip install "
-            f"'ssekd[spark]', or an image or environment that has them: spark/README.md, "
+            f"'ssekd[spark]', or an image or environment that has them: ssekd/spark/README.md, "
             f"On a cluster)")
 
 
