@@ -18,7 +18,10 @@ from ssekd.spark.cli import build_parser
 from ssekd.spark.models import models_for
 from tests.support.deploy import DEPLOY, ROOT
 
-CONFIG = ROOT / "etc" / "zilla.yaml"
+#: The daemon's config on Kubernetes, and where the ConfigMap's schema files come from (the
+#: `kubectl create configmap` in the manifests' headers).
+CONFIG = DEPLOY / "kubernetes" / "zilla.yaml"
+SCHEMAS = ROOT / "etc"
 MANIFEST = DEPLOY / "kubernetes" / "ssekd-spark.yaml"
 DAEMON = DEPLOY / "kubernetes" / "ssekd.yaml"
 ENV_REFERENCE = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
@@ -93,7 +96,7 @@ def test_the_jobs_read_the_daemons_config_with_its_schema_files_and_its_environm
                 assert subject["path"] in files, f"{subject['path']} is not mounted"
                 (tmp_path / subject["path"]).parent.mkdir(parents=True, exist_ok=True)
                 (tmp_path / subject["path"]).write_bytes(
-                    (CONFIG.parent / subject["path"]).read_bytes())
+                    (SCHEMAS / subject["path"]).read_bytes())
     # Read as the daemon reads it: every ${{ env.X }} it uses is set in the pod.
     used = set(re.findall(r"\$\{\{\s*env\.([A-Za-z_][A-Za-z0-9_]*)\s*\}\}", CONFIG.read_text()))
     env = {e["name"] for e in container["env"]}
@@ -102,7 +105,9 @@ def test_the_jobs_read_the_daemons_config_with_its_schema_files_and_its_environm
     (tmp_path / "zilla.yaml").write_bytes(CONFIG.read_bytes())
     models = models_for(tmp_path / "zilla.yaml",
                         [args.topic, args.snapshot_topic or f"{args.topic}-snapshots"],
-                        environ=dict.fromkeys(used, "x"))
+                        # a secret's value is not in the manifest: any will do
+                        environ={e["name"]: e.get("value", "x") for e in container["env"]
+                                 if e["name"] in used})
     assert models.describe() == ["events value: json (demo_schemas: events version latest)"]
 
 
