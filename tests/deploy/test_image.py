@@ -4,7 +4,7 @@ from folders, a read-only root filesystem, uid 10001, the development broker on 
 Streams flow over HTTP/1.1 and TLS with HTTP/2, the metrics port answers, a changed config
 reloads, and SIGTERM drains: readiness 503 at once, the streams end after `engine.drain`, exit 0.
 
-The config is deploy/kubernetes/zilla.yaml with this machine's differences only: loopback and
+The config is deploy/zilla.yaml with this machine's differences only: loopback and
 free ports instead of 0.0.0.0 and fixed ones (the container shares the host's network here), and
 a drain of 3 s instead of 20. Skipped, saying why, only where the kernel runs no containers.
 """
@@ -65,7 +65,7 @@ def deployment_container() -> dict[str, Any]:
 
 def mounts(tmp: Path, ports: dict[int, int]) -> tuple[Path, Path]:
     """The ConfigMap's and the Secret's folders as the pod sees them."""
-    text = (DEPLOY / "kubernetes" / "zilla.yaml").read_text()
+    text = (DEPLOY / "zilla.yaml").read_text()
     assert text.count("0.0.0.0") == 2 and "drain: 20" in text
     text = text.replace("0.0.0.0", "127.0.0.1").replace("drain: 20", f"drain: {DRAIN}")
     for deployed, here in ports.items():

@@ -20,7 +20,7 @@ from tests.support.deploy import DEPLOY, ROOT
 
 #: The daemon's config on Kubernetes, and where the ConfigMap's schema files come from (the
 #: `kubectl create configmap` in the manifests' headers).
-CONFIG = DEPLOY / "kubernetes" / "zilla.yaml"
+CONFIG = DEPLOY / "zilla.yaml"
 SCHEMAS = ROOT / "etc"
 MANIFEST = DEPLOY / "kubernetes" / "ssekd-spark.yaml"
 DAEMON = DEPLOY / "kubernetes" / "ssekd.yaml"
