@@ -16,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from ssekd.bindings.registry import discover
 from ssekd.cli import main as ssekd_main
+from ssekd.config.load import load_config
 from ssekd.tap import Options
 from tests.support.deploy import DEPLOY
 from tests.support.pki import ENV, Pki, tls_config
@@ -138,3 +140,17 @@ def test_systemd_analyze_rates_the_exposure_at_most_2(tmp_path: Path) -> None:
     m = re.search(r"Overall exposure level for ssekd\.service: (\d+\.\d)", out.stdout)
     assert m is not None, out.stdout + out.stderr
     assert float(m.group(1)) <= 2.0 and out.returncode == 0, out.stdout[-2000:]
+
+
+def test_the_credential_is_the_key_store_the_production_config_names() -> None:
+    """deploy/zilla.yaml, the config README "Deploying" installs as /etc/ssekd/zilla.yaml,
+    finds its key store where the unit's LoadCredential= puts it."""
+    name, _, _ = service_section()["LoadCredential"][-1].partition(":")
+    credentials = "/run/credentials/ssekd.service"
+    config = load_config(DEPLOY / "zilla.yaml", discover(), environ={
+        "CREDENTIALS_DIRECTORY": credentials, "KEYSTORE_PASSWORD": "x",
+        "KAFKA_BOOTSTRAP": "kafka:9092"})
+    stores = [v.options["keys"]["store"] for v in config.vaults.values()]
+    assert stores == [f"{credentials}/{name}"]
+    start = here(service_section()["ExecStart"][0])
+    assert start[start.index("--config") + 1] == "/etc/ssekd/zilla.yaml"

@@ -4,12 +4,15 @@ protocol (`send-proxy-v2`) to the daemon, which trusts only HAProxy's address.
 
 Headless Chromium opens 12 EventSources on one page. Over HTTP/1.1 it would hold 6
 connections to a host at most, and the 7th stream would wait; all 12 stream at once here, over
-one HTTP/2 connection. The daemon counts them under the browser's own address, 127.0.0.1, while
-HAProxy connects from 127.0.0.2: with `connections-per-ip: 20`, only 8 more connections from
-127.0.0.1 are taken while the page is open, and 20 once it is closed."""
+one HTTP/2 connection. The daemon sees the browser's own address, 127.0.0.1, while HAProxy
+connects from 127.0.0.2: it counts the 12 streams under it (with `connections-per-ip: 20`, only
+8 more connections from 127.0.0.1 are taken while the page is open, and 20 once it is closed),
+and its access events for the 12 streams name one address and port, the browser's one
+connection."""
 
 from __future__ import annotations
 
+import re
 import socket
 import time
 from pathlib import Path
@@ -127,6 +130,12 @@ def test_twelve_eventsources_over_one_http2_connection_and_the_daemon_sees_the_b
         held = []
         browser.close()
         browser = None
+        # the access events of the 12 streams name the browser: one address and port
+        daemon.wait_output("BINDING_SSE_STREAM_ENDED", count=STREAMS, timeout=20)
+        peers = re.findall(r"BINDING_SSE_STREAM_ENDED peer=(\S+) method=GET path=/events/",
+                           daemon.output())
+        assert len(peers) == STREAMS and len(set(peers)) == 1, peers
+        assert peers[0].startswith("127.0.0.1:"), peers
 
         # closed: its streams' connections are given back (the page's own, idle in HAProxy's
         # pool, may stay until HAProxy's idle timeout)

@@ -28,7 +28,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from ssekd.broker import free_port
 from tests.support.daemon import Daemon, start_daemon
 from tests.support.eventsource import EventSourceClient
-from tests.support.haproxy import Haproxy, start_haproxy
+from tests.support.haproxy import TRUST_BALANCER, Haproxy, start_haproxy
 from tests.support.outage import SwitchedBroker, start_switched_broker
 from tests.support.streamd import write_config
 from tests.support.wait import wait_until
@@ -81,7 +81,7 @@ def test_a_20_s_broker_outage_behind_haproxy_loses_no_browser_and_no_event(
             folder = tmp_path / f"d{i}"
             folder.mkdir()
             config = write_config(folder, broker.bootstrap, port, health=True, retry=RETRY_MS,
-                                  bootstrap_topics=(topic,))
+                                  bootstrap_topics=(topic,), tcp_options=TRUST_BALANCER)
             daemons.append(start_daemon(config, wait_ports=[port]))
             ports.append(port)
         proxy = start_haproxy(tmp_path, free_port(), ports)

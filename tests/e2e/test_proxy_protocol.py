@@ -93,6 +93,9 @@ def test_a_trusted_balancer_names_the_clients_and_no_one_else_can(
         for c in alice:
             assert c.until(markers) == []
             c.sock.close()
+        # the access events of her streams name her, as the balancer did
+        daemon.wait_output("BINDING_SSE_STREAM_ENDED peer=198.51.100.7:50000 ")
+        daemon.wait_output("BINDING_SSE_STREAM_ENDED peer=198.51.100.7:50001 ")
         assert daemon.stop() == 0
         assert "Traceback" not in daemon.output()
     finally:
