@@ -1,8 +1,9 @@
 """`make run` installs what the daemon and the demo need (the `demo` extra), not the tests' and
 benchmarks' extras (Spark, pyarrow, the baseline bridge: ten times as much); `make test` and
-`make setup` install those; neither uses setuptools' deprecated `editable_mode=compat`; and once
-installed, `make run` installs nothing. Read from what make would run (`make -n`) in a copy of
-the Makefile and pyproject.toml."""
+`make setup` install those; neither uses setuptools' deprecated `editable_mode=compat`; both
+install with the lock (constraints.txt); and once installed, `make run` installs nothing. Read
+from what make would run (`make -n`) in a copy of the Makefile, pyproject.toml and
+constraints.txt."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ def pip_installs(lines: list[str]) -> list[str]:
 
 
 def test_make_run_installs_the_demo_extra_only(tmp_path: Path) -> None:
-    for name in ("Makefile", "pyproject.toml"):
+    for name in ("Makefile", "pyproject.toml", "constraints.txt"):
         shutil.copy2(ROOT / name, tmp_path / name)
     run = pip_installs(planned(tmp_path, "run"))
     assert len(run) == 1 and "-e '.[demo]'" in run[0], run
@@ -35,6 +36,7 @@ def test_make_run_installs_the_demo_extra_only(tmp_path: Path) -> None:
     assert len(setup) == 1 and "-e '.[dev,spark,bench]'" in setup[0], setup
     for line in run + setup:
         assert "editable_mode=compat" not in line
+        assert "-c constraints.txt" in line, "the versions of the lock (tests/test_packaging.py)"
     # once `make setup` (or `make test`) has run, `make run` has nothing to install
     (tmp_path / ".venv" / "bin").mkdir(parents=True)
     (tmp_path / ".venv" / "bin" / "python").touch()
