@@ -1,5 +1,6 @@
 """Fixtures shared by every test folder: the real daemon on loopback ports, the session's broker,
-the throwaway PKI. Only fixtures live here; the helpers they use are in `tests/support/`.
+the throwaway PKI. Only fixtures (and two hooks) live here; the helpers they use are in
+`tests/support/`.
 
 Tests that start a daemon are marked `daemon`, tests that need the broker `broker` (see
 pyproject.toml); a test using one of the fixtures below without its mark is a collection error.
@@ -32,6 +33,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             if fixture in fixtures and item.get_closest_marker(mark) is None:
                 raise pytest.UsageError(f"{item.nodeid} uses `{fixture}` and must be marked "
                                         f"`{mark}`")
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Figures that passing tests measured (`record_property("figure", text)`), such as the
+    container image's build time and size, in their own section at the end of `make test`:
+    `pytest -q` shows nothing a passing test prints. The properties travel in the reports, so
+    they arrive from pytest-xdist's workers too."""
+    figures = [str(value) for report in terminalreporter.stats.get("passed", [])
+               for name, value in getattr(report, "user_properties", ()) if name == "figure"]
+    if figures:
+        terminalreporter.section("figures measured")
+        for figure in figures:
+            terminalreporter.write_line(figure)
 
 
 @pytest.fixture
