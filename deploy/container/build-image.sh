@@ -46,7 +46,6 @@ $podman build --quiet --pull=never --network host $(podman_ulimits) \
   --build-arg BASE="$base" --build-arg WHEELS=build/wheelhouse --build-arg PIP_NO_INDEX=1 \
   --tag "$image" --file Containerfile . > /dev/null
 built=$(date +%s)
-# Layers the build no longer uses (an earlier version of ssekd's code) go after a day; newer
-# ones stay for the next build to reuse.
-$podman image prune --force --filter until=24h > /dev/null
+# Nothing is pruned here: the storage may hold other images than ssekd's (the tests prune
+# their own storage, tests/support/image.py).
 echo "image $image: base $((based - started)) s, wheels $((wheeled - based)) s, build $((built - wheeled)) s"

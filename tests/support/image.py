@@ -79,6 +79,10 @@ def build(tag: str) -> Image:
         raise AssertionError(f"{BUILD.name} failed ({done.returncode}):\n{done.stdout}\n"
                              + noise.sub("", done.stderr)[-6000:])
     size = int(inspect(tag, "{{.Size}}"))
+    # Layers the build no longer uses (an earlier version of ssekd's code) go after a day; newer
+    # ones stay for the next build to reuse. Only this storage, which holds nothing else
+    # (build-image.sh prunes nothing: `make image` builds into the machine's own storage).
+    run("image", "prune", "--force", "--filter", "until=24h", timeout=300)
     return Image(tag, seconds, done.stdout.strip().splitlines()[-1], size)
 
 
