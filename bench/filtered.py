@@ -26,6 +26,9 @@ workers: each process stays under this machine's open-file limit) on free ports.
    filters on the JSON value (two pointers), beside the same streams on key filters and no
    filtered stream at all. A value filter costs a record one JSON parse while any group has
    one, plus one lookup per distinct pointer: not a visit of every group.
+7. `broker` (only when named): the users scenario's records read by a bare confluent-kafka
+   consumer with the tail consumer's fetch settings, without ssekd, to tell the development
+   broker's own latency from the daemon's (it grows with the topic's length: see README).
 
 Prints a table and writes bench/results/filtered.json.
 
@@ -230,7 +233,7 @@ def _client(port: int, paths: list[str], names: list[str], snapshot: bool, ready
 
 
 def run_streams(rig: fanout.Rig, paths: list[str], names: list[str], snapshot: bool,
-                produce: Any, wait: float = 60.0) -> dict[str, Any]:
+                produce: Any, wait: float = 300.0) -> dict[str, Any]:
     """Open `paths` over enough client processes (with `snapshot`, until each got its seq 0),
     run `produce()` -> {name: last seq}, then collect what every stream got."""
     ctx = mp.get_context("fork")
@@ -258,7 +261,11 @@ def run_streams(rig: fanout.Rig, paths: list[str], names: list[str], snapshot: b
     cpu = rig.cpu() - cpu0
     for q in controls:
         q.put((last, wait))
+    produced = time.time()
     results = [out.get(timeout=wait + 120) for _ in procs]
+    # how long after the last record was written every stream had all of its records (or
+    # the wait ran out): the broker's and the daemon's lag at the end of the run
+    settled = time.time() - produced
     for p in procs:
         p.join(30)
     lat = sorted(x for r in results for x in r["latencies"])
@@ -268,6 +275,7 @@ def run_streams(rig: fanout.Rig, paths: list[str], names: list[str], snapshot: b
         "faults": sum(r["faults"] for r in results),
         "events": sum(r["events"] for r in results),
         "produce_seconds": round(seconds, 1),
+        "settle_seconds": round(settled, 1),
         "p50_ms": round(fanout._pct(lat, 0.5) * 1000, 1),
         "p99_ms": round(fanout._pct(lat, 0.99) * 1000, 1),
         "max_ms": round(max(lat, default=float("nan")) * 1000, 1),
@@ -502,6 +510,64 @@ def _count(sock: socket.socket, n: int, timeout: float) -> int:
     return got
 
 
+def _paced_users(bootstrap: str, rate: float, seconds: float) -> None:
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 2, "enable.idempotence": True})
+    n = 0
+
+    def one() -> None:
+        nonlocal n
+        name = f"user-{n % 10_000}"
+        n += 1
+        _send(p, "activity", name, _value(name, n), [("user", name.encode())])
+
+    paced(p, rate, seconds, one)
+
+
+def broker_alone(rate: float, seconds: float, every: float = 15.0) -> list[dict[str, Any]]:
+    """The users scenario's records read by a bare confluent-kafka consumer with the tail
+    consumer's fetch settings, no ssekd: how the development broker itself serves a topic that
+    grows at `rate` for `seconds` (p99 of write-to-read latency per `every` seconds)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from ssekd.broker import start_broker
+    broker = start_broker()
+    try:
+        admin = fanout.AdminClient({"bootstrap.servers": broker.bootstrap})
+        admin.create_topics([NewTopic("activity", 4, 1)])["activity"].result(10)
+        consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "bench",
+                             "enable.auto.commit": False, "enable.partition.eof": True,
+                             "fetch.wait.max.ms": 10, "fetch.queue.backoff.ms": 5,
+                             "queued.max.messages.kbytes": 16384})
+        consumer.assign([TopicPartition("activity", p, 0) for p in range(4)])
+        producer = mp.get_context("fork").Process(target=_paced_users,
+                                                  args=(broker.bootstrap, rate, seconds))
+        producer.start()
+        rows: list[dict[str, Any]] = []
+        got = 0
+        lat: list[float] = []
+        t0 = mark = time.time()
+        while time.time() - t0 < seconds + every:
+            first = consumer.poll(0.1)
+            if first is not None:
+                now = time.time()
+                for m in [first, *consumer.consume(1000, 0)]:
+                    if m.error() is None:
+                        got += 1
+                        lat.append(now - float(m.value().split(b" ")[2]))
+            if time.time() - mark >= every:
+                mark = time.time()
+                lat.sort()
+                rows.append({"seconds": round(mark - t0), "received": got,
+                             "written": min(int((mark - t0) * rate), int(seconds * rate)),
+                             "p99_ms": round(fanout._pct(lat, 0.99) * 1000, 1) if lat else None})
+                lat = []
+        producer.join(60)
+        consumer.close()
+        return rows
+    finally:
+        broker.stop()
+
+
 class _Nothing:
     """The kafka client and the stream sink of an in-process cache: they take and drop."""
 
@@ -650,7 +716,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--only", action="append",
-                        choices=["items", "users", "curve", "group_bytes", "router", "value"])
+                        choices=["items", "users", "curve", "group_bytes", "router", "value",
+                                 "broker"])
     args = parser.parse_args(argv)
     full = bool(os.environ.get("FULL")) and not args.quick
     only = set(args.only or ["items", "users", "curve", "group_bytes", "router", "value"])
@@ -679,6 +746,8 @@ def main(argv: list[str] | None = None) -> int:
             results["users"] = users(rig, n, 1000, seconds, private)
         finally:
             rig.close()
+    if "broker" in only:  # asked by name: the development broker alone, no ssekd
+        results["broker_alone"] = broker_alone(1000, seconds)
     if "curve" in only:
         points = [0, 100, 1_000, 10_000, 20_000] if full else [0, 100, 1_000, 2_000]
         records = 200_000 if full else 50_000
@@ -715,6 +784,13 @@ def print_table(r: dict[str, Any]) -> None:
                     [[c["groups"], c["records_per_s"], c["produce_per_s"],
                       f"{c['received']:,}/{c['records']:,}", c["daemon_cpu_s"],
                       c["cpu_us_per_record"], c["load_avg"]] for c in r["curve"]]))
+    if r.get("broker_alone"):
+        print()
+        print(table("the development broker alone: the users records read by a bare consumer "
+                    "with the tail consumer's fetch settings",
+                    ["seconds", "written", "received", "p99 ms (last interval)"],
+                    [[x["seconds"], x["written"], x["received"], x["p99_ms"]]
+                     for x in r["broker_alone"]]))
     if r.get("router"):
         print()
         print(table("the cache's cost per record at the tail (in-process, one unfiltered stream "
