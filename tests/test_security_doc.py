@@ -1,5 +1,6 @@
 """docs/security.md stays true: every test it names as proof exists, the README points to it, and
-the `--uid` story says what workers read after privileges are dropped."""
+the `--uid` story (docs/getting-started.md, where the README sends a newcomer to run the daemon)
+says what workers read after privileges are dropped."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 SECURITY = ROOT / "docs" / "security.md"
 README = ROOT / "README.md"
+#: Where the `--uid`/`--gid` paragraph is, beside the daemon's other options.
+GETTING_STARTED = ROOT / "docs" / "getting-started.md"
 
 #: `tests/x/test_y.py::test_z`, or `::test_z` for another test of the file named before it.
 _CITED = re.compile(r"`(tests/[\w/]+\.py)?::(\w+)`")
@@ -42,13 +45,13 @@ def test_every_test_the_security_page_names_exists() -> None:
 
 
 def test_the_readme_points_to_the_security_page() -> None:
-    assert "(docs/security.md)" in README.read_text(encoding="utf-8")
+    assert "](docs/security.md" in README.read_text(encoding="utf-8")
 
 
 def test_the_uid_story_says_workers_read_the_key_stores_after_the_drop() -> None:
     """With `--workers`, the workers are started after twistd dropped privileges and read the
-    key stores themselves: the README's `--uid` paragraph has to say so (issue 23)."""
-    readme = README.read_text(encoding="utf-8")
+    key stores themselves: the `--uid` paragraph of getting started has to say so (issue 23)."""
+    readme = GETTING_STARTED.read_text(encoding="utf-8")
     start = readme.index("With `--uid`/`--gid`, twistd starts as root")
     story = " ".join(readme[start:readme.index("\n\n", start)].split())
     assert "With `--workers`, the workers start after the drop" in story

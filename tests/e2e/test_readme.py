@@ -1,5 +1,7 @@
 """Every command the README shows in a block marked as one runs, from a clean clone with the venv
-made, as a newcomer runs it: each exits 0, or prints what the README says it prints.
+made, as a newcomer runs it: each exits 0, or prints what the README says it prints. So do the
+commands of the pages the README sends a newcomer to next (`WALKED`, in that order, after the
+README's own): the README is a short tour, and the commands it once held live there now.
 
 How the README marks its blocks (and how this test reads them):
 
@@ -13,7 +15,7 @@ How the README marks its blocks (and how this test reads them):
   stream), then gets Ctrl-C.
 - Every other block (`text`, `yaml`) is not run, and every block says which it is.
 
-The commands run in the order of the README, each with bash in the clone's folder, the venv's
+The commands run in the order of the README, then of each page of `WALKED`, each with bash in the clone's folder, the venv's
 `bin` first on `PATH` (as after `. .venv/bin/activate`), no `KEYSTORE_PASSWORD` in the
 environment, and a `NAME=$(...)` line setting `NAME` for the commands after it. The quick
 start's `make run` is the dev broker and daemon the other blocks talk to: it keeps running from
@@ -47,6 +49,10 @@ from tests.support.wait import wait_until
 pytestmark = [pytest.mark.daemon]
 
 README = ROOT / "README.md"
+#: The pages whose blocks run after the README's, in this order, against the same `make run`:
+#: every block of each says what it is, as the README's do.
+WALKED = tuple(ROOT / "docs" / f"{name}.md"
+               for name in ("getting-started", "features", "security", "scaling", "deploying"))
 #: Block languages that are run, and those that are not.
 RUN = ("sh", "console")
 NOT_RUN = ("text", "yaml", "json")
@@ -75,9 +81,10 @@ class Block:
     line: int
     language: str
     commands: list[Command]
+    file: str = "README.md"
 
     def __str__(self) -> str:
-        return f"README.md:{self.line} ({self.language})"
+        return f"{self.file}:{self.line} ({self.language})"
 
 
 def split_comment(line: str) -> tuple[str, str]:
@@ -106,9 +113,9 @@ def joined(lines: Iterator[str]) -> Iterator[str]:
         yield pending
 
 
-def blocks(text: str) -> list[Block]:
-    """Every fenced block of the README with its commands; raises on a block that does not say
-    what it is."""
+def blocks(text: str, file: str = "README.md") -> list[Block]:
+    """Every fenced block of a page (the README's by default) with its commands; raises on a
+    block that does not say what it is."""
     found: list[Block] = []
     lines = text.splitlines()
     i = 0
@@ -125,7 +132,7 @@ def blocks(text: str) -> list[Block]:
             i += 1
         i += 1
         assert language in RUN + NOT_RUN, \
-            f"README.md:{start}: a block must say what it is: ```sh or ```console (run by " \
+            f"{file}:{start}: a block must say what it is: ```sh or ```console (run by " \
             f"tests/e2e/test_readme.py) or ```text, ```yaml (not run); got {language!r}"
         commands: list[Command] = []
         if language == "sh":
@@ -139,9 +146,17 @@ def blocks(text: str) -> list[Block]:
                     command, comment = split_comment(line[2:])
                     commands.append(Command(command.strip(), comment, console=True))
                 elif line.strip():
-                    assert commands, f"README.md:{start}: output before any `$ command`"
+                    assert commands, f"{file}:{start}: output before any `$ command`"
                     commands[-1].expected.append(line.rstrip())
-        found.append(Block(start, language, commands))
+        found.append(Block(start, language, commands, file))
+    return found
+
+
+def walked_blocks() -> list[Block]:
+    """The README's blocks, then those of each page of `WALKED`, in the order they run."""
+    found = blocks(README.read_text())
+    for page in WALKED:
+        found += blocks(page.read_text(), str(page.relative_to(ROOT)))
     return found
 
 
@@ -261,12 +276,19 @@ def run_block(session: Session, block: Block) -> None:
 
 
 def test_every_block_says_what_it_is_and_the_commands_are_there() -> None:
-    """The test below can only run what it finds: the README has command blocks, the quick
-    start's `make run` first among them, and no block whose kind it cannot tell."""
-    found = blocks(README.read_text())
+    """The test below can only run what it finds: the README and the pages walked after it have
+    command blocks, the quick start's `make run` first among them, and no block whose kind it
+    cannot tell; the README shows a resume with `Last-Event-ID`, and each walked page has a
+    block that runs."""
+    found = walked_blocks()
     run = [b for b in found if b.language in RUN]
     assert len(run) >= 10
     assert run[0].commands[0].text == STACK and run[0].commands[0].expected
+    assert run[0].file == "README.md"
+    assert any("Last-Event-ID" in c.text for b in run if b.file == "README.md"
+               for c in b.commands)
+    for page in WALKED:
+        assert any(b.file == str(page.relative_to(ROOT)) for b in run), page
     # the quick start says what you will see: the three addresses and the one-line stop
     said = "\n".join(run[0].commands[0].expected)
     for words in ("http://localhost:7114/ ", "http://localhost:7114/events",
@@ -284,7 +306,7 @@ def test_every_readme_command_runs_as_shown(tmp_path: Path) -> None:
     session = Session(folder, ports)
     failures: list[str] = []
     try:
-        for block in blocks(README.read_text()):
+        for block in walked_blocks():
             if block.language not in RUN:
                 continue
             try:
@@ -297,8 +319,8 @@ def test_every_readme_command_runs_as_shown(tmp_path: Path) -> None:
     finally:
         session.stop_stack()
     assert not failures, "\n\n".join(failures)
-    ran = [b for b in blocks(README.read_text()) if b.language in RUN]
-    print(f"\nREADME: {sum(len(b.commands) for b in ran)} commands in {len(ran)} blocks, "
+    ran = [b for b in walked_blocks() if b.language in RUN]
+    print(f"\nREADME and the pages walked after it: {sum(len(b.commands) for b in ran)} commands in {len(ran)} blocks, "
           f"{session.n} run (besides NAME=$(...) lines)")
     wait_until(lambda: not left_in(folder), 15,
                what=lambda: f"processes left running in the clone: {left_in(folder)}")
