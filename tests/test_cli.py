@@ -120,7 +120,7 @@ def test_the_help_check_finds_a_cut_sentence() -> None:
 
 def test_the_shipped_configs_check_clean_with_no_secret_in_the_environment(
         tmp_path: Path) -> None:
-    """`ssekd check --config etc/zilla.yaml`, as the README shows it, on a clean clone: it
+    """`ssekd check --config etc/zilla.yaml`, as docs/getting-started.md shows it, on a clean clone: it
     stopped with "environment variable KEYSTORE_PASSWORD is not set", which only `make run`
     set. The store it names does not exist yet there: a warning, exit 0."""
     env = {k: v for k, v in os.environ.items() if k != "KEYSTORE_PASSWORD"}

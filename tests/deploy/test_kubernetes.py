@@ -39,7 +39,7 @@ VERSIONS = ("1.29.0", kubernetes_validate.latest_version())
 #: Kinds defined by CRDs, whose schemas kubernetes-validate does not have: checked below.
 CUSTOM = {("monitoring.coreos.com/v1", "PodMonitor")}
 MIB = 1024 * 1024
-#: Memory of one worker besides its caches and streams, and of one open stream (README "How
+#: Memory of one worker besides its caches and streams, and of one open stream (docs/scaling.md, "How
 #: many daemons for an audience"), and the share added for what the byte bounds do not count.
 PROCESS_MIB, STREAM_KIB, UNCOUNTED = 80, 10, 0.25
 

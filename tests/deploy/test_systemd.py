@@ -1,6 +1,6 @@
 """deploy/systemd/ssekd.service: `systemd-analyze verify` finds nothing to say about it (with its
 commands pointed at this checkout's, which must exist for the check), `systemd-analyze security`
-rates its exposure 2.0 or less, it carries what the README promises (Type=notify, KillMode=mixed,
+rates its exposure 2.0 or less, it carries what docs/deploying.md promises (Type=notify, KillMode=mixed,
 a reload that checks the config first, the key store as a credential, memory limits, the
 hardening), and its commands are ones twistd and `ssekd check` accept - the reload's check
 failing for a config that cannot be used, so `systemctl reload` reports it."""
@@ -143,7 +143,7 @@ def test_systemd_analyze_rates_the_exposure_at_most_2(tmp_path: Path) -> None:
 
 
 def test_the_credential_is_the_key_store_the_production_config_names() -> None:
-    """deploy/zilla.yaml, the config README "Deploying" installs as /etc/ssekd/zilla.yaml,
+    """deploy/zilla.yaml, the config docs/deploying.md ("Copy and paste") installs as /etc/ssekd/zilla.yaml,
     finds its key store where the unit's LoadCredential= puts it."""
     name, _, _ = service_section()["LoadCredential"][-1].partition(":")
     credentials = "/run/credentials/ssekd.service"

@@ -15,13 +15,13 @@ How the README marks its blocks (and how this test reads them):
   stream), then gets Ctrl-C.
 - Every other block (`text`, `yaml`) is not run, and every block says which it is.
 
-The commands run in the order of the README, then of each page of `WALKED`, each with bash in the clone's folder, the venv's
-`bin` first on `PATH` (as after `. .venv/bin/activate`), no `KEYSTORE_PASSWORD` in the
-environment, and a `NAME=$(...)` line setting `NAME` for the commands after it. The quick
-start's `make run` is the dev broker and daemon the other blocks talk to: it keeps running from
-block to block. A block that starts a daemon in its place (`make run CONFIG=...`, `twistd -n
-ssekd --config etc/zilla.yaml ...`: "Ctrl-C the plain make run first") has it stopped first and
-started again after.
+The commands run in the order of the README, then of each page of `WALKED`, each with bash in
+the clone's folder, the venv's `bin` first on `PATH` (as after `. .venv/bin/activate`), no
+`KEYSTORE_PASSWORD` in the environment, and a `NAME=$(...)` line setting `NAME` for the commands
+after it. The quick start's `make run` is the dev broker and daemon the other blocks talk to: it
+keeps running from block to block. A block that starts a daemon in its place (`make run
+CONFIG=...`, `twistd -n ssekd --config etc/zilla.yaml ...`: "Ctrl-C the plain make run first")
+has it stopped first and started again after.
 
 Two things differ from a terminal, and only in numbers: the ports. 7114, 7143, 9092, 7180 and
 7115 may be taken on a machine other developers share, so the clone's configs use free ports
@@ -320,8 +320,8 @@ def test_every_readme_command_runs_as_shown(tmp_path: Path) -> None:
         session.stop_stack()
     assert not failures, "\n\n".join(failures)
     ran = [b for b in walked_blocks() if b.language in RUN]
-    print(f"\nREADME and the pages walked after it: {sum(len(b.commands) for b in ran)} commands in {len(ran)} blocks, "
-          f"{session.n} run (besides NAME=$(...) lines)")
+    print(f"\nREADME and the pages walked after it: {sum(len(b.commands) for b in ran)} "
+          f"commands in {len(ran)} blocks, {session.n} run (besides NAME=$(...) lines)")
     wait_until(lambda: not left_in(folder), 15,
                what=lambda: f"processes left running in the clone: {left_in(folder)}")
 

@@ -92,7 +92,7 @@ Codes = h2.errors.ErrorCodes
 
 @dataclass
 class Figures:
-    """What one scenario did and saw, printed for the README's table."""
+    """What one scenario did and saw, printed for the table of docs/testing.md."""
 
     name: str
     sent: dict[str, int] = field(default_factory=dict)
