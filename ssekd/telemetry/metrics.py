@@ -70,7 +70,8 @@ def _defs(*defs: MetricDef) -> dict[str, MetricDef]:
     return {d.name: d for d in defs}
 
 
-#: Every metric ssekd exports, Zilla's first. docs/telemetry.md's metric table is made from this (tests/telemetry/test_rules.py).
+#: Every metric ssekd exports, Zilla's first. docs/telemetry.md's metric table is made from
+#: this (tests/telemetry/test_rules.py).
 METRICS: Mapping[str, MetricDef] = _defs(
     MetricDef("stream.active.received", "gauge", "Streams open that clients opened "
               "(SSE responses in progress).", zilla=True),
