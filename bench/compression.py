@@ -40,7 +40,7 @@ from twisted.internet.testing import MemoryReactorClock  # noqa: E402
 from ssekd.bindings.api import HttpContext  # noqa: E402
 from ssekd.bindings.sse.compression import Compression  # noqa: E402
 from ssekd.bindings.sse.server import SseServer  # noqa: E402
-from ssekd.progress import ProgressId  # noqa: E402
+from ssekd.event_ids import ProgressId  # noqa: E402
 from ssekd.telemetry.events import EventLog  # noqa: E402
 
 STREAMS = 1_000

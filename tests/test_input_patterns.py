@@ -16,9 +16,9 @@ from ssekd.bindings.sse_kafka.proxy import RouteHandle, SseKafkaProxy, SseKafkaR
 from ssekd.config import ConfigError
 from ssekd.config.load import load_config
 from ssekd.config.schema import schema_files
+from ssekd.event_ids import UndecodableId, b64url_decode
 from ssekd.guards.jwt import JwtSession
 from ssekd.patterns import Pattern
-from ssekd.progress import UndecodableId, b64url_decode
 from ssekd.telemetry.events import EventLog
 
 

@@ -11,7 +11,7 @@ import pytest
 from confluent_kafka.admin import NewTopic
 
 from ssekd.broker import Broker, free_port, start_broker
-from ssekd.progress import ProgressId
+from ssekd.event_ids import ProgressId
 from tests.support.broker import Kafka
 from tests.support.streamd import Streamd, run_streamd
 

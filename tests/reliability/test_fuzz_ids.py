@@ -17,8 +17,7 @@ from hypothesis import strategies as st
 
 from ssekd.bindings.sse.server import query_params
 from ssekd.bindings.sse_kafka.proxy import SseKafkaRoute, parse_since
-from ssekd.patterns import Pattern
-from ssekd.progress import (
+from ssekd.event_ids import (
     KEY_ETAG_FORMAT,
     MAX_ID_LENGTH,
     ProgressId,
@@ -26,6 +25,7 @@ from ssekd.progress import (
     format_event_id,
     parse_last_event_id,
 )
+from ssekd.patterns import Pattern
 from tests.support import fuzzing
 from tests.support.faults import time_limit
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from ssekd.broker import free_port
-from ssekd.progress import parse_last_event_id
+from ssekd.event_ids import parse_last_event_id
 from tests.support.broker import Kafka
 from tests.support.daemon import start_daemon
 from tests.support.leaderless import LeaderlessBroker, start_leaderless_broker

@@ -13,7 +13,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-from ssekd.progress import ProgressId
+from ssekd.event_ids import ProgressId
 from tests.support.faults import long_seconds
 from tests.support.streamd import WWW_FILES
 

@@ -10,7 +10,7 @@ from twisted.internet.testing import MemoryReactorClock
 from ssekd.bindings.kafka.client import FetchResult
 from ssekd.bindings.kafka.subscription import SharedSteps, Subscription
 from ssekd.bindings.kafka.topic_log import TopicLog
-from ssekd.progress import ProgressState
+from ssekd.event_ids import ProgressState
 
 
 class Sink:

@@ -41,8 +41,8 @@ from ssekd.bindings.http_kafka.waits import KafkaExit, wait_for, when_loaded
 from ssekd.bindings.kafka.cache import SchemaUnavailable, TopicCache, TopicLimitReached
 from ssekd.bindings.kafka.message import Message
 from ssekd.bindings.kafka.topic_log import TopicLog
+from ssekd.event_ids import ProgressId, UndecodableId, clean_etag
 from ssekd.patterns import Unresolvable, substitute
-from ssekd.progress import ProgressId, UndecodableId, clean_etag
 from ssekd.telemetry.events import EventLog
 
 #: Bytes of candidate records one indexed read takes at a time.

@@ -40,8 +40,8 @@ from ssekd.bindings.kafka.subscription import (
 from ssekd.bindings.kafka.tail import TailGroup, TailRouter
 from ssekd.bindings.kafka.topic_log import CacheBounds, TopicLog
 from ssekd.catalogs.models import TopicModel
+from ssekd.event_ids import ProgressState
 from ssekd.health import Check
-from ssekd.progress import ProgressState
 from ssekd.telemetry.metrics import Counter, Metrics, Reading
 
 _log = Logger()

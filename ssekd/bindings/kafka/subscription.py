@@ -39,7 +39,7 @@ from ssekd.bindings.kafka.log_index import Term
 from ssekd.bindings.kafka.message import Message
 from ssekd.bindings.kafka.start import AtOpen, Start, StartPositions, at_open, start_positions
 from ssekd.bindings.kafka.topic_log import TopicLog
-from ssekd.progress import ProgressState
+from ssekd.event_ids import ProgressState
 from ssekd.telemetry.metrics import Counter
 
 #: Records read from the cache per catch-up step (one write to the subscriber), at most.

@@ -41,7 +41,7 @@ from ssekd.bindings.kafka.log_index import Term
 from ssekd.bindings.kafka.message import Message
 from ssekd.bindings.kafka.topic_log import TopicLog
 from ssekd.bindings.kafka.value_path import NOT_JSON, UNPARSED, ParsedValue, ValuePath
-from ssekd.progress import ProgressState
+from ssekd.event_ids import ProgressState
 
 if TYPE_CHECKING:
     from ssekd.bindings.kafka.subscription import EventEncoder, Subscription

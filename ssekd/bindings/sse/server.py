@@ -25,7 +25,7 @@ from ssekd.bindings.sse.compression import Compression, accepts_gzip
 from ssekd.bindings.sse.stats import SseStats
 from ssekd.bindings.sse.stream import SseStream
 from ssekd.bindings.sse.wire import comment, http_chunk, retry_field
-from ssekd.progress import MAX_ID_LENGTH
+from ssekd.event_ids import MAX_ID_LENGTH
 from ssekd.telemetry.events import EventLog
 from ssekd.telemetry.metrics import Metrics
 

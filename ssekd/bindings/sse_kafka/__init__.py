@@ -13,10 +13,10 @@ from ssekd.bindings.api import BindingType, BuildContext, Exit, KindSpec, Role
 from ssekd.bindings.sse_kafka.proxy import DEFAULT_TOPIC, Cache, SseKafkaProxy, SseKafkaRoute, with_templates
 from ssekd.config.errors import ConfigError, ConfigIssue
 from ssekd.config.model import Binding
+from ssekd.event_ids import ETAG_FORMAT as ETAG_ID
+from ssekd.event_ids import KEY_ETAG_FORMAT as KEY_ETAG_ID
+from ssekd.event_ids import KEY_TEXT_FORMAT as KEY_TEXT_ID
 from ssekd.patterns import Pattern, reference_problems
-from ssekd.progress import ETAG_FORMAT as ETAG_ID
-from ssekd.progress import KEY_ETAG_FORMAT as KEY_ETAG_ID
-from ssekd.progress import KEY_TEXT_FORMAT as KEY_TEXT_ID
 
 __all__ = ["BINDING"]
 

@@ -18,7 +18,7 @@ from ssekd.bindings.kafka.message import Message
 from ssekd.bindings.kafka.subscription import CatchUp
 from ssekd.bindings.kafka.value_path import UNPARSED, ParsedValue, ValuePath
 from ssekd.bindings.sse.wire import CR, END, ID, ID_DATA, LF, event_bytes, id_data_event
-from ssekd.progress import (
+from ssekd.event_ids import (
     ETAG_FORMAT,
     MAX_ID_LENGTH,
     ProgressState,

@@ -33,8 +33,8 @@ from ssekd.bindings.kafka.start import Start
 from ssekd.bindings.kafka.subscription import EventEncoder, Subscription
 from ssekd.bindings.kafka.value_path import ValuePath, canonical
 from ssekd.bindings.sse_kafka.encoder import Filter, KafkaEventEncoder
+from ssekd.event_ids import ETAG_FORMAT, UndecodableId, parse_last_event_id
 from ssekd.patterns import Pattern, RequestValues, Unresolvable, substitute
-from ssekd.progress import ETAG_FORMAT, UndecodableId, parse_last_event_id
 from ssekd.telemetry.events import EventLog
 from ssekd.telemetry.metrics import Counter, Gauge, Metrics
 

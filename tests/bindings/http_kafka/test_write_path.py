@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from ssekd.broker import Broker, free_port
-from ssekd.progress import ProgressId
+from ssekd.event_ids import ProgressId
 from tests.support.broker import Kafka
 from tests.support.daemon import Daemon, start_daemon
 from tests.support.jwt import SigningKey, ec_key

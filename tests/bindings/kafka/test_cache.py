@@ -20,7 +20,7 @@ from ssekd.bindings.kafka.start import Start
 from ssekd.bindings.kafka.subscription import SharedSteps
 from ssekd.bindings.kafka.topic_log import CacheBounds
 from ssekd.bindings.sse_kafka.encoder import KafkaEventEncoder
-from ssekd.progress import ProgressState
+from ssekd.event_ids import ProgressState
 from ssekd.telemetry.events import EventLog
 from tests.support.subscriptions import Sink
 
@@ -328,7 +328,7 @@ def test_what_needs_the_partition_count_waits_for_it_and_is_bounded() -> None:
 
 
 def _ids(sink: Sink) -> list[dict[int, int]]:
-    from ssekd.progress import parse_last_event_id
+    from ssekd.event_ids import parse_last_event_id
     data = b"".join(sink.writes).decode()
     return [parse_last_event_id(line[3:]) or {} for line in data.split("\n")
             if line.startswith("id:")]

@@ -29,7 +29,7 @@ from ssekd.bindings.kafka.subscription import Subscription
 from ssekd.bindings.kafka.topic_log import CacheBounds
 from ssekd.bindings.sse_kafka.encoder import Filter, KafkaEventEncoder
 from ssekd.bindings.sse_kafka.proxy import value_conditions
-from ssekd.progress import ETAG_FORMAT, KEY_ETAG_FORMAT, ProgressId, parse_last_event_id
+from ssekd.event_ids import ETAG_FORMAT, KEY_ETAG_FORMAT, ProgressId, parse_last_event_id
 from ssekd.telemetry.events import EventLog
 from tests.support.subscriptions import Sink
 

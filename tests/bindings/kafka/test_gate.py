@@ -19,7 +19,7 @@ from ssekd.bindings.sse_kafka.encoder import KafkaEventEncoder
 from ssekd.catalogs.catalog import Schema
 from ssekd.catalogs.local import LocalCatalog
 from ssekd.catalogs.models import FieldModel, ModelConfig, TopicModel
-from ssekd.progress import parse_last_event_id
+from ssekd.event_ids import parse_last_event_id
 from ssekd.telemetry.events import EventLog
 from ssekd.telemetry.metrics import Metrics
 from tests.bindings.kafka.test_cache import FakeClient, Sink

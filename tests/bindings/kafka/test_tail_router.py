@@ -16,7 +16,7 @@ from ssekd.bindings.kafka.start import Start
 from ssekd.bindings.kafka.subscription import Subscription
 from ssekd.bindings.kafka.topic_log import CacheBounds, TopicLog
 from ssekd.bindings.sse_kafka.encoder import Filter, KafkaEventEncoder
-from ssekd.progress import ProgressId
+from ssekd.event_ids import ProgressId
 from ssekd.telemetry.events import EventLog
 from ssekd.telemetry.metrics import Counter
 from tests.support.subscriptions import Sink

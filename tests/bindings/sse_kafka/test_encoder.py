@@ -6,7 +6,7 @@ import json
 
 from ssekd.bindings.kafka.message import Message
 from ssekd.bindings.sse_kafka.encoder import KafkaEventEncoder
-from ssekd.progress import KEY_ETAG_FORMAT, ProgressState
+from ssekd.event_ids import KEY_ETAG_FORMAT, ProgressState
 from tests.support.data import event_id_vectors
 
 VECTORS = event_id_vectors()

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from ssekd.progress import ProgressId
+from ssekd.event_ids import ProgressId
 from tests.support.broker import Kafka
 from tests.support.streamd import Streamd
 

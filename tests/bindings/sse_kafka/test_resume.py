@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ssekd.progress import ProgressId
+from ssekd.event_ids import ProgressId
 from tests.support.broker import Kafka
 from tests.support.sse import SseClient
 from tests.support.streamd import Streamd

@@ -9,7 +9,7 @@ from urllib.parse import quote
 import pytest
 from confluent_kafka.admin import NewTopic
 
-from ssekd.progress import ProgressId
+from ssekd.event_ids import ProgressId
 from tests.support.broker import Kafka
 from tests.support.sse import Event
 from tests.support.streamd import Streamd

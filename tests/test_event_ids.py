@@ -1,4 +1,4 @@
-"""Progress tokens and last event ids (`ssekd.progress`): Zilla's vectors, round trips, hostile
+"""Progress tokens and last event ids (`ssekd.event_ids`): Zilla's vectors, round trips, hostile
 tokens, and the encoder's incremental token that never drifts from the reference encoding."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ssekd.progress import (
+from ssekd.event_ids import (
     KEY_TEXT_FORMAT,
     MAX_ID_LENGTH,
     ProgressId,
