@@ -21,7 +21,7 @@ BIN = Path(sys.executable).parent
 
 sys.path.insert(0, str(ROOT))
 
-from ssekd.broker import free_port, port_open, stop_process  # noqa: E402 - after the sys.path line above
+from ssekd.dev.broker import free_port, port_open, stop_process  # noqa: E402 - after the sys.path line above
 
 
 def wait_port(port: int, process: subprocess.Popen[bytes] | None = None,

@@ -49,7 +49,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from ssekd.broker import free_port, port_open, start_broker  # noqa: E402 - after the sys.path line above
+from ssekd.dev.broker import free_port, port_open, start_broker  # noqa: E402 - after the sys.path line above
 
 TWISTD = str(Path(sys.executable).with_name("twistd"))
 BASELINE = ROOT / "bench" / "baseline" / "app.py"

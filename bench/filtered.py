@@ -529,7 +529,7 @@ def broker_alone(rate: float, seconds: float, every: float = 15.0) -> list[dict[
     grows at `rate` for `seconds` (p99 of write-to-read latency per `every` seconds)."""
     from confluent_kafka import Consumer, TopicPartition
 
-    from ssekd.broker import start_broker
+    from ssekd.dev.broker import start_broker
     broker = start_broker()
     try:
         admin = fanout.AdminClient({"bootstrap.servers": broker.bootstrap})

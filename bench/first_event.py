@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import ROOT, table, write_result  # noqa: E402 - after bench's own sys.path line
 
-from ssekd.broker import port_open  # noqa: E402
+from ssekd.dev.broker import port_open  # noqa: E402
 from tests.support.checkout import Ports, tracked_files  # noqa: E402
 
 

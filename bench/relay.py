@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import RESULTS, spawn, wait_port  # noqa: E402 - after the sys.path line above
 from fanout import TWISTD, Rig, fanout  # noqa: E402
 
-from ssekd.broker import free_port  # noqa: E402
+from ssekd.dev.broker import free_port  # noqa: E402
 
 RELAY = """\
 name: relay

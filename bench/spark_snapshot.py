@@ -34,7 +34,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
-from ssekd.broker import start_broker
+from ssekd.dev.broker import start_broker
 
 Key = tuple[int, bytes]
 Headers = list[tuple[str, str | bytes | None]]

@@ -32,8 +32,8 @@ import psutil
 from common import BIN, ROOT, free_port, spawn, stop, table, wait_port, write_result
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
 
-from ssekd.broker import start_broker
-from ssekd.devcert import DEV_PASSWORD, issue, make_ca, write_store
+from ssekd.dev.broker import start_broker
+from ssekd.dev.certs import DEV_PASSWORD, issue, make_ca, write_store
 
 CONFIG = """\
 name: bench

@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     connections = args.connections or ([16] if args.quick else [16, 64])
     rounds = 1 if args.quick else 2
     sys.path.insert(0, str(ROOT))
-    from ssekd.broker import start_broker
+    from ssekd.dev.broker import start_broker
     from ssekd.todo_service import ensure_topics
 
     with tempfile.TemporaryDirectory() as tmp:

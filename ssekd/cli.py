@@ -244,8 +244,8 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["produce"]:  # its options belong to ssekd.produce
-        from ssekd.produce import main as produce_main
+    if argv[:1] == ["produce"]:  # its options belong to ssekd.dev.demo_producer
+        from ssekd.dev.demo_producer import main as produce_main
 
         return produce_main(argv[1:], prog="ssekd produce")
     args = parser().parse_args(argv)

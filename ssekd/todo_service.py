@@ -37,7 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ssekd.produce import QuietLog
+from ssekd.dev.demo_producer import QuietLog
 
 CORRELATION = "zilla:correlation-id"
 REPLY_TO = "zilla:reply-to"

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from ssekd.broker import Broker, free_port, start_broker
+from ssekd.dev.broker import Broker, free_port, start_broker
 from tests.support.broker import Kafka
 from tests.support.daemon import Daemon, start_daemon
 from tests.support.pki import ENV, Pki, make_pki, tls_config

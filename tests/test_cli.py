@@ -53,8 +53,9 @@ COMMANDS = [
     [str(BIN / "twistd"), "ssekd"],
     [str(BIN / "ssekd-spark")],
     *[[str(BIN / "ssekd-spark"), c] for c in ("snapshot", "export")],
-    *[[sys.executable, "-m", f"ssekd.{m}"] for m in ("dev", "broker", "devcert", "devtoken",
-                                                     "produce", "todo_service")],
+    *[[sys.executable, "-m", f"ssekd.{m}"] for m in ("dev", "dev.broker", "dev.certs",
+                                                     "dev.token_service", "dev.demo_producer",
+                                                     "todo_service")],
 ]
 
 

@@ -16,9 +16,9 @@ import pytest
 from ssekd import asyncapi
 from ssekd.bindings.api import BindingType, KindSpec, Role
 from ssekd.bindings.registry import Registry, discover
-from ssekd.broker import port_open
 from ssekd.config.load import load_config
-from ssekd.dev import LINK_TOKEN_TTL, bootstrap_topics, http_kafka_lines, local_servers
+from ssekd.dev.broker import port_open
+from ssekd.dev.launcher import LINK_TOKEN_TTL, bootstrap_topics, http_kafka_lines, local_servers
 from tests.support.checkout import ROOT, Ports, clean_clone, venv_is_current
 from tests.support.launched import launch
 from tests.support.sse import SseClient
@@ -145,7 +145,7 @@ def test_the_todo_demo_gets_its_command_service_instead_of_the_demo_producer() -
     """etc/zilla-todo.yaml writes `task-commands` with replies on `task-replies` and consumes
     `task-snapshots`: `make run` starts ssekd.todo_service for the `task` topics, and the demo
     producer must not write to the topics the service owns."""
-    from ssekd.dev import command_services
+    from ssekd.dev.launcher import command_services
 
     registry = discover()
     todo = load_config(ROOT / "etc" / "zilla-todo.yaml", registry, environ={})

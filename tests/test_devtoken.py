@@ -12,11 +12,11 @@ from pathlib import Path
 
 from twisted.internet.testing import MemoryReactorClock
 
-from ssekd import devtoken
 from ssekd.bindings.registry import discover
-from ssekd.broker import free_port
 from ssekd.config.load import load_config
-from ssekd.dev import dev_token_guards
+from ssekd.dev import token_service
+from ssekd.dev.broker import free_port
+from ssekd.dev.launcher import dev_token_guards
 from ssekd.guards.jwt import JwtGuard, JwtSession, parse_jwks
 from ssekd.telemetry.events import EventLog
 
@@ -34,12 +34,12 @@ def test_the_guarded_demo_config_points_at_a_local_token_service() -> None:
 
 
 def test_the_service_serves_its_key_and_tokens_the_guard_accepts(tmp_path: Path) -> None:
-    key_path = tmp_path / "jwt" / devtoken.KEY_NAME
-    key = devtoken.ensure_dev_key(key_path)
+    key_path = tmp_path / "jwt" / token_service.KEY_NAME
+    key = token_service.ensure_dev_key(key_path)
     assert stat.S_IMODE(key_path.stat().st_mode) == 0o600
-    assert devtoken.kid_of(devtoken.ensure_dev_key(key_path)) == devtoken.kid_of(key), "kept"
+    assert token_service.kid_of(token_service.ensure_dev_key(key_path)) == token_service.kid_of(key), "kept"
     port = free_port()
-    server = devtoken.serve(key, "127.0.0.1", port, "http://localhost:7180", "ssekd-demo")
+    server = token_service.serve(key, "127.0.0.1", port, "http://localhost:7180", "ssekd-demo")
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -52,7 +52,7 @@ def test_the_service_serves_its_key_and_tokens_the_guard_accepts(tmp_path: Path)
         server.shutdown()
         server.server_close()
     keys, skipped = parse_jwks(document)
-    assert skipped == [] and list(keys) == [devtoken.kid_of(key)]
+    assert skipped == [] and list(keys) == [token_service.kid_of(key)]
     clock = MemoryReactorClock()
     clock.advance(time.time())
     guard = JwtGuard("jwt0", {"issuer": "http://localhost:7180", "audience": "ssekd-demo"},

@@ -13,7 +13,7 @@ from twisted.internet.testing import MemoryReactorClock
 
 from ssekd.bindings.api import BindingType, KindSpec, Role
 from ssekd.bindings.registry import Registry, discover
-from ssekd.devcert import issue, make_ca, write_store
+from ssekd.dev.certs import issue, make_ca, write_store
 from ssekd.engine import Engine
 from ssekd.telemetry.events import EventLog
 

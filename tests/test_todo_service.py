@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 
-from ssekd.broker import free_port
+from ssekd.dev.broker import free_port
 from ssekd.todo_service import CORRELATION, Output, Tasks
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ssekd.config.errors import ConfigError
 from ssekd.config.model import Config, Vault
-from ssekd.devcert import store_hint
+from ssekd.dev.certs import store_hint
 from ssekd.vaults.pkcs12 import StoreEntry, StoreError, read_store
 
 #: The three stores a filesystem vault may name, as in Zilla.

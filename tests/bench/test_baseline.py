@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ssekd.broker import free_port, port_open
+from ssekd.dev.broker import free_port, port_open
 from tests.support.broker import Kafka
 from tests.support.sse import SseClient
 from tests.support.wait import wait_until

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ssekd.broker import free_port, port_open
+from ssekd.dev.broker import free_port, port_open
 from tests.support.broker import Kafka
 from tests.support.wait import wait_until
 from tests.support.writes import Responder, header, request

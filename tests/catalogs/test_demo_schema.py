@@ -9,7 +9,7 @@ from pathlib import Path
 
 import jsonschema
 
-from ssekd.produce import KEYS, reading
+from ssekd.dev.demo_producer import KEYS, reading
 
 ROOT = Path(__file__).resolve().parents[2]
 

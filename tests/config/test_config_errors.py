@@ -12,9 +12,9 @@ import pytest
 from twisted.internet.testing import MemoryReactorClock
 
 from ssekd.bindings.registry import discover
-from ssekd.broker import free_port, port_open
 from ssekd.config import ConfigError
 from ssekd.config.load import load_config
+from ssekd.dev.broker import free_port, port_open
 from ssekd.engine import Engine
 from tests.support.daemon import TWISTD
 from tests.support.data import ZILLA_EXAMPLE

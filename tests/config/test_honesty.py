@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from ssekd.bindings.kafka.client import ClientSettings
-from ssekd.broker import free_port
 from ssekd.cli import main
+from ssekd.dev.broker import free_port
 from tests.support.http import curl
 from tests.support.pki import ENV, Pki, s_client, subject, tls_config
 from tests.support.static_site import CONFIG as SITE_CONFIG

@@ -12,8 +12,8 @@ import re
 import subprocess
 from pathlib import Path
 
-from ssekd.broker import free_port
-from ssekd.devcert import issue, make_ca
+from ssekd.dev.broker import free_port
+from ssekd.dev.certs import issue, make_ca
 from tests.support.deploy import DEPLOY, health_paths, served_ports, shipped_config
 from tests.support.haproxy import start_haproxy
 from tests.support.pki import write_pem

@@ -28,7 +28,7 @@ import pytest
 import yaml
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from ssekd.broker import free_port
+from ssekd.dev.broker import free_port
 from tests.support import image as podman
 from tests.support.broker import Kafka
 from tests.support.deploy import DEPLOY

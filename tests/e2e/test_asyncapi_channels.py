@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ssekd import devcert
-from ssekd.broker import Broker, free_port
+from ssekd.dev import certs
+from ssekd.dev.broker import Broker, free_port
 from tests.support.asyncapi import ROOT, problems
 from tests.support.broker import Kafka
 from tests.support.channels import EXPECTED, write_walk_config
@@ -47,7 +47,7 @@ def every_channel(doc: dict, fill: dict[str, str]) -> list[tuple[str, str, bool]
 @pytest.mark.timeout(120)
 def test_every_advertised_channel_is_a_stream(kafka: Kafka, kafka_broker: Broker,
                                               tmp_path: Path) -> None:
-    store, _ = devcert.ensure_dev_store(tmp_path / "tls")
+    store, _ = certs.ensure_dev_store(tmp_path / "tls")
     key = ec_key()
     jwks = JwksServer([key]).up()
     plain, secure = free_port(), free_port()
@@ -62,7 +62,7 @@ def test_every_advertised_channel_is_a_stream(kafka: Kafka, kafka_broker: Broker
         urls = every_channel(doc, {"topic": topic})
         assert {address for _, address, _ in urls} == set(EXPECTED)
         assert len(urls) == sum(len(ports) for _, ports in EXPECTED.values())
-        ca = store.parent / devcert.CA_NAME
+        ca = store.parent / certs.CA_NAME
         for url, address, guarded in urls:
             token = key.token(sub="alice") if guarded else None
             assert stream_answer(url, ca, token) == (200, "text/event-stream"), url
@@ -88,7 +88,7 @@ def test_the_shipped_config_advertises_what_it_serves(kafka: Kafka, kafka_broker
     text = text.replace("7114", str(plain)).replace("7143", str(secure)) \
         .replace("localhost:9092", kafka_broker.bootstrap)
     (etc / "zilla.yaml").write_text(text)
-    store, _ = devcert.ensure_dev_store(etc / "tls")
+    store, _ = certs.ensure_dev_store(etc / "tls")
     daemon = start_daemon(etc / "zilla.yaml", wait_ports=[plain, secure])
     try:
         doc = yaml.safe_load(curl(f"http://127.0.0.1:{plain}/asyncapi.yaml").body)
@@ -97,7 +97,7 @@ def test_the_shipped_config_advertises_what_it_serves(kafka: Kafka, kafka_broker
         assert sorted(urls) == [(f"http://localhost:{plain}/events", "/events", False),
                                 (f"https://localhost:{secure}/events", "/events", False)]
         for url, _, _ in urls:
-            assert stream_answer(url, store.parent / devcert.CA_NAME) == \
+            assert stream_answer(url, store.parent / certs.CA_NAME) == \
                 (200, "text/event-stream"), url
     finally:
         daemon.stop()

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from ssekd.broker import Broker, free_port, start_broker
+from ssekd.dev.broker import Broker, free_port, start_broker
 from tests.support.asyncapi_example import adapt
 from tests.support.broker import Kafka
 from tests.support.daemon import Daemon

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ssekd.broker import free_port
+from ssekd.dev.broker import free_port
 from tests.support.asyncapi_example import adapt
 from tests.support.broker import Kafka
 from tests.support.daemon import Daemon

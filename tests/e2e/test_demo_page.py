@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from ssekd.broker import Broker, free_port
+from ssekd.dev.broker import Broker, free_port
 from tests.support.broker import Kafka
 from tests.support.browser import Browser
 from tests.support.checkout import ROOT, Ports, clean_clone, venv_is_current

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives.serialization import Encoding
 
-from ssekd.broker import free_port
-from ssekd.devcert import issue, make_ca
+from ssekd.dev.broker import free_port
+from ssekd.dev.certs import issue, make_ca
 from tests.support.broker import Kafka
 from tests.support.browser import Browser, trust_ca
 from tests.support.daemon import start_daemon

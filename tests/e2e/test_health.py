@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import NewTopic
 
-from ssekd.broker import Broker, free_port, start_broker
+from ssekd.dev.broker import Broker, free_port, start_broker
 from tests.support.broker import Kafka
 from tests.support.daemon import start_daemon
 from tests.support.sse import SseClient

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import jwt
 import pytest
 
-from ssekd.broker import Broker, free_port
+from ssekd.dev.broker import Broker, free_port
 from tests.support.broker import Kafka
 from tests.support.daemon import Daemon, start_daemon
 from tests.support.jwt import (

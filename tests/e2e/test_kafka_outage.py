@@ -25,7 +25,7 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from ssekd.broker import free_port
+from ssekd.dev.broker import free_port
 from tests.support.daemon import Daemon, start_daemon
 from tests.support.eventsource import EventSourceClient
 from tests.support.haproxy import TRUST_BALANCER, Haproxy, start_haproxy

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import NewTopic
 
-from ssekd.broker import Broker, free_port, start_broker
+from ssekd.dev.broker import Broker, free_port, start_broker
 from ssekd.event_ids import ProgressId
 from tests.support.broker import Kafka
 from tests.support.streamd import Streamd, run_streamd

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ssekd.broker import Broker, free_port
+from ssekd.dev.broker import Broker, free_port
 from tests.support.asyncapi import problems
 from tests.support.broker import Kafka
 from tests.support.daemon import start_daemon

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from ssekd.broker import Broker, free_port
+from ssekd.dev.broker import Broker, free_port
 from tests.support.broker import Kafka
 from tests.support.browser import Browser
 from tests.support.daemon import start_daemon

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from ssekd.broker import Broker
+from ssekd.dev.broker import Broker
 from tests.support.broker import Kafka
 from tests.support.browser import Browser
 from tests.support.daemon import start_daemon

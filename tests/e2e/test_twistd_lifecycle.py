@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ssekd.broker import port_open
+from ssekd.dev.broker import port_open
 from tests.support.daemon import TWISTD, Daemon
 from tests.support.http import curl
 from tests.support.static_site import write_site

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from ssekd.broker import free_port
+from ssekd.dev.broker import free_port
 from tests.support.broker import Kafka
 from tests.support.daemon import Daemon, start_daemon
 from tests.support.http import curl

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from ssekd.broker import Broker, free_port
+from ssekd.dev.broker import Broker, free_port
 from tests.support.daemon import Daemon, start_daemon
 from tests.support.reliability import daemon_config
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from ssekd.broker import Broker, free_port, port_open, start_broker
+from ssekd.dev.broker import Broker, free_port, port_open, start_broker
 from tests.support.daemon import Daemon
 from tests.support.faults import (
     SeqProducer,

@@ -34,7 +34,7 @@ from ssekd.bindings.connection_limits import (
     fd_budget,
 )
 from ssekd.bindings.tcp import TcpServer
-from ssekd.broker import Broker, free_port
+from ssekd.dev.broker import Broker, free_port
 from ssekd.telemetry.events import EventLog
 from tests.support.daemon import Daemon, start_daemon
 

@@ -26,7 +26,7 @@ from twisted.internet.testing import MemoryReactorClock, StringTransport
 from twisted.logger import globalLogPublisher
 from twisted.python.failure import Failure
 
-from ssekd.broker import Broker, free_port
+from ssekd.dev.broker import Broker, free_port
 from ssekd.engine import Engine
 from ssekd.telemetry.events import EventLog
 from tests.support import fuzzing

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ssekd.devcert import issue, make_ca, write_store
+from ssekd.dev.certs import issue, make_ca, write_store
 from ssekd.vaults import pkcs12
 from ssekd.vaults.pkcs12 import StoreError, read_store
 from tests.support.faults import time_limit

@@ -62,7 +62,7 @@ from zope.interface import implementer
 from bench.common import PeakRss
 from ssekd.bindings.http.channel import LIMITS_SCHEMA, Limits
 from ssekd.bindings.http.h2 import BLOCKS_PER_TURN, LINGER_BYTES
-from ssekd.broker import Broker, free_port
+from ssekd.dev.broker import Broker, free_port
 from tests.support.broker import Kafka
 from tests.support.daemon import Daemon, start_daemon
 from tests.support.http_fakes import GetOnly, H2Peer, http_site

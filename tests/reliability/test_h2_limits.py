@@ -14,7 +14,7 @@ from hyperframe.frame import ContinuationFrame, Frame, HeadersFrame
 from twisted.internet.testing import MemoryReactorClock
 
 from ssekd.bindings.http.channel import LIMITS_SCHEMA, Limits
-from ssekd.broker import Broker, free_port
+from ssekd.dev.broker import Broker, free_port
 from tests.support.daemon import start_daemon
 from tests.support.http_fakes import GetOnly, H2Peer, http_site
 from tests.support.reliability import RawH2, daemon_config

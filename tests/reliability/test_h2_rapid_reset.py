@@ -19,7 +19,7 @@ from zope.interface import implementer
 
 from ssekd.bindings.api import HttpContext
 from ssekd.bindings.http.channel import Limits
-from ssekd.broker import Broker
+from ssekd.dev.broker import Broker
 from tests.support.daemon import Daemon
 from tests.support.h2client import H2SseClient
 from tests.support.http_fakes import GetOnly, H2Peer, http_site

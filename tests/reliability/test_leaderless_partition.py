@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from ssekd.broker import free_port
+from ssekd.dev.broker import free_port
 from ssekd.event_ids import parse_last_event_id
 from tests.support.broker import Kafka
 from tests.support.daemon import start_daemon

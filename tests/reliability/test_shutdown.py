@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ssekd.broker import Broker, start_broker
+from ssekd.dev.broker import Broker, start_broker
 from tests.support.daemon import Daemon, start_daemon
 from tests.support.faults import (
     SeqProducer,

@@ -42,7 +42,7 @@ from ssekd.bindings.kafka.start import Start
 from ssekd.bindings.kafka.subscription import HISTORY_BUSY_RETRY
 from ssekd.bindings.sse.server import SseServer
 from ssekd.bindings.sse_kafka.encoder import KafkaEventEncoder
-from ssekd.broker import Broker, free_port
+from ssekd.dev.broker import Broker, free_port
 from ssekd.telemetry.events import EventLog
 from tests.support.broker import Kafka
 from tests.support.daemon import Daemon, start_daemon

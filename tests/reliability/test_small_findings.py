@@ -13,8 +13,8 @@ from twisted.internet.testing import MemoryReactorClock
 
 from ssekd.bindings.kafka import client as kafka_client
 from ssekd.bindings.kafka.client import ClientSettings, KafkaClient, TailConsumer
-from ssekd.broker import free_port, port_open, stop_process
 from ssekd.config import ConfigError
+from ssekd.dev.broker import free_port, port_open, stop_process
 from ssekd.engine import Engine
 
 TCP_AUTHORITY = """\

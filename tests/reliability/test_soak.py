@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from ssekd.broker import Broker
+from ssekd.dev.broker import Broker
 from tests.support.daemon import Daemon
 from tests.support.faults import (
     SeqProducer,

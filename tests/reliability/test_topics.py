@@ -21,7 +21,7 @@ from ssekd.bindings.api import StreamRequest, TryLater
 from ssekd.bindings.kafka.cache import CacheServer
 from ssekd.bindings.kafka.missing_topics import MissingTopics
 from ssekd.bindings.sse_kafka.proxy import RouteHandle, SseKafkaProxy, SseKafkaRoute
-from ssekd.broker import Broker, free_port
+from ssekd.dev.broker import Broker, free_port
 from ssekd.patterns import Pattern
 from ssekd.telemetry.events import EventLog
 from ssekd.telemetry.metrics import Metrics

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ssekd.broker import Broker, free_port, start_broker
+from ssekd.dev.broker import Broker, free_port, start_broker
 from tests.support.daemon import Daemon, start_daemon
 from tests.support.faults import create_topic, tracebacks
 from tests.support.jwt import ec_key

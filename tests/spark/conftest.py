@@ -18,7 +18,7 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 from pyspark.sql import SparkSession
 
-from ssekd.broker import Broker
+from ssekd.dev.broker import Broker
 from ssekd.spark.session import build_session
 
 #: Not UTC on purpose: a job whose output depended on the session's time zone would show it.

@@ -36,7 +36,7 @@ from typing import Any
 
 import pyspark
 
-from ssekd.broker import free_port
+from ssekd.dev.broker import free_port
 
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
 PYTHON = "ssekd-worker-python"

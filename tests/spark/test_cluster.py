@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from ssekd.broker import Broker
+from ssekd.dev.broker import Broker
 from ssekd.spark.models import models_for
 from ssekd.spark.pack import pack_code
 from ssekd.spark.quality import RecordRules

@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
-from ssekd.broker import Broker
+from ssekd.dev.broker import Broker
 from ssekd.spark.export import MALFORMED_FOLDER, run_export
 from ssekd.spark.quality import RecordRules
 from tests.support.kafka_records import Change, Record, create_topic, produce

@@ -11,7 +11,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from pyspark.sql import SparkSession
 
-from ssekd.broker import Broker
+from ssekd.dev.broker import Broker
 from ssekd.spark import FORMAT
 from ssekd.spark.kafka_source import KafkaDataSource, limit_rows
 from ssekd.spark.offsets import probe_end_offsets

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from ssekd.broker import Broker
+from ssekd.dev.broker import Broker
 from ssekd.spark.cli import EXIT_MALFORMED, main
 from ssekd.spark.options import OptionError
 from ssekd.spark.quality import RecordRules

@@ -13,7 +13,7 @@ import jsonschema
 import pytest
 from pyspark.sql import SparkSession
 
-from ssekd.broker import Broker
+from ssekd.dev.broker import Broker
 from ssekd.spark.cli import EXIT_MALFORMED, main
 from tests.spark.daemon_config import daemon_config as config
 from tests.support.kafka_records import Change, create_topic, latest_per_key, produce, read_topic

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from ssekd.broker import Broker
+from ssekd.dev.broker import Broker
 from ssekd.spark.snapshot import run_snapshot, snapshot_topic_for
 from tests.support.broker import Kafka
 from tests.support.kafka_records import Change, create_topic, latest_per_key, produce

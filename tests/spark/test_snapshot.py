@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from ssekd.broker import Broker
+from ssekd.dev.broker import Broker
 from ssekd.spark.snapshot import run_snapshot, run_snapshot_stream, snapshot_topic_for
 from tests.support.kafka_records import Change, Record, create_topic, latest_per_key, produce, read_topic
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ssekd.broker import port_open, stop_process
+from ssekd.dev.broker import port_open, stop_process
 from tests.support.wait import wait_until
 
 TWISTD = str(Path(sys.executable).with_name("twistd"))

@@ -23,7 +23,7 @@ import psutil
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from ssekd.broker import free_port
+from ssekd.dev.broker import free_port
 from tests.support.daemon import Daemon, start_daemon
 
 # -- how long and how big ----------------------------------------------------------------------

@@ -10,7 +10,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from ssekd.broker import port_open, stop_process
+from ssekd.dev.broker import port_open, stop_process
 from tests.support.wait import wait_until
 
 DEPLOYED = Path(__file__).resolve().parents[2] / "deploy" / "haproxy" / "haproxy.cfg"

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ssekd.broker import broker_binary, free_port, port_open, stop_process
+from ssekd.dev.broker import broker_binary, free_port, port_open, stop_process
 from tests.support.wait import wait_until
 
 METADATA = 3

@@ -16,7 +16,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from ssekd.broker import broker_binary, free_port, port_open, stop_process
+from ssekd.dev.broker import broker_binary, free_port, port_open, stop_process
 from tests.support.wait import wait_until
 
 

@@ -1,7 +1,7 @@
 """A throwaway PKI in a folder, and daemon configs around a tls binding.
 
 Stores are made the way users make them: single-key stores with `cryptography` (as
-`ssekd.devcert` does), multi-key stores with Java's `keytool` (what Zilla users have).
+`ssekd.dev.certs` does), multi-key stores with Java's `keytool` (what Zilla users have).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from cryptography.hazmat.primitives.serialization import (
     PrivateFormat,
 )
 
-from ssekd.broker import free_port
-from ssekd.devcert import Issued, issue, make_ca, write_store
+from ssekd.dev.broker import free_port
+from ssekd.dev.certs import Issued, issue, make_ca, write_store
 
 PASSWORD = "test-store-pw"
 KEYTOOL = shutil.which("keytool")

@@ -9,7 +9,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ssekd.broker import free_port
+from ssekd.dev.broker import free_port
 from tests.support.daemon import Daemon, start_daemon
 from tests.support.sse import SseClient
 from tests.support.streamd import WWW, WWW_FILES, write_config

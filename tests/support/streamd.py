@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ssekd.broker import free_port
+from ssekd.dev.broker import free_port
 from tests.support.daemon import Daemon, start_daemon
 from tests.support.sse import SseClient
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ssekd.broker import free_port, port_open, stop_process
+from ssekd.dev.broker import free_port, port_open, stop_process
 from tests.support.daemon import start_daemon
 from tests.support.sse import SseClient
 from tests.support.streamd import Streamd, write_config

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from ssekd.broker import Broker, free_port, start_broker
+from ssekd.dev.broker import Broker, free_port, start_broker
 from ssekd.todo_service import serve
 from tests.support.daemon import Daemon, start_daemon
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ssekd.broker import Broker, stop_process
+from ssekd.dev.broker import Broker, stop_process
 from tests.support.telemetry import Prometheus, Telemetryd, run_telemetryd, start_prometheus
 
 

@@ -30,7 +30,7 @@ import psutil
 import pytest
 import yaml
 
-from ssekd.broker import free_port, stop_process
+from ssekd.dev.broker import free_port, stop_process
 from tests.support.broker import Kafka
 from tests.support.daemon import Daemon, start_daemon
 from tests.support.sse import SseClient

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from ssekd.broker import Broker, free_port, port_open, stop_process
+from ssekd.dev.broker import Broker, free_port, port_open, stop_process
 from tests.support.daemon import TWISTD
 from tests.support.jwt import JwksServer, ec_key
 from tests.support.jwt import curl as jwt_curl

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ssekd.broker import Broker
+from ssekd.dev.broker import Broker
 from tests.support.broker import Kafka
 from tests.support.telemetry import Telemetryd, run_telemetryd
 

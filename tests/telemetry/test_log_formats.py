@@ -18,7 +18,7 @@ import pytest
 from twisted.logger import LogLevel
 from twisted.python.failure import Failure
 
-from ssekd.broker import free_port
+from ssekd.dev.broker import free_port
 from ssekd.telemetry.events import EventLog, severity
 from ssekd.telemetry.twistd_log import twistd_line
 from tests.support.broker import Kafka

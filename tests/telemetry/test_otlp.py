@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from twisted.internet.testing import MemoryReactorClock
 
-from ssekd.broker import Broker, free_port
+from ssekd.dev.broker import Broker, free_port
 from ssekd.telemetry.events import EventLog
 from ssekd.telemetry.metrics import Metrics
 from ssekd.telemetry.otlp import (

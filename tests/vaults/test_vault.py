@@ -12,7 +12,7 @@ from twisted.internet.testing import MemoryReactorClock
 from ssekd.bindings.registry import discover
 from ssekd.config import ConfigError
 from ssekd.config.load import load_config
-from ssekd.devcert import DEV_PASSWORD, ensure_dev_store, issue, make_ca, write_store
+from ssekd.dev.certs import DEV_PASSWORD, ensure_dev_store, issue, make_ca, write_store
 from ssekd.engine import Engine
 from ssekd.vaults import open_vault
 from ssekd.vaults.pkcs12 import StoreError, read_store

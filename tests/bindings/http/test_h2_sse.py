@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from ssekd.broker import Broker
+from ssekd.dev.broker import Broker
 from tests.support.broker import Kafka
 from tests.support.daemon import Daemon, start_daemon
 from tests.support.h2client import H2SseClient

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ssekd.broker import Broker, free_port
+from ssekd.dev.broker import Broker, free_port
 from ssekd.event_ids import ProgressId
 from tests.support.broker import Kafka
 from tests.support.daemon import Daemon, start_daemon

@@ -16,7 +16,7 @@ from twisted.python.failure import Failure
 
 from ssekd.bindings.kafka.client import ClientSettings
 from ssekd.bindings.kafka.producer import Record, WriteFailed, WriteRefused, Writes
-from ssekd.broker import free_port
+from ssekd.dev.broker import free_port
 
 
 class ThreadedClock(MemoryReactorClock):

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from twisted.internet.testing import MemoryReactorClock
 
-from ssekd.broker import free_port, port_open
 from ssekd.config import ConfigError
+from ssekd.dev.broker import free_port, port_open
 from ssekd.engine import Engine
 from tests.support.daemon import TWISTD
 

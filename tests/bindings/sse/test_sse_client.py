@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from ssekd.broker import Broker, free_port
+from ssekd.dev.broker import Broker, free_port
 from tests.support.broker import Kafka
 from tests.support.daemon import start_daemon
 from tests.support.relay import ONE_PROCESS, Relay, Upstream, start_relay, write_upstream

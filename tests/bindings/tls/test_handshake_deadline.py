@@ -10,7 +10,7 @@ from twisted.internet.testing import MemoryReactorClock, StringTransport
 
 from ssekd.bindings.api import ConnectionInfo
 from ssekd.bindings.tls import ServerKey, TlsServer, build_context, certificate_names
-from ssekd.devcert import issue, make_ca
+from ssekd.dev.certs import issue, make_ca
 from ssekd.telemetry.events import EventLog
 from ssekd.vaults.pkcs12 import StoreEntry
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives.serialization import Encoding
 
-from ssekd.devcert import issue, make_ca, write_store
+from ssekd.dev.certs import issue, make_ca, write_store
 from tests.support.daemon import start_daemon
 from tests.support.pki import PASSWORD, Pki, run, s_client, subject, tls_config
 from tests.support.wait import wait_until

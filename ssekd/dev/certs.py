@@ -1,6 +1,6 @@
 """A development certificate for `make run`: a throwaway CA and a `localhost` key in PKCS#12.
 
-    python -m ssekd.devcert [--dir etc/tls] [--password PW] [--name localhost ...] [--force]
+    python -m ssekd.dev.certs [--dir etc/tls] [--password PW] [--name localhost ...] [--force]
 
 writes `<dir>/localhost.p12` (alias `localhost`: the server key and its certificate, plus the CA
 certificate under alias `ssekd-dev-ca`) and `<dir>/ca.pem` (give it to curl with `--cacert`, or
@@ -178,7 +178,7 @@ def store_hint(store: Path, missing: bool) -> str:
     """What to do about a vault store that is missing or does not open with its password, when
     it is (or would be) a development store; "" otherwise. For the config error."""
     if missing and store.name == STORE_NAME:
-        return (f"; `make run` makes a development store there (or: python -m ssekd.devcert "
+        return (f"; `make run` makes a development store there (or: python -m ssekd.dev.certs "
                 f"--dir {store.parent} --password ...)")
     if not missing and is_dev_store(store):
         return (f"; it is a development store made by `make run` with another password: give "
@@ -189,7 +189,7 @@ def store_hint(store: Path, missing: bool) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m ssekd.devcert",
+        prog="python -m ssekd.dev.certs",
         description=f"Write a development TLS store: <dir>/{STORE_NAME} (alias localhost: a key "
                     f"and its certificate from a throwaway CA, plus the CA's certificate) and "
                     f"<dir>/{CA_NAME} (for curl --cacert, or a browser's trusted CAs). Nothing "

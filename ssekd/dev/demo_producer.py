@@ -4,7 +4,7 @@ It writes JSON values for a handful of keys to a topic at a steady rate, now and
 key (a tombstone) so the demo page shows rows appearing, changing and disappearing. It creates
 the topic (3 partitions) when it does not exist.
 
-    python -m ssekd.produce --bootstrap localhost:9092 --topic events --rate 2
+    python -m ssekd.dev.demo_producer --bootstrap localhost:9092 --topic events --rate 2
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ def produce(bootstrap: str, topic: str, rate: float = 2.0, count: int | None = N
     return sent
 
 
-def main(argv: list[str] | None = None, prog: str = "python -m ssekd.produce") -> int:
+def main(argv: list[str] | None = None, prog: str = "python -m ssekd.dev.demo_producer") -> int:
     parser = argparse.ArgumentParser(
         prog=prog, description="Write demo records to a topic, for the demo page: a reading "
                                "of one of six sensors at a time, and every 25th record a "

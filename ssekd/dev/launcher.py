@@ -5,7 +5,7 @@
 0. When a port the config listens on is taken already (a `make run` in another terminal), one
    line says so and nothing is started.
 1. A development TLS store for each vault store the config names that does not exist yet, or
-   that is a development store the config's password does not open (`ssekd.devcert`, with the
+   that is a development store the config's password does not open (`ssekd.dev.certs`, with the
    password the config gives the store).
 2. With `--dev-broker` (as `make run` passes it), the development broker (tansu) on each local
    address a binding connects to (a kafka client's `servers`) when nothing listens there. A real
@@ -18,7 +18,7 @@
    (`ssekd.todo_service`) instead, which writes those topics itself.
 4. With `--dev-tokens` (as `make run` passes it), for a guard whose `keys` is a JWKS URL on this
    machine where nothing listens (as in `etc/zilla-jwt.yaml`), the development token service
-   (`ssekd.devtoken`) there, with a key it creates under the config's folder
+   (`ssekd.dev.token_service`) there, with a key it creates under the config's folder
    (`jwt/dev-key.pem`), and a `?token=` link to the demo page. Never without the flag: a token
    service with a key of its own must not stand in for a production JWKS endpoint.
 5. `twistd -n ssekd --config …` in the foreground, its output passed on line by line. Once it
@@ -49,15 +49,15 @@ from urllib.parse import quote, urlsplit
 
 from ssekd import asyncapi
 from ssekd.bindings.registry import Registry, discover
-from ssekd.broker import Broker, port_open, start_broker, stop_process
 from ssekd.config import ConfigError
 from ssekd.config.load import load_config
 from ssekd.config.model import Config
+from ssekd.dev.broker import Broker, port_open, start_broker, stop_process
 from ssekd.sockets import port_in_use
 
 LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1"}
 #: Seconds the guarded demo's link token lives: long enough to read the output and click it.
-#: The page renews it (with tokens that live `devtoken.DEFAULT_TTL`) before it runs out.
+#: The page renews it (with tokens that live `token_service.DEFAULT_TTL`) before it runs out.
 LINK_TOKEN_TTL = 300.0
 #: Seconds the ready block waits for the bootstrap topics before it is printed anyway.
 READY_WAIT = 20.0
@@ -130,25 +130,25 @@ def start_dev_tokens(config: Config, page: str) -> tuple[list[subprocess.Popen[b
                                                          list[str]]:
     """The development token service for each local JWKS URL nothing answers yet, and links
     that open the demo page with a token (and where to renew it)."""
-    from ssekd import devtoken
+    from ssekd.dev import token_service
 
     started = []
     links = []
-    key_path = config.folder / "jwt" / devtoken.KEY_NAME
+    key_path = config.folder / "jwt" / token_service.KEY_NAME
     for host, port, options in dev_token_guards(config):
         if port_open(host, port):
             continue
-        key = devtoken.ensure_dev_key(key_path)
+        key = token_service.ensure_dev_key(key_path)
         issuer, audience = options.get("issuer"), options.get("audience")
         args = ["--key", str(key_path), "--host", host, "--port", str(port)]
         args += ["--issuer", issuer] if issuer else []
         args += ["--audience", audience] if audience else []
-        started.append(subprocess.Popen([sys.executable, "-m", "ssekd.devtoken", *args],
+        started.append(subprocess.Popen([sys.executable, "-m", "ssekd.dev.token_service", *args],
                                         start_new_session=True))
         deadline = time.monotonic() + 10
         while not port_open(host, port) and time.monotonic() < deadline:
             time.sleep(0.05)
-        token = devtoken.mint(key, issuer, audience, ttl=LINK_TOKEN_TTL)
+        token = token_service.mint(key, issuer, audience, ttl=LINK_TOKEN_TTL)
         renew = quote(f"http://{host}:{port}/token?sub=demo&scope=read", safe="")
         say(f"development tokens on http://{host}:{port} (key {shown(key_path)})")
         links.append(f"{page}?token={token}&renew={renew}")
@@ -159,7 +159,7 @@ def ensure_dev_stores(config: Config) -> list[Path]:
     """Create a development PKCS#12 for each vault `keys` store under the config's folder that
     is missing, or that is a development store its configured password does not open (made
     with another one); return the CA files of the development stores the config uses."""
-    from ssekd import devcert
+    from ssekd.dev import certs
 
     cas = []
     for vault in config.vaults.values():
@@ -171,14 +171,14 @@ def ensure_dev_stores(config: Config) -> list[Path]:
         password = keys.get("password")
         password = str(password) if password is not None else None
         inside = config.folder.resolve() in path.resolve().parents
-        stale = path.exists() and devcert.is_dev_store(path) and \
-            not devcert.store_is_current(path, password)
+        stale = path.exists() and certs.is_dev_store(path) and \
+            not certs.store_is_current(path, password)
         if inside and (not path.exists() or stale):
-            devcert.ensure_dev_store(path.parent, password, force=True)
+            certs.ensure_dev_store(path.parent, password, force=True)
             say(f"{'made a new' if stale else 'created'} development TLS store "
-                f"{shown(path)} (its CA, for curl --cacert: {shown(path.parent / devcert.CA_NAME)})")
-        if devcert.is_dev_store(path):
-            cas.append(path.parent / devcert.CA_NAME)
+                f"{shown(path)} (its CA, for curl --cacert: {shown(path.parent / certs.CA_NAME)})")
+        if certs.is_dev_store(path):
+            cas.append(path.parent / certs.CA_NAME)
     return cas
 
 
@@ -347,11 +347,11 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    from ssekd import devcert
+    from ssekd.dev import certs
 
     # a config of one's own that reads the store password from the environment, as Zilla's
     # example does, runs with the development store's
-    os.environ.setdefault("KEYSTORE_PASSWORD", devcert.DEV_PASSWORD)
+    os.environ.setdefault("KEYSTORE_PASSWORD", certs.DEV_PASSWORD)
     try:
         registry = discover()
         config = load_config(args.config, registry)
@@ -401,7 +401,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if brokers and produced and not args.no_demo:
             for topic in produced:
                 children.append(subprocess.Popen(
-                    [sys.executable, "-m", "ssekd.produce", "--bootstrap",
+                    [sys.executable, "-m", "ssekd.dev.demo_producer", "--bootstrap",
                      brokers[0].bootstrap, "--topic", topic, "--rate", str(DEMO_RATE)],
                     start_new_session=True))
                 say(f"demo producer writing {DEMO_RATE} records/s to {topic} (every 25th "
