@@ -52,12 +52,12 @@ from ssekd.config.model import Binding, Config
 from ssekd.guards import GuardTypes
 from ssekd.guards import discover as discover_guards
 from ssekd.health import Check, Health
-from ssekd.sockets import family_of, listening_socket
 from ssekd.telemetry import otlp, prometheus
 from ssekd.telemetry.events import EventLog, stdout_stream
 from ssekd.telemetry.memory_limit import MemoryLimit
 from ssekd.telemetry.metrics import Metrics, Reading, known_names, label_name, matches
 from ssekd.vaults import open_vault
+from ssekd.workers.sockets import family_of, listening_socket
 
 log = Logger()
 

@@ -21,15 +21,16 @@ from twisted.logger import ILogObserver
 from twisted.python import usage
 from twisted.python.components import Componentized
 
-from ssekd import __version__, sd_notify, siblings
+from ssekd import __version__, sd_notify
 from ssekd.bindings.api import ListenSpec
 from ssekd.config import ConfigError
 from ssekd.config.model import DEFAULT_NAMESPACE
 from ssekd.engine import ENGINE, Engine
-from ssekd.sockets import port_in_use
 from ssekd.telemetry.events import EventLog, stdout_stream
 from ssekd.telemetry.twistd_log import observer_for
-from ssekd.workers import Supervisor, parse_inherited, resolve_count
+from ssekd.workers import siblings
+from ssekd.workers.sockets import port_in_use
+from ssekd.workers.supervisor import Supervisor, parse_inherited, resolve_count
 
 DEFAULT_CONFIG = "etc/zilla.yaml"
 
@@ -368,7 +369,7 @@ def makeService(options: Options | dict[str, Any], reactor: Any = None,
     engine.setServiceParent(top)
     if whole_process and worker is None:
         NotifyReady(engine.reactor).setServiceParent(top)
-    if own_socket:  # the parent scrapes its /metrics, the other workers ask it (ssekd.siblings)
+    if own_socket:  # the parent scrapes its /metrics, the other workers ask it (ssekd.workers.siblings)
         UNIXServer(str(own_socket), siblings.site(engine.metrics, engine, reactor)
                    ).setServiceParent(top)
     if worker is not None and whole_process:

@@ -19,7 +19,9 @@ from twisted.web.server import NOT_DONE_YET
 from twisted.web.test.requesthelper import DummyRequest
 
 from ssekd.bindings.api import Refusal, Renewal
-from ssekd.siblings import (
+from ssekd.telemetry.metrics import Metrics
+from ssekd.telemetry.prometheus import MetricsPage
+from ssekd.workers.siblings import (
     KEYS,
     RENEW,
     TIMEOUT,
@@ -28,8 +30,6 @@ from ssekd.siblings import (
     renewals_body,
     renewals_of,
 )
-from ssekd.telemetry.metrics import Metrics
-from ssekd.telemetry.prometheus import MetricsPage
 
 
 class Posts:

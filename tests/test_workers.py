@@ -16,9 +16,9 @@ from twisted.internet.testing import MemoryReactorClock
 from twisted.python.failure import Failure
 
 from ssekd.config.model import EngineOptions, Telemetry
-from ssekd.sockets import family_of, listening_socket
 from ssekd.telemetry.events import EventLog
-from ssekd.workers import (
+from ssekd.workers.sockets import family_of, listening_socket
+from ssekd.workers.supervisor import (
     Supervisor,
     describe_exit,
     format_inherited,

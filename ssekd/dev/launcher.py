@@ -53,7 +53,7 @@ from ssekd.config import ConfigError
 from ssekd.config.load import load_config
 from ssekd.config.model import Config
 from ssekd.dev.broker import Broker, port_open, start_broker, stop_process
-from ssekd.sockets import port_in_use
+from ssekd.workers.sockets import port_in_use
 
 LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1"}
 #: Seconds the guarded demo's link token lives: long enough to read the output and click it.

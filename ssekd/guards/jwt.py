@@ -358,7 +358,7 @@ class JwtGuard(Service):
         self._follow_sibling()
 
     def sibling_loaded(self, kids: Collection[str]) -> None:
-        """A sibling worker's guard of this name loaded a key set of `kids` (`ssekd.siblings`
+        """A sibling worker's guard of this name loaded a key set of `kids` (`ssekd.workers.siblings`
         calls this): fetch ours too, so that every worker drops a retired key."""
         if self.url is None:
             return

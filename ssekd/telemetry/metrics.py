@@ -37,7 +37,7 @@ from ssekd.telemetry.delivery import Deliveries
 Kind = Literal["counter", "gauge", "histogram"]
 Unit = Literal["", "bytes", "milliseconds", "seconds"]
 #: How the parent of workers combines one series of every worker into the daemon's (see
-#: `ssekd.telemetry.summed`): `sum` what each worker does on its own (requests, streams, bytes);
+#: `ssekd.workers.summed_metrics`): `sum` what each worker does on its own (requests, streams, bytes);
 #: `max` state every worker holds alike (a shared topic's lag, cache age and size: each worker
 #: consumes the same partitions); `min` limits and start times.
 Across = Literal["sum", "max", "min"]

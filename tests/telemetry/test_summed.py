@@ -10,7 +10,7 @@ from twisted.web.server import NOT_DONE_YET
 from twisted.web.test.requesthelper import DummyRequest
 
 from ssekd.telemetry.metrics import Metrics
-from ssekd.telemetry.summed import SummedPage, render
+from ssekd.workers.summed_metrics import SummedPage, render
 
 
 def page(opens: int, active: int, sizes: list[float]) -> str:

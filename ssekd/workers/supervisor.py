@@ -20,7 +20,7 @@ The parent does no streaming. It supervises (a worker that dies is started again
 event), forwards SIGHUP (each worker reloads; the parent closes the sockets the new config
 dropped, and a port the new config adds is opened by each worker with SO_REUSEPORT), and on
 SIGTERM forwards it and exits once every worker has stopped. It serves the configured
-prometheus exporters itself, with the sum of the workers' metrics (`ssekd.telemetry.summed`).
+prometheus exporters itself, with the sum of the workers' metrics (`ssekd.workers.summed_metrics`).
 
 Workers are new processes (`spawnProcess` of the same twistd), not forks: a fork of a process
 that already runs threads and a reactor would inherit their state half-way.
@@ -48,11 +48,11 @@ from twisted.python.failure import Failure
 from ssekd import sd_notify
 from ssekd.engine import ENGINE, Engine, build_figures, watched_sources
 from ssekd.heartbeats import Heartbeats
-from ssekd.sockets import BACKLOG, listening_socket
 from ssekd.telemetry import prometheus
 from ssekd.telemetry.metrics import Metrics
 from ssekd.telemetry.prometheus import ExporterSite
-from ssekd.telemetry.summed import SummedPage
+from ssekd.workers.sockets import BACKLOG, listening_socket
+from ssekd.workers.summed_metrics import SummedPage
 
 #: Seconds before a worker that died is started again; doubled while it keeps dying young.
 RESTART_DELAY = 0.5
