@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from ssekd.bindings.kafka.client import ClientSettings
+from ssekd.bindings.kafka.settings import ClientSettings
 from ssekd.cli import main
 from ssekd.dev.broker import free_port
 from tests.support.http import curl

@@ -30,14 +30,10 @@ from twisted.web.test.requesthelper import DummyRequest
 from bench.common import PeakRss
 from ssekd.bindings.api import HttpContext, TryLater
 from ssekd.bindings.kafka.cache import CacheServer
-from ssekd.bindings.kafka.client import (
-    ClientSettings,
-    FetchResult,
-    HistoryBusy,
-    HistoryFetcher,
-    KafkaClient,
-)
+from ssekd.bindings.kafka.client import KafkaClient
+from ssekd.bindings.kafka.history import FetchResult, HistoryBusy, HistoryFetcher
 from ssekd.bindings.kafka.message import Message
+from ssekd.bindings.kafka.settings import ClientSettings
 from ssekd.bindings.kafka.start import Start
 from ssekd.bindings.kafka.subscription import HISTORY_BUSY_RETRY
 from ssekd.bindings.sse.server import SseServer

@@ -11,8 +11,10 @@ from pathlib import Path
 import pytest
 from twisted.internet.testing import MemoryReactorClock
 
-from ssekd.bindings.kafka import client as kafka_client
-from ssekd.bindings.kafka.client import ClientSettings, KafkaClient, TailConsumer
+from ssekd.bindings.kafka import tail_consumer
+from ssekd.bindings.kafka.client import KafkaClient
+from ssekd.bindings.kafka.settings import ClientSettings
+from ssekd.bindings.kafka.tail_consumer import TailConsumer
 from ssekd.config import ConfigError
 from ssekd.dev.broker import free_port, port_open, stop_process
 from ssekd.engine import Engine
@@ -75,8 +77,8 @@ def confs(monkeypatch: pytest.MonkeyPatch, settings: ClientSettings) -> tuple[di
         seen["admin"] = dict(conf)
         return object()
 
-    monkeypatch.setattr(kafka_client, "Consumer", FakeConsumer)
-    monkeypatch.setattr(kafka_client, "AdminClient", fake_admin)
+    monkeypatch.setattr(tail_consumer, "Consumer", FakeConsumer)
+    monkeypatch.setattr(tail_consumer, "AdminClient", fake_admin)
     client = KafkaClient(MemoryReactorClock(), settings, "kc", lambda name, detail: None)
     tail = TailConsumer(client, "cs")
     tail.stopping.set()  # build the consumer, then leave the loop at once

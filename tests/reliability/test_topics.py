@@ -360,7 +360,9 @@ class TopicSink:
 
 
 def test_the_tail_consumer_backs_off_for_missing_topics_gives_up_and_unassigns_dropped_ones() -> None:
-    from ssekd.bindings.kafka.client import ClientSettings, KafkaClient, TailConsumer
+    from ssekd.bindings.kafka.client import KafkaClient
+    from ssekd.bindings.kafka.settings import ClientSettings
+    from ssekd.bindings.kafka.tail_consumer import TailConsumer
 
     client = KafkaClient(Now(), ClientSettings(("x:1",)), "k", lambda *a: None)
     consumer = Consumer()

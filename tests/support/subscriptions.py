@@ -7,7 +7,7 @@ from __future__ import annotations
 from twisted.internet.defer import Deferred
 from twisted.internet.testing import MemoryReactorClock
 
-from ssekd.bindings.kafka.client import FetchResult
+from ssekd.bindings.kafka.history import FetchResult
 from ssekd.bindings.kafka.subscription import SharedSteps, Subscription
 from ssekd.bindings.kafka.topic_log import TopicLog
 from ssekd.event_ids import ProgressState

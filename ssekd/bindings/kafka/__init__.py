@@ -46,15 +46,15 @@ from ssekd.bindings.kafka.cache import (
     CacheClient,
     CacheServer,
 )
-from ssekd.bindings.kafka.client import (
+from ssekd.bindings.kafka.client import KafkaClient
+from ssekd.bindings.kafka.missing_topics import DEFAULT_GIVE_UP_AFTER
+from ssekd.bindings.kafka.producer import DEFAULT_MAX_INFLIGHT_BYTES
+from ssekd.bindings.kafka.settings import (
     DEFAULT_MAX_HISTORY_READS,
     ClientSettings,
-    KafkaClient,
     refused_producer_property,
     refused_property,
 )
-from ssekd.bindings.kafka.missing_topics import DEFAULT_GIVE_UP_AFTER
-from ssekd.bindings.kafka.producer import DEFAULT_MAX_INFLIGHT_BYTES
 from ssekd.bindings.kafka.subscription import DEFAULT_CATCH_UP_BYTES
 from ssekd.bindings.kafka.topic_log import CacheBounds
 from ssekd.catalogs.catalog import Catalog

@@ -24,8 +24,9 @@ from twisted.application.service import Service
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
-from ssekd.bindings.kafka.client import FetchResult, KafkaClient
+from ssekd.bindings.kafka.client import KafkaClient
 from ssekd.bindings.kafka.gate import InvalidReport, RecordGate
+from ssekd.bindings.kafka.history import FetchResult
 from ssekd.bindings.kafka.message import Message
 from ssekd.bindings.kafka.missing_topics import DEFAULT_GIVE_UP_AFTER
 from ssekd.bindings.kafka.producer import Delivered, Record

@@ -28,7 +28,7 @@ from typing import Any
 
 from twisted.internet.defer import Deferred
 
-from ssekd.bindings.kafka.client import FetchResult
+from ssekd.bindings.kafka.history import FetchResult
 from ssekd.bindings.kafka.message import Message
 from ssekd.catalogs.models import Invalid, Pending, TopicModel
 from ssekd.telemetry.metrics import Counter

@@ -89,3 +89,15 @@ def from_confluent(record: Any) -> Message:
     ts_type, ts = record.timestamp()
     return Message(record.partition(), record.offset(), record.key(), record.value(),
                    tuple(raw) if raw else (), ts if ts_type else 0)
+
+
+def within_bytes(records: list[Message], max_bytes: int) -> list[Message]:
+    """The first `records` whose sizes add up to `max_bytes`, but at least one: a catch-up step
+    or a history read is bounded in bytes however small its records are, and never empty while
+    there is a record to give."""
+    total = 0
+    for n, m in enumerate(records):
+        total += m.size
+        if total >= max_bytes:
+            return records[:n + 1]
+    return records

@@ -34,7 +34,7 @@ from typing import Any, Protocol
 
 from twisted.internet.defer import Deferred
 
-from ssekd.bindings.kafka.client import FetchResult, HistoryBusy
+from ssekd.bindings.kafka.history import FetchResult, HistoryBusy
 from ssekd.bindings.kafka.log_index import Term
 from ssekd.bindings.kafka.message import Message
 from ssekd.bindings.kafka.start import AtOpen, Start, StartPositions, at_open, start_positions

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from itertools import islice
 
 from ssekd.bindings.kafka.log_index import LogIndex, Term
-from ssekd.bindings.kafka.message import Message
+from ssekd.bindings.kafka.message import Message, within_bytes
 
 
 @dataclass(frozen=True)
@@ -362,7 +362,7 @@ class TopicLog:
             i = bisect.bisect_left(arrival, cursor, lo=first, key=_seq)
             chunk = arrival[i:i + limit]
             if max_bytes is not None:
-                chunk = _within(chunk, max_bytes)
+                chunk = within_bytes(chunk, max_bytes)
             if not chunk:
                 return chunk, cursor
             cursor = chunk[-1].seq + 1
@@ -436,12 +436,3 @@ class TopicLog:
                     out[p] = reached
         return out
 
-
-def _within(chunk: list[Message], max_bytes: int) -> list[Message]:
-    """The first records of `chunk` whose sizes add up to `max_bytes` (at least one)."""
-    total = 0
-    for n, m in enumerate(chunk):
-        total += m.size
-        if total >= max_bytes:
-            return chunk[:n + 1]
-    return chunk

@@ -14,7 +14,7 @@ from ssekd.bindings.kafka.cache import (
     CacheServer,
     TopicLimitReached,
 )
-from ssekd.bindings.kafka.client import FetchResult
+from ssekd.bindings.kafka.history import FetchResult
 from ssekd.bindings.kafka.message import Message
 from ssekd.bindings.kafka.start import Start
 from ssekd.bindings.kafka.subscription import SharedSteps

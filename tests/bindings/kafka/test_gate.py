@@ -12,7 +12,7 @@ from twisted.internet.defer import Deferred
 from twisted.internet.testing import MemoryReactorClock
 
 from ssekd.bindings.kafka.cache import CacheServer, SchemaUnavailable
-from ssekd.bindings.kafka.client import FetchResult
+from ssekd.bindings.kafka.history import FetchResult
 from ssekd.bindings.kafka.message import Message
 from ssekd.bindings.kafka.start import Start
 from ssekd.bindings.sse_kafka.encoder import KafkaEventEncoder

@@ -1,4 +1,4 @@
-"""The tail consumer's hand-over to the reactor (`_Inbox` in ssekd/bindings/kafka/client.py):
+"""The tail consumer's hand-over to the reactor (`Inbox` in ssekd/bindings/kafka/inbox.py):
 batches that arrive while the reactor is busy reach it as one, in the order of every other call
 of the topic's sink, and a reactor that does not keep up holds the thread back."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from ssekd.bindings.kafka.client import MAX_PENDING, _Inbox
+from ssekd.bindings.kafka.inbox import MAX_PENDING, Inbox
 from ssekd.bindings.kafka.message import Message
 
 
@@ -42,7 +42,7 @@ def _records(*offsets: int) -> list[Message]:
 
 def test_batches_queued_while_the_reactor_is_busy_arrive_as_one_in_order() -> None:
     reactor, sink = Reactor(), Sink()
-    inbox = _Inbox(sink)
+    inbox = Inbox(sink)
     inbox.put(reactor, sink.on_metadata, 1, False)
     inbox.put_records(reactor, _records(0, 1))
     inbox.put_records(reactor, _records(2))
@@ -59,7 +59,7 @@ def test_batches_queued_while_the_reactor_is_busy_arrive_as_one_in_order() -> No
 
 def test_the_thread_waits_while_the_reactor_holds_max_pending_records() -> None:
     reactor, sink = Reactor(), Sink()
-    inbox = _Inbox(sink)
+    inbox = Inbox(sink)
     stopping = threading.Event()
     inbox.put_records(reactor, _records(*range(MAX_PENDING - 1)))
     inbox.wait_room(stopping)  # below the bound: returns at once

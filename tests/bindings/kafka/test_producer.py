@@ -14,8 +14,8 @@ import pytest
 from twisted.internet.testing import MemoryReactorClock
 from twisted.python.failure import Failure
 
-from ssekd.bindings.kafka.client import ClientSettings
 from ssekd.bindings.kafka.producer import Record, WriteFailed, WriteRefused, Writes
+from ssekd.bindings.kafka.settings import ClientSettings
 from ssekd.dev.broker import free_port
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from ssekd.bindings.kafka.client import FetchResult
+from ssekd.bindings.kafka.history import FetchResult
 from ssekd.bindings.kafka.message import Message
 from ssekd.bindings.kafka.start import AtOpen, Start, StartPositions, at_open, start_positions
 from ssekd.bindings.kafka.subscription import Subscription

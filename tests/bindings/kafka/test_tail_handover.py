@@ -8,7 +8,9 @@ from typing import Any
 
 from twisted.internet.testing import MemoryReactorClock
 
-from ssekd.bindings.kafka.client import ClientSettings, KafkaClient, TailConsumer
+from ssekd.bindings.kafka.client import KafkaClient
+from ssekd.bindings.kafka.settings import ClientSettings
+from ssekd.bindings.kafka.tail_consumer import TailConsumer
 
 
 class Consumer:
