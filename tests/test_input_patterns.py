@@ -12,7 +12,7 @@ import pytest
 
 from ssekd.bindings.api import HttpContext, StreamRequest
 from ssekd.bindings.registry import discover
-from ssekd.bindings.sse_kafka.proxy import RouteHandle, SseKafkaProxy, SseKafkaRoute
+from ssekd.bindings.sse_kafka.proxy import RouteSubscription, SseKafkaProxy, SseKafkaRoute
 from ssekd.config import ConfigError
 from ssekd.config.load import load_config
 from ssekd.config.schema import schema_files
@@ -75,7 +75,7 @@ def test_an_identity_with_a_final_newline_names_no_topic() -> None:
     proxy = _proxy(cache)
     assert _open(proxy, "/mine", identity="alice\n") == 404
     assert cache.topics == []
-    assert isinstance(_open(proxy, "/mine", identity="alice"), RouteHandle)
+    assert isinstance(_open(proxy, "/mine", identity="alice"), RouteSubscription)
     assert cache.topics == ["inbox-alice"]
 
 

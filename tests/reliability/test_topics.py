@@ -20,7 +20,7 @@ from twisted.internet.testing import MemoryReactorClock
 from ssekd.bindings.api import StreamRequest, TryLater
 from ssekd.bindings.kafka.cache import CacheServer
 from ssekd.bindings.kafka.missing_topics import MissingTopics
-from ssekd.bindings.sse_kafka.proxy import RouteHandle, SseKafkaProxy, SseKafkaRoute
+from ssekd.bindings.sse_kafka.proxy import RouteSubscription, SseKafkaProxy, SseKafkaRoute
 from ssekd.dev.broker import Broker, free_port
 from ssekd.patterns import Pattern
 from ssekd.telemetry.events import EventLog
@@ -92,8 +92,8 @@ def test_internal_topics_from_the_path_are_404(topic: str) -> None:
 def test_a_route_that_names_an_internal_topic_literally_serves_it() -> None:
     server, client = _server(MemoryReactorClock())
     proxy = _proxy(server)
-    assert isinstance(_open(proxy, "/offsets"), RouteHandle)
-    assert isinstance(_open(proxy, "/events/orders_v2"), RouteHandle)
+    assert isinstance(_open(proxy, "/offsets"), RouteSubscription)
+    assert isinstance(_open(proxy, "/events/orders_v2"), RouteSubscription)
     assert [t for t, _ in client.consumed] == ["__consumer_offsets", "orders_v2"]
 
 
@@ -146,7 +146,7 @@ def test_junk_names_cannot_hold_max_topics_and_a_full_cache_says_try_later() -> 
     assert isinstance(answer, TryLater), f"{answer!r}: a 503 would make the browser give up"
     assert "max-topics" in answer.reason
     clock.advance(60)
-    assert isinstance(_open(proxy, "/events/orders"), RouteHandle)
+    assert isinstance(_open(proxy, "/events/orders"), RouteSubscription)
 
 
 def test_topics_refused_for_max_topics_leave_no_metric_series() -> None:

@@ -28,8 +28,9 @@ class Sink:
         return [line[5:] for line in text.split("\n") if line.startswith("data:")]
 
 
-class Owner:
-    """A cache owner that records what its subscription reports and the reads it asks for."""
+class RecordingCache:
+    """A topic's cache (`SubscribedCache`) that records what its subscription reports and the
+    reads it asks for."""
 
     def __init__(self, log: TopicLog, live: bool = False) -> None:
         self.reactor = MemoryReactorClock()

@@ -5,7 +5,7 @@ many streams read it (docs/protocol.md); `bootstrap` topics are consumed from st
 is what sse-kafka routes exit to; it hands subscriptions to its cache_server.
 
 A `TopicCache` alone decides which tail group or lagging set each of its subscriptions is in;
-a subscription only reports reaching the tail, leaving it and closing (`subscription.Owner`).
+a subscription only reports reaching the tail, leaving it and closing (`subscription.SubscribedCache`).
 Its `TailRouter` takes each batch to the tail groups whose filters can take its records.
 
 Topics come and go: with a route such as `/{topic}` any client can name one, so a topic that has
@@ -269,7 +269,7 @@ class TopicCache:
         s.schedule()
         return s
 
-    # -- what subscriptions report (subscription.Owner) ------------------------------------------
+    # -- what subscriptions report (subscription.SubscribedCache) ---------------------------------
 
     def reached_tail(self, s: Subscription) -> None:
         self.lagging.discard(s)

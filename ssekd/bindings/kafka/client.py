@@ -78,14 +78,15 @@ class KafkaClient(Service):
         else:
             self.reactor.callFromThread(self._emit, name, detail)
 
-    def consume(self, owner: str, topic: str, sink: TopicSink, from_end: bool = False,
+    def consume(self, cache_server: str, topic: str, sink: TopicSink, from_end: bool = False,
                 give_up_after: int | None = None) -> None:
         """Feed `topic` to `sink` from now on (from its beginning, or its end when `from_end`),
-        on the tail consumer of `owner` (a cache_server). A topic the cluster lacks is looked
-        for `give_up_after` times (None: for ever) before `sink.on_missing`."""
-        tail = self.tails.get(owner)
+        on the tail consumer of the cache_server binding named `cache_server`. A topic the
+        cluster lacks is looked for `give_up_after` times (None: for ever) before
+        `sink.on_missing`."""
+        tail = self.tails.get(cache_server)
         if tail is None:
-            tail = self.tails[owner] = TailConsumer(self, owner)
+            tail = self.tails[cache_server] = TailConsumer(self, cache_server)
             if self.running:
                 tail.start()
         follow = FollowedTopic(sink, from_end, give_up_after)
@@ -99,9 +100,9 @@ class KafkaClient(Service):
             up = all(t.connected is True for t in tails)
             yield "kafka.client.connected", {}, 1.0 if up else 0.0
 
-    def unconsume(self, owner: str, topic: str) -> None:
-        """Stop consuming `topic` for `owner`: its partitions are unassigned."""
-        tail = self.tails.get(owner)
+    def unconsume(self, cache_server: str, topic: str) -> None:
+        """Stop consuming `topic` for `cache_server`: its partitions are unassigned."""
+        tail = self.tails.get(cache_server)
         if tail is not None:
             tail.changes.put((topic, None))
 

@@ -23,7 +23,8 @@ records and would encode the same bytes: a step encoded for one is kept a while 
 bounded in bytes) and the others write it as it is, taking its end position.
 
 The subscription moves its own cursor and reports when it reaches the tail, leaves it or
-closes; its `Owner` (the topic's cache) alone decides which tail group or lagging set it is in.
+closes; the topic's cache (`SubscribedCache`) alone decides which tail group or lagging set it
+is in.
 Where it starts is `ssekd.bindings.kafka.start`'s to say.
 """
 
@@ -113,11 +114,11 @@ class EventSink(Protocol):
     def end(self) -> None: ...
 
 
-class Owner(Protocol):
+class SubscribedCache(Protocol):
     """What a subscription needs of the cache it reads (`TopicCache`), and what it reports.
 
     The subscription says when it caught up (`reached_tail`), stops reading at the tail
-    (`left_tail`) or closes (`gone`); the owner decides the tail group and lagging set it is in.
+    (`left_tail`) or closes (`gone`); the cache decides the tail group and lagging set it is in.
     """
 
     @property
@@ -252,25 +253,25 @@ class Subscription:
         "catch_up",
         "closed",
         "encoder",
-        "owner",
+        "cache",
         "paused",
         "progress",
         "sink",
         "start",
     )
 
-    def __init__(self, owner: Owner, encoder: EventEncoder, sink: EventSink,
+    def __init__(self, cache: SubscribedCache, encoder: EventEncoder, sink: EventSink,
                  start: Start) -> None:
-        self.owner = owner
+        self.cache = cache
         self.encoder = encoder
         self.sink = sink
         self.start = start
         #: What the cache held when the stream opened, until it is placed everywhere.
-        self._at_open: AtOpen | None = at_open(owner.log)
+        self._at_open: AtOpen | None = at_open(cache.log)
         #: Filled by `start_positions` once the cache knows the topic's partitions.
         self.progress = ProgressState()
         fresh = not start.has_id
-        self.catch_up = CatchUp(owner.log, start.since_ms, fresh) \
+        self.catch_up = CatchUp(cache.log, start.since_ms, fresh) \
             if fresh or start.since_ms is not None else None
         #: True from reporting `reached_tail` until reporting `left_tail` or `gone`.
         self.at_tail = False
@@ -308,7 +309,7 @@ class Subscription:
         self.closed = True
         self.at_tail = False
         self._cancel_call()
-        self.owner.gone(self)
+        self.cache.gone(self)
 
     # -- the cache's side ----------------------------------------------------------------------
 
@@ -319,7 +320,7 @@ class Subscription:
     def schedule(self) -> None:
         """Take a catch-up step soon (on a later reactor turn, so writes interleave fairly)."""
         if self._call is None and not self.closed and not self.paused and not self._fetching:
-            self._call = self.owner.reactor.callLater(0, self._step)
+            self._call = self.cache.reactor.callLater(0, self._step)
 
     def restart(self, partition: int, offset: int) -> None:
         """Read `partition` from `offset` again: the broker lost it and it starts over there
@@ -343,14 +344,14 @@ class Subscription:
         if self.at_tail:
             self.at_tail = False
             # the subscriber got everything its group wrote: it goes on from the group's position
-            self.progress = self.owner.left_tail(self)
+            self.progress = self.cache.left_tail(self)
             self._cursor = self._seen = None
 
     def _place(self, log: TopicLog) -> StartPositions | None:
         """Give the partitions the stream has no position in yet their start (None: the cache
         cannot tell yet, nothing placed)."""
         opened = self._at_open or AtOpen({}, {})
-        placed = start_positions(self.start, self.owner.live, log, opened)
+        placed = start_positions(self.start, self.cache.live, log, opened)
         if placed is None:
             return None
         progress = self.progress
@@ -363,7 +364,7 @@ class Subscription:
         if new:
             self._cursor = self._seen = None
         if any(p in placed.ahead for p in new):
-            self.owner.placed_ahead(self)
+            self.cache.placed_ahead(self)
         if placed.complete:
             self._at_open = None  # every partition has its position: not needed again
         return placed
@@ -373,7 +374,7 @@ class Subscription:
         self._call = None
         if self.closed or self.paused or self._fetching or self.at_tail:
             return
-        log = self.owner.log
+        log = self.cache.log
         placed = self._place(log)
         if placed is None:
             return  # woken again when the cache hears of the partitions
@@ -390,7 +391,7 @@ class Subscription:
         shareable = not log.compacted and (self.catch_up is None or not self.catch_up.active())
         place = (self.encoder.key, progress.key(), self._cursor) if shareable else None
         if place is not None:
-            step = self.owner.steps.get(place)
+            step = self.cache.steps.get(place)
             if step is not None:
                 data, after, self._cursor = step
                 self.progress = after.copy()
@@ -399,11 +400,11 @@ class Subscription:
                 self.schedule()
                 return
         records, self._cursor = log.read_from(progress.offsets, self._cursor, CATCH_UP_BATCH,
-                                              self.owner.catch_up_bytes)
+                                              self.cache.catch_up_bytes)
         if records:
             data = self.encoder.encode(records, progress, self.catch_up)
             if place is not None:
-                self.owner.steps.put(place, data, progress, self._cursor)
+                self.cache.steps.put(place, data, progress, self._cursor)
             if data:
                 self.sink.write(data)
             self.schedule()
@@ -416,7 +417,7 @@ class Subscription:
             return  # woken again by the cache's next batch or end-of-partition
         self.catch_up = None
         self.at_tail = True
-        self.owner.reached_tail(self)
+        self.cache.reached_tail(self)
 
     def _step_indexed(self, log: TopicLog, terms: tuple[Term, ...],
                       placed: StartPositions) -> None:
@@ -424,7 +425,7 @@ class Subscription:
         terms, each event's id the position reached just after its record."""
         progress = self.progress
         records, seen, more = log.candidates(terms, progress.offsets, self._seen,
-                                             CATCH_UP_BATCH, self.owner.catch_up_bytes)
+                                             CATCH_UP_BATCH, self.cache.catch_up_bytes)
         encoder = self.encoder
         catch_up = self.catch_up
         if catch_up is not None and not catch_up.active():
@@ -454,7 +455,7 @@ class Subscription:
 
     def _fetch(self, p: int, pos: int) -> None:
         self._fetching = True
-        d = self.owner.fetch(p, pos, FETCH_BATCH, self.owner.catch_up_bytes)
+        d = self.cache.fetch(p, pos, FETCH_BATCH, self.cache.catch_up_bytes)
         d.addCallback(self._fetched, p, pos, self._epoch)
         d.addErrback(self._fetch_failed, self._epoch)
 
@@ -471,10 +472,10 @@ class Subscription:
                 self.sink.write(data)
         elif result.end is not None:
             # Kafka holds nothing in [pos, end): the cache holds everything from its start
-            self.progress.set(p, max(pos, self.owner.log.partitions[p].start))
+            self.progress.set(p, max(pos, self.cache.log.partitions[p].start))
         else:
-            self.owner.history_unavailable(p, pos, result.error)
-            self._call = self.owner.reactor.callLater(1.0, self._retry)
+            self.cache.history_unavailable(p, pos, result.error)
+            self._call = self.cache.reactor.callLater(1.0, self._retry)
             return
         self.schedule()
 
@@ -489,7 +490,7 @@ class Subscription:
         if self.closed:
             return
         if failure.check(HistoryBusy):  # waiting its turn, not a failure worth an event
-            self._call = self.owner.reactor.callLater(HISTORY_BUSY_RETRY, self._retry)
+            self._call = self.cache.reactor.callLater(HISTORY_BUSY_RETRY, self._retry)
             return
-        self.owner.history_unavailable(-1, -1, str(failure.value))
-        self._call = self.owner.reactor.callLater(1.0, self._retry)
+        self.cache.history_unavailable(-1, -1, str(failure.value))
+        self._call = self.cache.reactor.callLater(1.0, self._retry)

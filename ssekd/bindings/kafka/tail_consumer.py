@@ -58,9 +58,9 @@ class FollowedTopic:
 class TailConsumer(ConsumerThread):
     """Owns the consumer that keeps every partition in use assigned and feeds the cache."""
 
-    def __init__(self, client: ClientContext, owner: str) -> None:
-        super().__init__(client, owner)
-        self.owner = owner
+    def __init__(self, client: ClientContext, cache_server: str) -> None:
+        super().__init__(client, cache_server)
+        self.cache_server = cache_server
         #: (topic, how to follow it), or (topic, None) to stop: applied in order by the thread.
         self.changes: queue.Queue[tuple[str, FollowedTopic | None]] = queue.Queue()
         # thread-owned state
@@ -118,7 +118,7 @@ class TailConsumer(ConsumerThread):
     def run(self) -> None:
         client = self.client
         conf = self._conf = client.settings.consumer_config(
-            f"ssekd-{client.binding}-{self.owner}")
+            f"ssekd-{client.binding}-{self.cache_server}")
         conf["error_cb"] = self._on_error
         conf["logger"] = self.log
         first_rest, longest_rest = client.settings.backoff(conf)

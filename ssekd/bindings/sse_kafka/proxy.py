@@ -142,7 +142,7 @@ def parse_since(text: str) -> int:
     return int(dt.timestamp() * 1000)
 
 
-class RouteHandle:
+class RouteSubscription:
     """A subscription counted in its route's subscriber gauge until it closes. The stream reads
     `route` (its label, for the stream-end event), counts what it writes in `delivered`, and
     is gzip'd only where `compress` (the route's `with.compress`) allows it."""
@@ -201,7 +201,7 @@ class SseKafkaProxy:
         self._encoders: weakref.WeakValueDictionary[Any, KafkaEventEncoder] = \
             weakref.WeakValueDictionary()
 
-    def open(self, request: StreamRequest, sink: EventSink) -> RouteHandle | int | TryLater:
+    def open(self, request: StreamRequest, sink: EventSink) -> RouteSubscription | int | TryLater:
         for route in self.routes:
             params = route.match(request.path)
             if params is not None:
@@ -210,7 +210,7 @@ class SseKafkaProxy:
         return 404
 
     def _open(self, route: SseKafkaRoute, params: dict[str, str], request: StreamRequest,
-              sink: EventSink) -> RouteHandle | int | TryLater:
+              sink: EventSink) -> RouteSubscription | int | TryLater:
         if route.guarded:
             refused = refuse_unauthorized(request, self.name, route.guarded, self.guards)
             if refused is not None:
@@ -264,7 +264,7 @@ class SseKafkaProxy:
                     self.metrics.counter("sse.kafka.value.not.json", self.name, topic=topic))
             if start.has_id:
                 self._count_resume(start, cache, topic)
-            return RouteHandle(cache.subscribe(topic, encoder, sink, start),
+            return RouteSubscription(cache.subscribe(topic, encoder, sink, start),
                                self._subscribers[id(route)], route.label(),
                                self._delivered[id(route)], bool(w.get("compress", True)))
         except TopicLimitReached as e:

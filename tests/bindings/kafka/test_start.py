@@ -1,6 +1,6 @@
 """Unit tests of one piece: `start_positions`, the one place that decides where a stream starts
 in each partition (docs/protocol.md), on a real `TopicLog`; and a subscription following it, on a
-`MemoryReactorClock` with a fake cache owner and a fake Kafka."""
+`MemoryReactorClock` with a fake cache (`RecordingCache`) and a fake Kafka."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from ssekd.bindings.kafka.start import AtOpen, Start, StartPositions, at_open, s
 from ssekd.bindings.kafka.subscription import Subscription
 from ssekd.bindings.kafka.topic_log import CacheBounds, TopicLog
 from ssekd.bindings.sse_kafka.encoder import KafkaEventEncoder
-from tests.support.subscriptions import Owner, Sink
+from tests.support.subscriptions import RecordingCache, Sink
 
 
 def _msgs(p: int, start: int, n: int, ts: int = 0) -> list[Message]:
@@ -143,29 +143,29 @@ def test_an_undecodable_id_starts_at_the_historical_start(live_topic: bool) -> N
 
 # -- a subscription placed by it -----------------------------------------------------------------
 
-def _subscribe(owner: Owner, start: Start) -> tuple[Subscription, Sink]:
+def _subscribe(cache: RecordingCache, start: Start) -> tuple[Subscription, Sink]:
     sink = Sink()
-    s = Subscription(owner, KafkaEventEncoder("t"), sink, start)
+    s = Subscription(cache, KafkaEventEncoder("t"), sink, start)
     s.schedule()
-    owner.run()
+    cache.run()
     return s, sink
 
 
 def test_a_live_stream_joins_the_tail_without_reading_anything() -> None:
-    owner = Owner(_log({0: 20, 1: 3}), live=True)
-    s, sink = _subscribe(owner, Start())
-    assert owner.reports == ["tail"] and sink.writes == []
+    cache = RecordingCache(_log({0: 20, 1: 3}), live=True)
+    s, sink = _subscribe(cache, Start())
+    assert cache.reports == ["tail"] and sink.writes == []
     assert s.progress.offsets == {0: 20, 1: 3}
 
 
 def test_a_resumed_stream_older_than_the_cache_reads_kafka_then_the_cache() -> None:
-    owner = Owner(_log({0: 20}, max_messages=5))
-    s, sink = _subscribe(owner, Start(resume={0: 12}))
-    assert [(p, o) for p, o, _ in owner.fetches] == [(0, 12)] and owner.reports == []
-    owner.fetches[0][2].callback(FetchResult(_msgs(0, 12, 3), None))
-    owner.run()
+    cache = RecordingCache(_log({0: 20}, max_messages=5))
+    s, sink = _subscribe(cache, Start(resume={0: 12}))
+    assert [(p, o) for p, o, _ in cache.fetches] == [(0, 12)] and cache.reports == []
+    cache.fetches[0][2].callback(FetchResult(_msgs(0, 12, 3), None))
+    cache.run()
     assert sink.values() == [f"0-{o}" for o in range(12, 20)]
-    assert owner.reports == ["tail"] and s.progress.offsets == {0: 20}
+    assert cache.reports == ["tail"] and s.progress.offsets == {0: 20}
 
 
 def test_since_passes_over_older_records() -> None:
@@ -173,20 +173,20 @@ def test_since_passes_over_older_records() -> None:
     log.partition_count = 1
     log.append(_msgs(0, 0, 3, ts=1_000) + _msgs(0, 3, 2, ts=5_000), now=0)
     log.reached_end(0, 5)
-    s, sink = _subscribe(Owner(log, live=True), Start(since_ms=5_000))
+    s, sink = _subscribe(RecordingCache(log, live=True), Start(since_ms=5_000))
     assert sink.values() == ["0-3", "0-4"]
     assert s.progress.offsets == {0: 5}, "older records are passed over, not left behind"
 
 
 def test_pause_at_the_tail_and_close_are_reported() -> None:
-    owner = Owner(_log({0: 2}))
-    s, sink = _subscribe(owner, Start())
+    cache = RecordingCache(_log({0: 2}))
+    s, sink = _subscribe(cache, Start())
     assert sink.values() == ["0-0", "0-1"]
     s.pause()
     s.resume()
-    owner.run()
+    cache.run()
     s.close()
-    assert owner.reports == ["tail", "left", "tail", "gone"]
+    assert cache.reports == ["tail", "left", "tail", "gone"]
 
 
 # -- a partition the broker lost, and eviction before a stream is placed -------------------------
