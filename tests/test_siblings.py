@@ -141,7 +141,7 @@ class Graph:
     guards: dict[str, object] = field(default_factory=dict)
 
 
-class Local:
+class ThisWorker:
     def __init__(self, graph: Graph | None) -> None:
         self.graph = graph
 
@@ -156,7 +156,7 @@ def _request(path: bytes, body: Any = None, method: bytes = b"POST") -> Any:
 def _page(graph: Graph | None) -> SiblingPage:
     metrics = Metrics()
     metrics.configure("ns", None, {}, {}, [])
-    return SiblingPage(MetricsPage(metrics, "/metrics"), Local(graph))  # type: ignore[arg-type]
+    return SiblingPage(MetricsPage(metrics, "/metrics"), ThisWorker(graph))  # type: ignore[arg-type]
 
 
 def test_a_sibling_renewal_goes_to_the_http_binding_of_that_name() -> None:

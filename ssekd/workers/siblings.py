@@ -74,7 +74,7 @@ class SiblingKeys(Protocol):
     def sibling_loaded(self, kids: Collection[str]) -> None: ...
 
 
-class Local(Protocol):
+class ThisWorker(Protocol):
     """Where a sibling's request is answered: this worker's current graph (the engine's), and
     its health, which the parent's heartbeat reaches (`ssekd.heartbeats`)."""
 
@@ -88,7 +88,7 @@ class Local(Protocol):
 # -- asking the siblings ------------------------------------------------------------------------
 
 
-class _Socket:
+class _OneSocket:
     """Agent endpoint factory: every URI goes to one Unix socket."""
 
     def __init__(self, reactor: Any, path: str) -> None:
@@ -103,7 +103,7 @@ def unix_post(reactor: Any) -> Post:
     """`Post` with Twisted's Agent over the sibling's Unix socket: never blocks the reactor."""
 
     def post(socket: str, path: bytes, body: bytes) -> defer.Deferred[bytes]:
-        agent = Agent.usingEndpointFactory(reactor, _Socket(reactor, socket))
+        agent = Agent.usingEndpointFactory(reactor, _OneSocket(reactor, socket))
         d: defer.Deferred[Any] = agent.request(
             b"POST", b"http://sibling" + path,
             Headers({b"content-type": [b"application/json"]}), FileBodyProducer(BytesIO(body)))
@@ -187,7 +187,7 @@ class SiblingPage(Resource):
 
     isLeaf = True
 
-    def __init__(self, metrics: Resource, local: Local) -> None:
+    def __init__(self, metrics: Resource, local: ThisWorker) -> None:
         super().__init__()
         self.metrics = metrics
         self.local = local
@@ -245,7 +245,7 @@ class SiblingPage(Resource):
         return b""
 
 
-def site(metrics: Metrics, local: Local, reactor: Any) -> Site:
+def site(metrics: Metrics, local: ThisWorker, reactor: Any) -> Site:
     """A worker's Unix-socket site: `/metrics` and the sibling endpoints."""
     s = ExporterSite(SiblingPage(MetricsPage(metrics, "/metrics"), local), reactor=reactor)
     s.displayTracebacks = False

@@ -79,7 +79,7 @@ def add_up(pages: list[str]) -> list[Metric]:
     return list(families.values())
 
 
-class _Fixed:
+class _AddedUp:
     """A collector that yields families already added up."""
 
     def __init__(self, families: list[Metric]) -> None:
@@ -92,12 +92,12 @@ class _Fixed:
 def render(pages: list[str], accept: str) -> tuple[bytes, str]:
     """The sum of `pages` in the format `accept` asks for: (body, content type)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Fixed(add_up(pages)))
+    registry.register(_AddedUp(add_up(pages)))
     encode, content_type = choose_encoder(accept)
     return encode(registry), content_type
 
 
-class _UnixSockets:
+class _WorkerSockets:
     """Agent endpoint factory: the URI's host names the worker's socket (by index)."""
 
     def __init__(self, reactor: Any, sockets: Callable[[], list[str]]) -> None:
@@ -122,7 +122,7 @@ class SummedPage(Resource):
         #: The parent's own page (OpenMetrics), combined with the workers'.
         self.own = own
         self.path = path.encode("utf-8")
-        self.agent = Agent.usingEndpointFactory(reactor, _UnixSockets(reactor, sockets))
+        self.agent = Agent.usingEndpointFactory(reactor, _WorkerSockets(reactor, sockets))
 
     def render(self, request: Request) -> bytes | int:
         req: Any = request  # twisted.web is untyped for mypy
