@@ -3,7 +3,7 @@ latest value per key, and catch-up readers follow arrival order."""
 
 from __future__ import annotations
 
-from ssekd.bindings.kafka.message import Message
+from ssekd.bindings.kafka.message import Message, within_bytes
 from ssekd.bindings.kafka.topic_log import CacheBounds, TopicLog
 
 
@@ -97,3 +97,20 @@ def test_a_rewound_partition_starts_empty_and_its_old_records_are_gone() -> None
     assert log.count == 2 and log.partitions[1].live_from == 0
     log.evict(now=0)
     assert [m.offset for m in log.read({0: 0, 1: 0}, 100)] == [0, 1]
+
+
+def test_within_bytes_stops_at_the_bound_and_keeps_at_least_one() -> None:
+    """The one byte bound of catch-up reads (`TopicLog.read_from`) and history reads
+    (`HistoryFetcher`): records up to and including the one that reaches `max_bytes`, never
+    none while there is one, all of them when they stay under it."""
+    msgs = _msgs(0, 0, 5)
+    size = msgs[0].size
+    assert within_bytes(msgs, 2 * size) == msgs[:2], "the record that reaches the bound is in"
+    assert within_bytes(msgs, 2 * size + 1) == msgs[:3]
+    assert within_bytes(msgs, 1) == msgs[:1], "at least one, however small the bound"
+    assert within_bytes(msgs, 100 * size) == msgs
+    assert within_bytes([], 10) == []
+    log = TopicLog("t", CacheBounds(max_messages=100))
+    log.append(msgs, now=0)
+    got, _ = log.read_from({0: 0}, None, limit=100, max_bytes=2 * size)
+    assert [m.offset for m in got] == [0, 1]
