@@ -59,7 +59,8 @@ def test_the_page_walks_through_enough_code_to_mean_something() -> None:
     for layer in ("ssekd.bindings.tcp", "ssekd.bindings.tls", "ssekd.bindings.http.server",
                   "ssekd.bindings.sse.server", "ssekd.bindings.sse_kafka.proxy",
                   "ssekd.bindings.kafka.cache", "ssekd.bindings.kafka.client",
-                  "ssekd.bindings.kafka.tail", "ssekd.progress"):
+                  "ssekd.bindings.kafka.tail", "ssekd.bindings.kafka.tail_consumer",
+                  "ssekd.bindings.kafka.inbox", "ssekd.event_ids"):
         assert layer in modules, layer
 
 
@@ -80,7 +81,7 @@ def test_every_path_the_page_gives_exists() -> None:
 
 
 def test_resolve_says_what_is_missing() -> None:
-    assert resolve("ssekd.progress", "ProgressState.advance") is None
-    assert resolve("ssekd.progress", "ProgressState.nothing") == \
-        "ssekd.progress:ProgressState.nothing: ssekd.progress.ProgressState has no 'nothing'"
+    assert resolve("ssekd.event_ids", "ProgressState.advance") is None
+    assert resolve("ssekd.event_ids", "ProgressState.nothing") == \
+        "ssekd.event_ids:ProgressState.nothing: ssekd.event_ids.ProgressState has no 'nothing'"
     assert resolve("ssekd.no_such_module", "x") is not None
