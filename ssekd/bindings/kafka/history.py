@@ -27,7 +27,6 @@ class HistoryBusy(Exception):
     """Every history read slot is taken: the stream asks again later, nothing was queued."""
 
 
-
 @dataclass
 class FetchResult:
     """Records of one partition from `offset` on; `end` is the partition's end when reached
@@ -40,13 +39,15 @@ class FetchResult:
 
 @dataclass
 class FetchRequest:
+    """A history read waiting for the history thread (`KafkaClient.fetch`): `deferred` fires on
+    the reactor thread with its `FetchResult`."""
+
     topic: str
     partition: int
     offset: int
     limit: int
     max_bytes: int
     deferred: Deferred[FetchResult]
-
 
 
 class HistoryFetcher(ConsumerThread):
@@ -136,7 +137,6 @@ class HistoryFetcher(ConsumerThread):
             return FetchResult(taken, None), _Position(
                 (req.topic, req.partition, taken[-1].offset + 1), rest, end)
         return FetchResult(taken, end), None
-
 
 
 @dataclass

@@ -39,7 +39,6 @@ class TopicSink(Protocol):
         """The topic was looked for too often without being found: it is no longer consumed."""
 
 
-
 class Inbox:
     """What the tail thread handed over for one topic and the reactor has not taken yet: the
     sink's calls in order, records of consecutive batches merged into one `on_records`."""

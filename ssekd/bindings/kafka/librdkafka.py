@@ -66,7 +66,6 @@ class LibrdkafkaLog:
                                    if repeats else ""))
 
 
-
 def close_consumer(consumer: Any) -> None:
     """Close a consumer on its own thread; one that never connected may complain."""
     try:
