@@ -37,7 +37,7 @@ from common import table, write_result  # noqa: E402
 from twisted.internet.defer import Deferred  # noqa: E402
 from twisted.internet.testing import MemoryReactorClock  # noqa: E402
 
-from ssekd.bindings.api import HttpContext  # noqa: E402
+from ssekd.bindings.http.roles import HttpContext
 from ssekd.bindings.sse.compression import Compression  # noqa: E402
 from ssekd.bindings.sse.server import SseServer  # noqa: E402
 from ssekd.event_ids import ProgressId  # noqa: E402

@@ -15,12 +15,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ssekd import __version__
-from ssekd.bindings.api import Role
-from ssekd.bindings.registry import Registry, discover
 from ssekd.config import ConfigError
 from ssekd.config.load import load_config
 from ssekd.config.model import Config
 from ssekd.config.schema import full_schema
+from ssekd.spi.connection import ListenerBinding
+from ssekd.spi.plugins import Registry, discover
 
 
 def describe_when(when: object) -> str:
@@ -73,7 +73,7 @@ def graph_lines(config: Config, registry: Registry) -> list[str]:
             return
 
     for name, b in config.bindings.items():
-        if registry.kind(b).role is Role.LISTENER:
+        if registry.kind(b).role is ListenerBinding:
             chain(name, "", "")
     for name in config.bindings:
         if name not in shown:

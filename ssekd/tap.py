@@ -22,10 +22,10 @@ from twisted.python import usage
 from twisted.python.components import Componentized
 
 from ssekd import __version__, sd_notify
-from ssekd.bindings.api import ListenSpec
 from ssekd.config import ConfigError
 from ssekd.config.model import DEFAULT_NAMESPACE
 from ssekd.engine import ENGINE, Engine
+from ssekd.spi.connection import ListenSpec
 from ssekd.telemetry.events import EventLog, stdout_stream
 from ssekd.telemetry.twistd_log import observer_for
 from ssekd.workers import siblings

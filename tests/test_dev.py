@@ -14,11 +14,12 @@ import jwt
 import pytest
 
 from ssekd import asyncapi
-from ssekd.bindings.api import BindingType, KindSpec, Role
-from ssekd.bindings.registry import Registry, discover
 from ssekd.config.load import load_config
 from ssekd.dev.broker import port_open
 from ssekd.dev.launcher import LINK_TOKEN_TTL, bootstrap_topics, http_kafka_lines, local_servers
+from ssekd.spi.binding import BindingType, KindSpec
+from ssekd.spi.connection import Connector
+from ssekd.spi.plugins import Registry, discover
 from tests.support.checkout import ROOT, Ports, clean_clone, venv_is_current
 from tests.support.launched import launch
 from tests.support.sse import SseClient
@@ -35,7 +36,7 @@ bindings:
 """
 
 QUEUE = BindingType("queue", {"client": KindSpec(
-    role=Role.OUTBOUND, build=lambda ctx, b: object(), options={"type": "object"},
+    role=Connector, build=lambda ctx, b: object(), options={"type": "object"},
     connects_to=lambda o: [(str(o["at"]).split(":")[0], int(str(o["at"]).split(":")[1]))],
     bootstrap_topics=lambda o: list(o["topics"]))})
 

@@ -12,12 +12,12 @@ from pathlib import Path
 
 from twisted.internet.testing import MemoryReactorClock
 
-from ssekd.bindings.registry import discover
 from ssekd.config.load import load_config
 from ssekd.dev import token_service
 from ssekd.dev.broker import free_port
 from ssekd.dev.launcher import dev_token_guards
 from ssekd.guards.jwt import JwtGuard, JwtSession, parse_jwks
+from ssekd.spi.plugins import discover
 from ssekd.telemetry.events import EventLog
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -11,10 +11,11 @@ from twisted.application.service import Service
 from twisted.internet.error import CannotListenError
 from twisted.internet.testing import MemoryReactorClock
 
-from ssekd.bindings.api import BindingType, KindSpec, Role
-from ssekd.bindings.registry import Registry, discover
+from ssekd.bindings.filesystem import FileServing
 from ssekd.dev.certs import issue, make_ca, write_store
 from ssekd.engine import Engine
+from ssekd.spi.binding import BindingType, KindSpec
+from ssekd.spi.plugins import Registry, discover
 from ssekd.telemetry.events import EventLog
 
 CONFIG = """\
@@ -140,7 +141,7 @@ class FilesService(Service):
 
 
 SERVICES = Registry({**discover().types, "svc": BindingType("svc", {"server": KindSpec(
-    role=Role.FILES, build=lambda ctx, b: FilesService(), options={"type": "object"})})})
+    role=FileServing, build=lambda ctx, b: FilesService(), options={"type": "object"})})})
 
 SERVICE_CONFIG = """\
 name: t
@@ -192,7 +193,7 @@ def _named(ctx: Any, b: Any) -> FilesService:
 
 
 NAMED = Registry({**discover().types, "svc": BindingType("svc", {"server": KindSpec(
-    role=Role.FILES, build=_named, options={"type": "object"})})})
+    role=FileServing, build=_named, options={"type": "object"})})})
 
 
 def test_a_rebuilt_service_takes_over_its_predecessors_name(tmp_path: Path) -> None:

@@ -104,22 +104,65 @@ def test_ssekd_has_no_import_circle() -> None:
         "\n".join(" <-> ".join(c) for c in found)
 
 
-def test_the_binding_contract_is_a_leaf() -> None:
-    """`ssekd.bindings.api` may import the config model, its errors, the event log, the
-    metrics and the health state: nothing that imports a binding. The telemetry modules it names
-    and `ssekd.health` are leaves (the event log may use the leaf that hides tokens; the metrics
-    hold the delivery-latency batch, itself a leaf)."""
+def closure(graph: Mapping[str, set[str]], start: str) -> set[str]:
+    """Every module that importing `start` runs, directly or not."""
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        for m in graph.get(todo.pop(), ()):
+            if m not in seen:
+                seen.add(m)
+                todo.append(m)
+    return seen
+
+
+def test_the_contract_is_a_leaf() -> None:
+    """`ssekd.spi` may import the config model, its errors, the event log, the metrics, the
+    health state and the catalog protocol: nothing that imports a binding, a guard or the
+    engine. The telemetry modules it names and `ssekd.health` are leaves (the event log may use
+    the leaf that hides tokens; the metrics hold the delivery-latency batch, itself a leaf)."""
     graph = graph_of(ROOT, "ssekd")
     telemetry = {"ssekd.telemetry.events", "ssekd.telemetry.metrics"}
-    assert graph["ssekd.bindings.api"] <= {"ssekd.config.errors", "ssekd.config.model",
-                                           "ssekd.config", "ssekd.telemetry", "ssekd.health",
-                                           *telemetry}
+    spi = {m for m in graph if m == "ssekd.spi" or m.startswith("ssekd.spi.")}
+    assert {"ssekd.spi.binding", "ssekd.spi.guard", "ssekd.spi.plugins"} <= spi
+    for module in spi:
+        assert graph[module] - spi <= {"ssekd.config.errors", "ssekd.config.model",
+                                       "ssekd.config", "ssekd.telemetry", "ssekd.health",
+                                       "ssekd.catalogs", "ssekd.catalogs.catalog",
+                                       *telemetry}, module
+        above = {m for m in closure(graph, module)
+                 if m.split(".")[1] in {"bindings", "guards", "engine", "graph"}}
+        assert above == set(), module
     for module in telemetry:
         assert graph[module] <= {"ssekd.telemetry", "ssekd.telemetry.redact",
                                  "ssekd.telemetry.delivery"}, module
     assert graph["ssekd.telemetry.redact"] <= {"ssekd.telemetry"}
     assert graph["ssekd.telemetry.delivery"] == set()
     assert graph["ssekd.health"] == set()
+
+
+def test_the_config_imports_no_binding() -> None:
+    """The config loader knows the binding types only through the contract (`ssekd.spi`): no
+    import arrow, direct or through another module, runs from `ssekd.config` up into
+    `ssekd.bindings` (the layers go config <- spi <- bindings)."""
+    graph = graph_of(ROOT, "ssekd")
+    config = [m for m in graph if m == "ssekd.config" or m.startswith("ssekd.config.")]
+    assert "ssekd.config.load" in config
+    found = {m: sorted(d for d in closure(graph, m) if d.startswith("ssekd.bindings"))
+             for m in config}
+    assert {m: d for m, d in found.items() if d} == {}
+
+
+def test_the_check_sees_an_arrow_from_config_into_bindings(tmp_path: Path) -> None:
+    """The check above would see such an arrow, also one through a module in between."""
+    _write(tmp_path, {
+        "__init__.py": "", "config/__init__.py": "", "bindings/__init__.py": "",
+        "config/load.py": "from pkg.spi import x\n",
+        "spi.py": "from pkg.bindings.api import y\n",
+        "bindings/api.py": "",
+    })
+    graph = graph_of(tmp_path, "pkg")
+    assert "pkg.bindings.api" in closure(graph, "pkg.config.load")
 
 
 def _write(root: Path, files: Mapping[str, str]) -> None:
@@ -145,14 +188,12 @@ def test_the_check_sees_circles_through_type_checking_and_packages(tmp_path: Pat
     assert found == [["pkg.a", "pkg.b"], ["pkg.c", "pkg.sub"], ["pkg.d", "pkg.e"]]
 
 
-#: What modules outside ssekd/bindings/ may import from it: a binding is known by its `KindSpec`
-#: through the registry, never by its type's name or module.
-CONTRACT = {"ssekd.bindings", "ssekd.bindings.api", "ssekd.bindings.registry"}
-
-
-def test_only_the_contract_is_imported_from_outside_the_bindings() -> None:
+def test_nothing_outside_the_bindings_imports_them() -> None:
+    """A binding is known by its `KindSpec` through the plugin registry (`ssekd.spi.plugins`),
+    never by its type's name or module: no module outside ssekd/bindings/ (the engine, the
+    config loader, the guards...) imports one."""
     graph = graph_of(ROOT, "ssekd")
     assert "ssekd.engine" in graph["ssekd.cli"], "an import inside a function counts"
-    outside = {m: sorted(d for d in deps if d.startswith("ssekd.bindings") and d not in CONTRACT)
+    outside = {m: sorted(d for d in deps if d.startswith("ssekd.bindings"))
                for m, deps in graph.items() if not m.startswith("ssekd.bindings")}
     assert {m: d for m, d in outside.items() if d} == {}

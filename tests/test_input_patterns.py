@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from ssekd.bindings.api import HttpContext, StreamRequest
-from ssekd.bindings.registry import discover
+from ssekd.bindings.http.roles import HttpContext
+from ssekd.bindings.sse.roles import StreamRequest
 from ssekd.bindings.sse_kafka.proxy import RouteSubscription, SseKafkaProxy, SseKafkaRoute
 from ssekd.config import ConfigError
 from ssekd.config.load import load_config
@@ -19,6 +19,7 @@ from ssekd.config.schema import schema_files
 from ssekd.event_ids import UndecodableId, b64url_decode
 from ssekd.guards.jwt import JwtSession
 from ssekd.patterns import Pattern
+from ssekd.spi.plugins import discover
 from ssekd.telemetry.events import EventLog
 
 

@@ -18,7 +18,7 @@ from twisted.internet.testing import MemoryReactorClock
 from twisted.web.server import NOT_DONE_YET
 from twisted.web.test.requesthelper import DummyRequest
 
-from ssekd.bindings.api import Refusal, Renewal
+from ssekd.spi.guard import Refusal, Renewal
 from ssekd.telemetry.metrics import Metrics
 from ssekd.telemetry.prometheus import MetricsPage
 from ssekd.workers.siblings import (

@@ -9,9 +9,10 @@ from typing import Any
 
 from twisted.web.test.requesthelper import DummyRequest
 
-from ssekd.bindings.api import HttpContext, StreamRequest
+from ssekd.bindings.http.roles import HttpContext
 from ssekd.bindings.http_filesystem import FilesRoute, HttpFilesystemProxy
 from ssekd.bindings.kafka.start import Start
+from ssekd.bindings.sse.roles import StreamRequest
 from ssekd.bindings.sse_kafka.proxy import SseKafkaProxy, SseKafkaRoute
 from ssekd.patterns import Pattern
 from ssekd.telemetry.events import EventLog

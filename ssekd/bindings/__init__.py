@@ -1,5 +1,6 @@
 """The binding types, one module (or package) each, named after the type.
 
-`api` is the contract every binding builds on and offers; `registry` finds the installed types
-through the `ssekd.bindings` entry point group, so another package can add types too.
+Each builds on the contract in `ssekd.spi` and is found through the `ssekd.bindings` entry point
+group (`ssekd.spi.plugins`), so another package can add types too. A package offers the roles
+its runtimes play as protocol classes of its own (`kafka.roles`, `http.roles`, `sse.roles`).
 """

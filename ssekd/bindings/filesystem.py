@@ -16,15 +16,23 @@ import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Protocol, runtime_checkable
 from urllib.parse import unquote_to_bytes
 
 from twisted.web import http
 from twisted.web.server import NOT_DONE_YET, Request
 from twisted.web.static import NoRangeStaticProducer, SingleRangeStaticProducer
 
-from ssekd.bindings.api import BindingType, BuildContext, KindSpec, Role
 from ssekd.config.model import Binding
+from ssekd.spi.binding import BindingType, BuildContext, KindSpec
+
+
+@runtime_checkable
+class FileServing(Protocol):
+    """The role a filesystem server plays: serves a path below its root (http-filesystem's
+    exit)."""
+
+    def serve(self, request: Request, path: str) -> bytes | int: ...
 
 INDEX = "index.html"
 FOLDER = "folder"
@@ -223,7 +231,7 @@ def _build(ctx: BuildContext, binding: Binding) -> FileServer:
 
 BINDING = BindingType("filesystem", {
     "server": KindSpec(
-        role=Role.FILES, build=_build,
+        role=FileServing, build=_build,
         options={"type": "object", "additionalProperties": False, "required": ["location"],
                  "description": "Serves `GET` and `HEAD` for files below `location`, with ETag, "
                                 "Last-Modified, single byte ranges and `index.html` for folders; "

@@ -12,18 +12,12 @@ from twisted.web import http
 from twisted.web.server import Request
 
 from ssekd.bindings._schemas import PATH_WHEN
-from ssekd.bindings.api import (
-    BindingType,
-    BuildContext,
-    Exit,
-    FileServing,
-    HttpContext,
-    KindSpec,
-    Role,
-)
+from ssekd.bindings.filesystem import FileServing
+from ssekd.bindings.http.roles import HttpBinding, HttpContext
 from ssekd.config.errors import ConfigError
 from ssekd.config.model import Binding
 from ssekd.patterns import Pattern, Unresolvable, reference_problems, substitute
+from ssekd.spi.binding import BindingType, BuildContext, Exit, KindSpec
 
 #: Without routes, or after them, a request path maps to the same path below the root.
 DEFAULT_WHEN = "/{path}"
@@ -89,7 +83,7 @@ def _build(ctx: BuildContext, binding: Binding) -> HttpFilesystemProxy:
 
 BINDING = BindingType("http-filesystem", {
     "proxy": KindSpec(
-        role=Role.HTTP, build=_build, exit=Exit.REQUIRED, exit_roles=(Role.FILES,),
+        role=HttpBinding, build=_build, exit=Exit.REQUIRED, exit_roles=(FileServing,),
         options={"type": "object", "additionalProperties": False,
                  "description": "Maps a request path to a file path for its exit (a filesystem "
                                 "server). A `{name}` that ends a `when.path` takes the rest of the "

@@ -15,16 +15,6 @@ from twisted.internet.endpoints import HostnameEndpoint
 from twisted.internet.interfaces import IAddress, IProtocol
 
 from ssekd.bindings._schemas import PORT, PORTS
-from ssekd.bindings.api import (
-    BindingType,
-    BuildContext,
-    ConnectionInfo,
-    Exit,
-    KindSpec,
-    ListenSpec,
-    Role,
-    StreamBinding,
-)
 from ssekd.bindings.connection_limits import (
     LIMITS_SCHEMA,
     PROCESS,
@@ -41,6 +31,8 @@ from ssekd.bindings.proxy_protocol import (
 )
 from ssekd.config import ConfigError
 from ssekd.config.model import Binding
+from ssekd.spi.binding import BindingType, BuildContext, Exit, KindSpec
+from ssekd.spi.connection import ConnectionInfo, Connector, ListenerBinding, ListenSpec, StreamBinding
 from ssekd.telemetry.events import EventLog
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -297,7 +289,7 @@ _WHEN = {"type": "object", "additionalProperties": False, "properties": {
 
 BINDING = BindingType("tcp", {
     "server": KindSpec(
-        role=Role.LISTENER, build=_build_server, exit=Exit.REQUIRED, exit_roles=(Role.STREAM,),
+        role=ListenerBinding, build=_build_server, exit=Exit.REQUIRED, exit_roles=(StreamBinding,),
         when=_WHEN, summary=lambda o: f"{o.get('host', DEFAULT_HOST)}:{o.get('port')}",
         options={"type": "object", "additionalProperties": False, "required": ["port"],
                  "description": "Listens on TCP ports and hands each accepted connection to the first "
@@ -312,7 +304,7 @@ BINDING = BindingType("tcp", {
                      "proxy-protocol": PROXY_PROTOCOL_SCHEMA}},
     ),
     "client": KindSpec(
-        role=Role.OUTBOUND, build=_build_client, when=_WHEN,
+        role=Connector, build=_build_client, when=_WHEN,
         summary=lambda o: f"{o['host']}:{o.get('port', '?')}" if "host" in o else "",
         options={"type": "object", "additionalProperties": False,
                  "description": "The outbound side. Behind an http client it connects to `host` "

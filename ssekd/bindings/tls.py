@@ -40,18 +40,11 @@ from zope.interface import implementer
 
 from ssekd.bindings import tls_client
 from ssekd.bindings._schemas import STRING_LIST
-from ssekd.bindings.api import (
-    BindingType,
-    BuildContext,
-    ConnectionInfo,
-    Exit,
-    KindSpec,
-    Role,
-    StreamBinding,
-)
 from ssekd.config.errors import ConfigError, ConfigIssue
 from ssekd.config.model import Binding
 from ssekd.patterns import Pattern
+from ssekd.spi.binding import BindingType, BuildContext, Exit, KindSpec
+from ssekd.spi.connection import ConnectionInfo, StreamBinding
 from ssekd.telemetry.events import EventLog
 from ssekd.telemetry.metrics import Metrics
 from ssekd.vaults import FilesystemVault, StoreEntry, open_vault
@@ -453,7 +446,7 @@ OPTIONS = {"type": "object", "additionalProperties": False,
 
 BINDING = BindingType("tls", {
     "server": KindSpec(
-        role=Role.STREAM, build=_build, exit=Exit.REQUIRED, exit_roles=(Role.STREAM,),
+        role=StreamBinding, build=_build, exit=Exit.REQUIRED, exit_roles=(StreamBinding,),
         vault=True,
         options=OPTIONS,
         when={"type": "object", "additionalProperties": False, "properties": {

@@ -16,9 +16,10 @@ from twisted.internet.endpoints import wrapClientTLS
 from twisted.internet.ssl import Certificate, optionsForClientTLS, platformTrust, trustRootFromCertificates
 
 from ssekd.bindings._schemas import STRING_LIST
-from ssekd.bindings.api import BuildContext, Connector, Exit, KindSpec, Role
 from ssekd.config.errors import ConfigError, ConfigIssue
 from ssekd.config.model import Binding
+from ssekd.spi.binding import BuildContext, Exit, KindSpec
+from ssekd.spi.connection import Connector
 from ssekd.vaults import open_vault
 
 
@@ -110,5 +111,5 @@ OPTIONS = {"type": "object", "additionalProperties": False,
              "description": "Protocols offered by ALPN; the http client speaks HTTP/1.1."},
 }}
 
-KIND = KindSpec(role=Role.OUTBOUND, build=_build, exit=Exit.REQUIRED,
-                exit_roles=(Role.OUTBOUND,), vault=True, options=OPTIONS)
+KIND = KindSpec(role=Connector, build=_build, exit=Exit.REQUIRED,
+                exit_roles=(Connector,), vault=True, options=OPTIONS)

@@ -2,7 +2,7 @@
 `model` is its typed form, `load.load_config` does all of that and checks references.
 
 Only the errors are re-exported here: they are what most callers need, and keeping this package
-free of heavier imports lets the binding contract (`ssekd.bindings.api`) import the model
+free of heavier imports lets the contract (`ssekd.spi`) import the model
 without an import circle.
 """
 

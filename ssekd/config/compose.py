@@ -1,7 +1,7 @@
 """Composite bindings (the `asyncapi` kinds): replaced, before anything is built, by the ordinary
 bindings they stand for.
 
-A composite kind's `compose` (see `ssekd.bindings.api.KindSpec`) reads what it needs through the
+A composite kind's `compose` (see `ssekd.spi.binding.KindSpec`) reads what it needs through the
 config's catalogs (an AsyncAPI spec) and answers with bindings written as a zilla.yaml would
 write them. They take the composite's place in the config, are checked against the same schemas
 as bindings written by hand, and from then on nothing tells them apart: the engine builds them,
@@ -21,14 +21,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ssekd.bindings.api import Composition, Source
-from ssekd.bindings.registry import Registry
 from ssekd.catalogs import build_catalogs
 from ssekd.catalogs.catalog import Catalog, CatalogUnavailable, Schema, SchemaNotFound
 from ssekd.config.document import Document
 from ssekd.config.errors import ConfigError, ConfigIssue
 from ssekd.config.model import Binding, Config, build_model
 from ssekd.config.schema import validate
+from ssekd.spi.compose import Composition, Source
+from ssekd.spi.plugins import Registry
 
 Path_ = tuple[str | int, ...]
 

@@ -1,8 +1,9 @@
 """Loading a zilla.yaml: read, substitute, validate against the schema, build the model, and
 check every reference. `load_config` is the one entry point; it raises `ConfigError`.
 
-The binding types come in as a `Registry` (see `ssekd.bindings.registry`), so this module knows
-no binding by name and imports none of them.
+The binding types come in as a `Registry` (see `ssekd.spi.plugins`), so this module knows no
+binding by name and imports none of them: what a binding's options name outside it, its kind
+says (`KindSpec.depends`).
 """
 
 from __future__ import annotations
@@ -11,13 +12,13 @@ import difflib
 from collections.abc import Mapping
 from pathlib import Path
 
-from ssekd.bindings.api import Exit
-from ssekd.bindings.registry import Registry
 from ssekd.config.compose import RemoteTexts, compose
 from ssekd.config.document import Document, read_document
 from ssekd.config.errors import ConfigError, ConfigIssue
 from ssekd.config.model import Binding, Config, build_model
 from ssekd.config.schema import validate
+from ssekd.spi.binding import Exit, role_name
+from ssekd.spi.plugins import Registry
 
 
 def load_config(file: Path | str, registry: Registry,
@@ -58,10 +59,10 @@ def check_references(config: Config, doc: Document, registry: Registry) -> list[
             return
         role = registry.kind(other).role
         if role not in spec.exit_roles:
-            expected = " or ".join(str(r) for r in spec.exit_roles) or "nothing"
+            expected = " or ".join(role_name(r) for r in spec.exit_roles) or "nothing"
             issues.append(doc.issue(path, f"exit {target!r} of binding {binding.name!r} is a "
-                                          f"{other.type} {other.kind} ({role}); expected a "
-                                          f"binding that is {expected}"))
+                                          f"{other.type} {other.kind} ({role_name(role)}); "
+                                          f"expected a binding that is {expected}"))
 
     for name, b in config.bindings.items():
         base: tuple[str | int, ...] = ("bindings", name)
@@ -80,9 +81,14 @@ def check_references(config: Config, doc: Document, registry: Registry) -> list[
         if b.vault and b.vault not in config.vaults:
             issues.append(doc.issue(base + ("vault",), f"vault {b.vault!r} used by binding "
                                     f"{name!r} is not defined under vaults"))
-        for guard in (b.options.get("authorization") or {}):
+        depends = registry.kind(b).depends(b.options)
+        for guard, where in depends.guards.items():
             if guard not in config.guards:
-                issues.append(doc.issue(base + ("options", "authorization", guard),
+                issues.append(doc.issue(base + ("options", *where),
                                         f"guard {guard!r} used by binding {name!r} is not "
                                         f"defined under guards"))
+        for vault, where in depends.vaults.items():
+            if vault not in config.vaults:
+                issues.append(doc.issue(base + ("options", *where), f"vault {vault!r} used by "
+                                        f"binding {name!r} is not defined under vaults"))
     return issues

@@ -23,10 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ssekd.bindings.api import BindingType, Exit, KindSpec, Role
-from ssekd.bindings.registry import Registry, discover
 from ssekd.config.schema import NAME as NAME_SCHEMA
 from ssekd.config.schema import binding_schema, schema_files
+from ssekd.spi.binding import BindingType, Exit, KindSpec, role_name
+from ssekd.spi.plugins import Registry, discover
 
 Schema = Mapping[str, Any]
 
@@ -229,12 +229,26 @@ def _link(heading: str) -> str:
 # -- the page -------------------------------------------------------------------------------------
 
 
+def role_depths(registry: Registry) -> dict[type, int]:
+    """How far from the outside each role is: 0 for one that is no binding's exit (a listener),
+    else one more than the farthest role whose exit it may be (a kind's own role as its exit, a
+    tls server in front of an http server, adds nothing)."""
+    exits = {(k.role, r) for t in registry.types.values() for k in t.kinds.values()
+             for r in k.exit_roles if r is not k.role}
+    roles = {k.role for t in registry.types.values() for k in t.kinds.values()}
+    depth = dict.fromkeys(roles, 0)
+    for _ in roles:  # longest paths; a circle of roles stops growing after len(roles) passes
+        for outer, inner in exits:
+            depth[inner] = max(depth.get(inner, 0), min(depth[outer] + 1, len(roles)))
+    return depth
+
+
 def ssekd_types(registry: Registry) -> list[BindingType]:
     """The binding types this package ships, outermost role first (then by name)."""
-    order = list(Role)
+    depth = role_depths(registry)
 
     def rank(t: BindingType) -> tuple[int, str]:
-        return (min(order.index(k.role) for k in t.kinds.values()), t.name)
+        return (min(depth[k.role] for k in t.kinds.values()), t.name)
 
     own = [t for t in registry.types.values()
            if all(k.build.__module__.startswith("ssekd.") for k in t.kinds.values())]
@@ -378,7 +392,7 @@ def _top_level(files: Mapping[str, Any]) -> list[str]:
 
 def _generic_binding(types: Sequence[BindingType]) -> dict[str, Any]:
     """The keys every binding may have, from the schema of a kind that takes all of them."""
-    spec = KindSpec(role=Role.LISTENER, build=lambda ctx, b: None, exit=Exit.OPTIONAL,
+    spec = KindSpec(role=object, build=lambda ctx, b: None, exit=Exit.OPTIONAL,
                     vault=True,
                     options={"type": "object", "description": "Depends on the type and kind: "
                                                               "see its section."},
@@ -403,7 +417,7 @@ def _every_binding(types: Sequence[BindingType]) -> list[str]:
     return out + table(list(rows(generic, generic))) + [""]
 
 
-def _players(registry: Registry, roles: Sequence[Role]) -> str:
+def _players(registry: Registry, roles: Sequence[type]) -> str:
     names = [_link(_kind_heading(t.name, k)) for t in ssekd_types(registry)
              for k, spec in t.kinds.items() if spec.role in roles]
     return ", ".join(names) or "none"
@@ -412,13 +426,13 @@ def _players(registry: Registry, roles: Sequence[Role]) -> str:
 def _kind_section(t: BindingType, name: str, kind: KindSpec, registry: Registry) -> list[str]:
     heading = _kind_heading(t.name, name)
     out = [f"## {heading}", "", description_of(kind.options), "",
-           f"- `type: {t.name}`, `kind: {name}`; plays the role *{kind.role}*."]
+           f"- `type: {t.name}`, `kind: {name}`; plays the role *{role_name(kind.role)}*."]
     if kind.exit is Exit.NONE:
         out.append("- No `exit`.")
     else:
         need = "optional" if kind.exit is Exit.OPTIONAL else \
             "required" if kind.when is None else "required (a default `exit`, or routes with exits)"
-        roles = " or ".join(f"*{r}*" for r in kind.exit_roles)
+        roles = " or ".join(f"*{role_name(r)}*" for r in kind.exit_roles)
         out.append(f"- `exit`: {need}; it must play {roles}: {_players(registry, kind.exit_roles)}.")
     out.append("- Takes a `vault`." if kind.vault else "- No `vault`.")
     out.append("- Takes `routes`." if kind.when is not None else "- No `routes`.")

@@ -2,7 +2,7 @@
 
 The top level, vaults, guards, catalogs and telemetry are described by the JSON files in
 `schema/`. Each binding is then checked against the schema its type registers for its kind
-(`ssekd.bindings.api.KindSpec`), so an error in one binding points into that binding, not at a
+(`ssekd.spi.binding.KindSpec`), so an error in one binding points into that binding, not at a
 `oneOf` over every type.
 """
 
@@ -18,10 +18,10 @@ from typing import Any
 from jsonschema import Draft202012Validator, ValidationError, validators
 from referencing import Registry, Resource
 
-from ssekd.bindings.api import Exit, KindSpec
-from ssekd.bindings.registry import Registry as BindingTypes
 from ssekd.config.document import Document
 from ssekd.config.errors import ConfigIssue
+from ssekd.spi.binding import Exit, KindSpec
+from ssekd.spi.plugins import Registry as BindingTypes
 
 NAME = {"type": "string", "pattern": "^[a-zA-Z]+[a-zA-Z0-9._-]*$",
         "x-expected": "a name matching ^[a-zA-Z]+[a-zA-Z0-9._-]*$"}

@@ -48,11 +48,11 @@ from typing import IO, Any
 from urllib.parse import quote, urlsplit
 
 from ssekd import asyncapi
-from ssekd.bindings.registry import Registry, discover
 from ssekd.config import ConfigError
 from ssekd.config.load import load_config
 from ssekd.config.model import Config
 from ssekd.dev.broker import Broker, port_open, start_broker, stop_process
+from ssekd.spi.plugins import Registry, discover
 from ssekd.workers.sockets import port_in_use
 
 LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1"}

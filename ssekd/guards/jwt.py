@@ -40,9 +40,11 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from ssekd import url_fetch
-from ssekd.bindings.api import BuildContext, GuardType, Reactor, Refusal, Session, Siblings
 from ssekd.config.errors import ConfigError
 from ssekd.config.model import Guard as GuardConfig
+from ssekd.spi.binding import BuildContext, GuardType, Reactor
+from ssekd.spi.guard import Refusal, Session
+from ssekd.spi.workers import Siblings
 from ssekd.telemetry.events import EventLog
 
 log = Logger()

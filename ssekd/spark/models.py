@@ -182,9 +182,9 @@ def models_for(config_path: Path | str, topics: Iterable[str],
     The config is read exactly as the daemon reads it (a bad one raises `ConfigError` with file
     and line), environment variables included.
     """
-    from ssekd.bindings.registry import discover
     from ssekd.catalogs import build_catalogs
     from ssekd.config.load import load_config
+    from ssekd.spi.plugins import discover
 
     config = load_config(config_path, discover(), environ)
     catalogs = build_catalogs(config, Clock(), run=_now)

@@ -38,10 +38,10 @@ from twisted.web.http_headers import Headers
 from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET, Request, Site
 
-from ssekd.bindings.api import Refusal, Renewal
-from ssekd.engine import Graph
+from ssekd.graph import Graph
 from ssekd.health import Health
 from ssekd.heartbeats import HEARTBEAT_PATH
+from ssekd.spi.guard import Refusal, Renewal
 from ssekd.telemetry.metrics import Metrics
 from ssekd.telemetry.prometheus import ExporterSite, MetricsPage
 

@@ -46,7 +46,8 @@ from twisted.internet.interfaces import IListeningPort
 from twisted.python.failure import Failure
 
 from ssekd import sd_notify
-from ssekd.engine import ENGINE, Engine, build_figures, watched_sources
+from ssekd.engine import ENGINE, Engine, build_figures
+from ssekd.graph import watched_sources
 from ssekd.heartbeats import Heartbeats
 from ssekd.telemetry import prometheus
 from ssekd.telemetry.metrics import Metrics

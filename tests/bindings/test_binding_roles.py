@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 from twisted.internet.testing import MemoryReactorClock
 
-from ssekd.bindings.api import BindingType, KindSpec, Role
-from ssekd.bindings.registry import Registry, discover
+from ssekd.bindings.http.roles import HttpBinding
 from ssekd.config import ConfigError
 from ssekd.engine import Engine
+from ssekd.spi.binding import BindingType, KindSpec
+from ssekd.spi.plugins import Registry, discover
 
 SSEKD = str(Path(sys.executable).with_name("ssekd"))
 
@@ -96,7 +97,7 @@ def test_check_refuses_with_file_and_line(tmp_path: Path,
 def test_a_type_that_builds_the_wrong_thing_is_named(tmp_path: Path) -> None:
     """A plugin whose runtime object does not offer its role's protocol is reported at build,
     naming the binding, not as an AttributeError at its first request."""
-    broken = BindingType("echo", {"server": KindSpec(role=Role.HTTP,
+    broken = BindingType("echo", {"server": KindSpec(role=HttpBinding,
                                                      build=lambda ctx, b: object())})
     real = discover()
     registry = Registry({**real.types, "echo": broken})

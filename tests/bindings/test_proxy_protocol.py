@@ -17,7 +17,6 @@ from twisted.internet.protocol import Protocol
 from twisted.internet.testing import MemoryReactorClock, StringTransport
 from twisted.python.failure import Failure
 
-from ssekd.bindings.api import ConnectionInfo
 from ssekd.bindings.connection_limits import ConnectionLimits, OpenConnections
 from ssekd.bindings.proxy_protocol import (
     V2_SIGNATURE,
@@ -30,6 +29,7 @@ from ssekd.bindings.proxy_protocol import (
 from ssekd.bindings.tcp import Condition, TcpRoute, TcpServer
 from ssekd.config import ConfigError
 from ssekd.engine import Engine
+from ssekd.spi.connection import ConnectionInfo
 from ssekd.telemetry.events import EventLog
 from tests.support.proxy_header import v1, v2
 

@@ -196,9 +196,9 @@ def test_string_model_wants_utf8() -> None:
 def test_catalog_options_from_the_config(tmp_path: Any, registry: Registry) -> None:
     """filesystem subjects read beside the config with their `version`; inline `version`;
     a registry's `context` (a subject prefix) and `max-age` (Zilla's name for cache-ttl)."""
-    from ssekd.bindings.registry import discover
     from ssekd.catalogs import build_catalogs
     from ssekd.config.load import load_config
+    from ssekd.spi.plugins import discover
 
     (tmp_path / "schemas").mkdir()
     (tmp_path / "schemas" / "items.json").write_text(json.dumps(ITEM))

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from twisted.internet.testing import MemoryReactorClock
 
-from ssekd.bindings.registry import discover
 from ssekd.config import ConfigError
 from ssekd.config.load import load_config
 from ssekd.dev.broker import free_port, port_open
 from ssekd.engine import Engine
+from ssekd.spi.plugins import discover
 from tests.support.daemon import TWISTD
 from tests.support.data import ZILLA_EXAMPLE
 
@@ -117,7 +117,7 @@ CASES = [
     ("route-exit-wrong-role", "    routes:\n      - when:\n          - path: /{{path}}\n"
      "        exit: files\n", "    exit: files_map\n    routes:\n      - when:\n"
      "          - path: /{{path}}\n        exit: files\n", 21, "bindings.files_map.exit",
-     "expected a binding that is files"),
+     "expected a binding that is file serving"),
 ]
 
 
@@ -216,9 +216,9 @@ def test_describes_in_plain_words() -> None:
         bindings:
           a: {type: tcp, kind: server, options: {port: "x"}, exit: a}
     """)
-    from ssekd.bindings.registry import discover
     from ssekd.config.document import parse_text
     from ssekd.config.schema import validate
+    from ssekd.spi.plugins import discover
 
     doc = parse_text(text, Path("inline.yaml"), {})
     issues = validate(doc, discover())

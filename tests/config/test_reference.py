@@ -10,10 +10,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ssekd.bindings.registry import discover
 from ssekd.config.model import DEFAULT_NAMESPACE
 from ssekd.config.reference import render, rows, ssekd_types
 from ssekd.config.schema import schema_files
+from ssekd.spi.plugins import discover
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "config-reference.md"

@@ -16,9 +16,9 @@ from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
 
-from ssekd.bindings.registry import discover
 from ssekd.config.reference import _generic_binding, rows, ssekd_types
 from ssekd.config.schema import schema_files
+from ssekd.spi.plugins import discover
 
 TESTS = Path(__file__).resolve().parents[1]
 #: The guard and its use by http and sse-kafka: the end-to-end test that runs a guarded daemon

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from twisted.internet.testing import MemoryReactorClock
 
-from ssekd.bindings.registry import discover
 from ssekd.config import ConfigError
 from ssekd.config.load import load_config
 from ssekd.dev.broker import free_port, port_open
 from ssekd.engine import Engine
+from ssekd.spi.plugins import discover
 from tests.support.daemon import TWISTD
 
 GOOD = """\

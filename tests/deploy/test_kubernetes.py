@@ -26,9 +26,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from ssekd.bindings.registry import discover
 from ssekd.config.load import load_config
 from ssekd.config.model import Config
+from ssekd.spi.plugins import discover
 from ssekd.tap import Options
 from tests.support.deploy import DEPLOY, ROOT, health_paths, served_ports
 

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from ssekd.bindings.registry import discover
 from ssekd.cli import main as ssekd_main
 from ssekd.config.load import load_config
+from ssekd.spi.plugins import discover
 from ssekd.tap import Options
 from tests.support.deploy import DEPLOY
 from tests.support.pki import ENV, Pki, tls_config

@@ -17,13 +17,13 @@ from twisted.internet.testing import MemoryReactorClock
 from twisted.web.server import NOT_DONE_YET
 from twisted.web.test.requesthelper import DummyRequest
 
-from ssekd.bindings.api import Renewal
 from ssekd.bindings.http.authorization import Authorization, Credentials
 from ssekd.bindings.http.cors import AccessControl
 from ssekd.bindings.http.server import HttpRoot, HttpRoute
 from ssekd.bindings.sse.server import SseServer
 from ssekd.bindings.sse.wire import CHALLENGE
 from ssekd.guards.jwt import JwtGuard, parse_jwk
+from ssekd.spi.guard import Renewal
 from ssekd.telemetry.events import EventLog
 from tests.support.jwt import AUDIENCE, ISSUER, SigningKey, rsa_key
 

@@ -11,7 +11,6 @@ import pytest
 from twisted.internet import defer
 from twisted.internet.testing import MemoryReactorClock
 
-from ssekd.bindings.api import Refusal
 from ssekd.guards.jwt import (
     FAILED,
     KID_REFRESH_INTERVAL,
@@ -21,6 +20,7 @@ from ssekd.guards.jwt import (
     Key,
     parse_jwk,
 )
+from ssekd.spi.guard import Refusal
 from ssekd.telemetry.events import EventLog
 from tests.support.jwt import (
     AUDIENCE,

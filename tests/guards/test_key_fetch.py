@@ -22,10 +22,10 @@ import pytest
 from twisted.internet import defer
 from twisted.internet.testing import MemoryReactorClock
 
-from ssekd.bindings.api import Refusal
 from ssekd.catalogs import registry
 from ssekd.guards import jwt as guard_module
 from ssekd.guards.jwt import JwtGuard, parse_jwks
+from ssekd.spi.guard import Refusal
 from ssekd.telemetry.events import EventLog
 from tests.support.hostile_http import (
     HostileServer,

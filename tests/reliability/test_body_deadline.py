@@ -10,9 +10,9 @@ import pytest
 from twisted.internet.testing import MemoryReactorClock
 
 from ssekd.bindings.http.channel import DEFAULT_BODY_TIMEOUT, LIMITS_SCHEMA, Limits
-from ssekd.bindings.registry import discover
 from ssekd.config import ConfigError
 from ssekd.config.load import load_config
+from ssekd.spi.plugins import discover
 from tests.support.http_fakes import Upload, chunk, http11, http_site
 
 

@@ -26,7 +26,6 @@ from twisted.internet.protocol import Protocol
 from twisted.internet.testing import StringTransport
 from twisted.python.failure import Failure
 
-from ssekd.bindings.api import ConnectionInfo
 from ssekd.bindings.connection_limits import (
     ConnectionLimits,
     CountedConnection,
@@ -35,6 +34,7 @@ from ssekd.bindings.connection_limits import (
 )
 from ssekd.bindings.tcp import TcpServer
 from ssekd.dev.broker import Broker, free_port
+from ssekd.spi.connection import ConnectionInfo
 from ssekd.telemetry.events import EventLog
 from tests.support.daemon import Daemon, start_daemon
 

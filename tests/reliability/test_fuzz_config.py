@@ -18,9 +18,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from twisted.internet.testing import MemoryReactorClock
 
-from ssekd.bindings.registry import discover
 from ssekd.config import ConfigError
 from ssekd.engine import Engine
+from ssekd.spi.plugins import discover
 from ssekd.telemetry.events import EventLog
 from tests.support import faults as harness
 from tests.support import fuzzing

@@ -17,8 +17,8 @@ from twisted.internet.testing import MemoryReactorClock
 from twisted.web.server import NOT_DONE_YET
 from zope.interface import implementer
 
-from ssekd.bindings.api import HttpContext
 from ssekd.bindings.http.channel import Limits
+from ssekd.bindings.http.roles import HttpContext
 from ssekd.dev.broker import Broker
 from tests.support.daemon import Daemon
 from tests.support.h2client import H2SseClient

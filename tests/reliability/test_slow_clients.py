@@ -28,7 +28,7 @@ from twisted.internet.testing import MemoryReactorClock
 from twisted.web.test.requesthelper import DummyRequest
 
 from bench.common import PeakRss
-from ssekd.bindings.api import HttpContext, TryLater
+from ssekd.bindings.http.roles import HttpContext
 from ssekd.bindings.kafka.cache import CacheServer
 from ssekd.bindings.kafka.client import KafkaClient
 from ssekd.bindings.kafka.history import FetchResult, HistoryBusy, HistoryFetcher
@@ -36,6 +36,7 @@ from ssekd.bindings.kafka.message import Message
 from ssekd.bindings.kafka.settings import ClientSettings
 from ssekd.bindings.kafka.start import Start
 from ssekd.bindings.kafka.subscription import HISTORY_BUSY_RETRY
+from ssekd.bindings.sse.roles import TryLater
 from ssekd.bindings.sse.server import SseServer
 from ssekd.bindings.sse_kafka.encoder import KafkaEventEncoder
 from ssekd.dev.broker import Broker, free_port

@@ -17,9 +17,9 @@ import pytest
 from prometheus_client.exposition import generate_latest
 from twisted.internet.testing import MemoryReactorClock
 
-from ssekd.bindings.api import StreamRequest, TryLater
 from ssekd.bindings.kafka.cache import CacheServer
 from ssekd.bindings.kafka.missing_topics import MissingTopics
+from ssekd.bindings.sse.roles import StreamRequest, TryLater
 from ssekd.bindings.sse_kafka.proxy import RouteSubscription, SseKafkaProxy, SseKafkaRoute
 from ssekd.dev.broker import Broker, free_port
 from ssekd.patterns import Pattern

@@ -9,10 +9,10 @@ from pathlib import Path
 from twisted.internet.testing import MemoryReactorClock
 
 from ssekd.bindings.http.health import HealthPaths
-from ssekd.bindings.registry import discover
 from ssekd.config.load import load_config
 from ssekd.config.model import Config
 from ssekd.health import Health
+from ssekd.spi.plugins import discover
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"

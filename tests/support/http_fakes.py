@@ -12,10 +12,10 @@ from twisted.internet.address import IPv4Address
 from twisted.internet.testing import MemoryReactorClock, StringTransport
 from twisted.web.server import Request
 
-from ssekd.bindings.api import HttpContext
 from ssekd.bindings.http.channel import Limits
 from ssekd.bindings.http.cors import AccessControl
 from ssekd.bindings.http.h2 import BatchingH2Connection, h2_connection
+from ssekd.bindings.http.roles import HttpContext
 from ssekd.bindings.http.server import HttpRoot, HttpSite
 from ssekd.telemetry.events import EventLog
 

@@ -12,7 +12,8 @@ from twisted.internet.defer import Deferred
 from twisted.internet.testing import MemoryReactorClock
 from twisted.web.test.requesthelper import DummyRequest
 
-from ssekd.bindings.api import HttpContext, StreamRequest
+from ssekd.bindings.http.roles import HttpContext
+from ssekd.bindings.sse.roles import StreamRequest
 from ssekd.bindings.sse.server import SseServer
 from ssekd.engine import Engine
 from ssekd.telemetry.events import EventLog

@@ -9,11 +9,11 @@ import pytest
 from cryptography.hazmat.primitives.serialization import PrivateFormat, pkcs12
 from twisted.internet.testing import MemoryReactorClock
 
-from ssekd.bindings.registry import discover
 from ssekd.config import ConfigError
 from ssekd.config.load import load_config
 from ssekd.dev.certs import DEV_PASSWORD, ensure_dev_store, issue, make_ca, write_store
 from ssekd.engine import Engine
+from ssekd.spi.plugins import discover
 from ssekd.vaults import open_vault
 from ssekd.vaults.pkcs12 import StoreError, read_store
 from tests.support.daemon import start_daemon

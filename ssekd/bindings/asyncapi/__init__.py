@@ -22,11 +22,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from ssekd.bindings.api import BindingType, BuildContext, Exit, KindSpec, Role
 from ssekd.bindings.asyncapi.client import compose_client
 from ssekd.bindings.asyncapi.proxy import compose_proxy
 from ssekd.bindings.asyncapi.server import compose_server
+from ssekd.bindings.kafka.roles import KafkaCache
+from ssekd.bindings.sse.roles import StreamSource
 from ssekd.config.model import Binding
+from ssekd.spi.binding import BindingType, BuildContext, Exit, KindSpec
+from ssekd.spi.connection import ListenerBinding
 
 __all__ = ["BINDING"]
 
@@ -101,8 +104,8 @@ def _composed_only(ctx: BuildContext, binding: Binding) -> object:
 
 BINDING = BindingType("asyncapi", {
     "server": KindSpec(
-        role=Role.LISTENER, build=_composed_only, compose=compose_server,
-        exit=Exit.REQUIRED, exit_roles=(Role.STREAM_SOURCE,), vault=True, when=_WHEN,
+        role=ListenerBinding, build=_composed_only, compose=compose_server,
+        exit=Exit.REQUIRED, exit_roles=(StreamSource,), vault=True, when=_WHEN,
         options=_options(
             "Composes the tcp (and, for `https` servers, tls: keys from `vault`), http and sse "
             "bindings that serve a spec's SSE operations (those with the `x-zilla-sse` "
@@ -115,8 +118,8 @@ BINDING = BindingType("asyncapi", {
             "Those of an SSE spec are listened on (`http`, `https`): on the URL's address when "
             "it is localhost or an IP address, else on every interface.", security=True)),
     "proxy": KindSpec(
-        role=Role.STREAM_SOURCE, build=_composed_only, compose=compose_proxy,
-        exit=Exit.REQUIRED, exit_roles=(Role.KAFKA_CACHE,), when=_WHEN,
+        role=StreamSource, build=_composed_only, compose=compose_proxy,
+        exit=Exit.REQUIRED, exit_roles=(KafkaCache,), when=_WHEN,
         with_={"type": "object", "additionalProperties": False, "required": ["spec"],
                "description": "The Kafka side of the route.",
                "properties": {
@@ -138,7 +141,7 @@ BINDING = BindingType("asyncapi", {
             "The pathnames of an SSE spec's servers are put in front of its paths.",
             security=True)),
     "client": KindSpec(
-        role=Role.KAFKA_CACHE, build=_composed_only, compose=compose_client,
+        role=KafkaCache, build=_composed_only, compose=compose_client,
         options=_options(
             "Composes the kafka cache_client (what proxy routes exit to), cache_server and "
             "client for a Kafka spec: the client connects to the spec's `kafka` servers; the "

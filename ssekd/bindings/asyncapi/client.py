@@ -17,11 +17,11 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from ssekd.bindings.api import ComposeContext, Composition
 from ssekd.bindings.asyncapi.spec import Channel, Spec, read_specs, select_servers
 from ssekd.config.errors import ConfigError, ConfigIssue
 from ssekd.config.model import Binding
 from ssekd.config.origin import Origin
+from ssekd.spi.compose import ComposeContext, Composition
 
 #: The JSON Schema draft AsyncAPI 3's default schema format builds on.
 JSON_SCHEMA_DRAFT = "http://json-schema.org/draft-07/schema#"

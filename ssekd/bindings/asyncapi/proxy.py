@@ -23,7 +23,6 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from ssekd.bindings.api import ComposeContext, Composition
 from ssekd.bindings.asyncapi.routes import matches
 from ssekd.bindings.asyncapi.security import Guarding, guarding
 from ssekd.bindings.asyncapi.server import SSE_BINDING, sse_operations
@@ -38,6 +37,7 @@ from ssekd.bindings.asyncapi.spec import (
 from ssekd.config.errors import ConfigError, ConfigIssue
 from ssekd.config.model import Binding, Route
 from ssekd.config.origin import OperationOrigin, Origin, SpecRef
+from ssekd.spi.compose import ComposeContext, Composition
 
 SSE_KAFKA_BINDING = "x-zilla-sse-kafka"
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")

@@ -11,10 +11,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ssekd.bindings.api import ComposeContext
 from ssekd.bindings.asyncapi.spec import Operation, Scheme, Spec
 from ssekd.config.errors import ConfigError, ConfigIssue
 from ssekd.config.model import Binding
+from ssekd.spi.compose import ComposeContext
 
 #: Scheme types whose credential is a bearer token in the `Authorization` header.
 BEARER_TYPES = ("openIdConnect", "oauth2")

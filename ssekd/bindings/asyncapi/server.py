@@ -20,7 +20,6 @@ import ipaddress
 from collections.abc import Mapping
 from typing import Any
 
-from ssekd.bindings.api import ComposeContext, Composition
 from ssekd.bindings.asyncapi.routes import matches
 from ssekd.bindings.asyncapi.security import guarding
 from ssekd.bindings.asyncapi.spec import (
@@ -33,6 +32,7 @@ from ssekd.bindings.asyncapi.spec import (
 from ssekd.config.errors import ConfigError, ConfigIssue
 from ssekd.config.model import Binding
 from ssekd.config.origin import Origin, ServerOrigin, SpecRef
+from ssekd.spi.compose import ComposeContext, Composition
 
 SSE_BINDING = "x-zilla-sse"
 ALPN = ["h2", "http/1.1"]

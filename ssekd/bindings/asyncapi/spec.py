@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from ssekd.bindings.api import ComposeContext, Source
 from ssekd.config.document import Document, parse_text
 from ssekd.config.errors import ConfigError, ConfigIssue, format_path
 from ssekd.config.model import Binding
+from ssekd.spi.compose import ComposeContext, Source
 
 Path_ = tuple[str | int, ...]
 

@@ -3,16 +3,10 @@ HTTP/1.1 and h2) and the client (HTTP/1.1 requests to one upstream, for an sse c
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from ssekd.bindings._schemas import STRING_LIST
-from ssekd.bindings.api import (
-    BindingType,
-    BuildContext,
-    Connector,
-    Exit,
-    HttpBinding,
-    KindSpec,
-    Role,
-)
 from ssekd.bindings.http.asyncapi import SCHEMA as ASYNCAPI_SCHEMA
 from ssekd.bindings.http.asyncapi import AsyncApiDocument
 from ssekd.bindings.http.authorization import Authorization, Credentials
@@ -21,10 +15,13 @@ from ssekd.bindings.http.client import HttpClient
 from ssekd.bindings.http.cors import AccessControl
 from ssekd.bindings.http.health import SCHEMA as HEALTH_SCHEMA
 from ssekd.bindings.http.health import HealthPaths
+from ssekd.bindings.http.roles import HttpBinding, HttpClientBinding
 from ssekd.bindings.http.routing import Condition, HeaderPattern
 from ssekd.bindings.http.server import HttpRoot, HttpRoute, HttpServer, HttpSite, HttpStats
 from ssekd.config import ConfigError
 from ssekd.config.model import Binding
+from ssekd.spi.binding import BindingType, BuildContext, Dependencies, Exit, KindSpec
+from ssekd.spi.connection import Connector, StreamBinding
 
 DEFAULT_VERSIONS = ("http/1.1", "h2")
 
@@ -206,11 +203,19 @@ CLIENT_OPTIONS = {"type": "object", "additionalProperties": False,
                                  "`Host` (by default the tcp client's `host:port`)."},
 }}
 
+def server_depends(options: Mapping[str, Any]) -> Dependencies:
+    """The guards an http server reads credentials for (`options.authorization`); with
+    `options.asyncapi`, every catalog and the whole config, which its document describes."""
+    document = bool(options.get("asyncapi"))
+    return Dependencies(guards={g: ("authorization", g) for g in options.get("authorization") or {}},
+                        every_catalog=document, whole_config=document)
+
+
 BINDING = BindingType("http", {
-    "server": KindSpec(role=Role.STREAM, build=_build, exit=Exit.REQUIRED,
-                       exit_roles=(Role.HTTP,),
+    "server": KindSpec(role=StreamBinding, build=_build, exit=Exit.REQUIRED,
+                       exit_roles=(HttpBinding,), depends=server_depends,
                        options=OPTIONS, when=WHEN),
-    "client": KindSpec(role=Role.HTTP_CLIENT, build=_build_client, exit=Exit.REQUIRED,
-                       exit_roles=(Role.OUTBOUND,), options=CLIENT_OPTIONS,
+    "client": KindSpec(role=HttpClientBinding, build=_build_client, exit=Exit.REQUIRED,
+                       exit_roles=(Connector,), options=CLIENT_OPTIONS,
                        summary=lambda o: str((o.get("overrides") or {}).get(":authority", ""))),
 })

@@ -14,7 +14,7 @@ from twisted.web import http
 from twisted.web.server import Request
 
 from ssekd.asyncapi import document, to_json, to_yaml
-from ssekd.bindings.api import HttpContext
+from ssekd.bindings.http.roles import HttpContext
 from ssekd.catalogs.catalog import Catalog
 from ssekd.config.model import Config
 

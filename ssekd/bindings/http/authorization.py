@@ -24,7 +24,7 @@ from urllib.parse import parse_qsl
 
 from twisted.web.server import Request
 
-from ssekd.bindings.api import Guard, Refusal, Renewal, Session
+from ssekd.spi.guard import Guard, Refusal, Renewal, Session
 from ssekd.telemetry.redact import redact_uri
 
 CHALLENGE_RESPONSE = b"application/x-challenge-response"

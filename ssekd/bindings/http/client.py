@@ -16,7 +16,7 @@ from twisted.internet.defer import Deferred
 from twisted.web.client import Agent, HTTPConnectionPool
 from twisted.web.http_headers import Headers
 
-from ssekd.bindings.api import Connector
+from ssekd.spi.connection import Connector
 
 
 def authority(host: str, port: int, secure: bool) -> str:

@@ -25,9 +25,9 @@ from twisted.internet.interfaces import IProtocol
 from twisted.internet.protocol import Protocol
 from twisted.python.failure import Failure
 
-from ssekd.bindings.api import ConnectionInfo
 from ssekd.bindings.http.h2 import BatchingH2Connection
 from ssekd.bindings.http.h2 import h2_connection as _batching_h2_connection
+from ssekd.spi.connection import ConnectionInfo
 
 
 class HttpServer(typing.Protocol):

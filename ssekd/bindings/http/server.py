@@ -19,23 +19,17 @@ from twisted.web import http
 from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET, Request, Site
 
-from ssekd.bindings.api import (
-    ConnectionInfo,
-    HttpBinding,
-    HttpContext,
-    Refusal,
-    Renewal,
-    Session,
-    Siblings,
-    TemporaryRefusals,
-)
 from ssekd.bindings.http import h2c
 from ssekd.bindings.http.authorization import Authorization, Origin, combine, is_renewal, renew
 from ssekd.bindings.http.channel import BodyCountingRequest, LimitedHTTPChannel, Limits
 from ssekd.bindings.http.cors import AccessControl
 from ssekd.bindings.http.h2 import SwitchingChannelProtocol
 from ssekd.bindings.http.health import HealthPaths
+from ssekd.bindings.http.roles import HttpBinding, HttpContext, TemporaryRefusals
 from ssekd.bindings.http.routing import Condition, head_headers, match_any, request_headers
+from ssekd.spi.connection import ConnectionInfo
+from ssekd.spi.guard import Refusal, Renewal, Session
+from ssekd.spi.workers import Siblings
 from ssekd.telemetry.events import EventLog
 from ssekd.telemetry.metrics import Metrics
 from ssekd.telemetry.redact import redact_uri

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ssekd.bindings.api import BindingType, BuildContext, Exit, KindSpec, Role
+from ssekd.bindings.http.roles import HttpBinding
 from ssekd.bindings.http_kafka.fetch import Fetching, FetchWith
 from ssekd.bindings.http_kafka.produce import (
     ProduceWith,
@@ -32,9 +32,11 @@ from ssekd.bindings.http_kafka.proxy import HttpKafkaProxy, HttpKafkaRoute, When
 from ssekd.bindings.http_kafka.replay import DEFAULT_WINDOW, Replays
 from ssekd.bindings.http_kafka.waits import KafkaExit
 from ssekd.bindings.kafka.producer import ACKS, DEFAULT_ACKS
+from ssekd.bindings.kafka.roles import KafkaCache
 from ssekd.config.errors import ConfigError, ConfigIssue
 from ssekd.config.model import Binding
 from ssekd.patterns import Pattern, reference_problems
+from ssekd.spi.binding import BindingType, BuildContext, Exit, KindSpec
 
 __all__ = ["BINDING"]
 
@@ -293,7 +295,7 @@ WITH = {
 }
 
 BINDING = BindingType("http-kafka", {
-    "proxy": KindSpec(role=Role.HTTP, build=_build, exit=Exit.REQUIRED,
-                      exit_roles=(Role.KAFKA_CACHE,), options=OPTIONS, when=WHEN, with_=WITH,
+    "proxy": KindSpec(role=HttpBinding, build=_build, exit=Exit.REQUIRED,
+                      exit_roles=(KafkaCache,), options=OPTIONS, when=WHEN, with_=WITH,
                       produces=produced_topics),
 })

@@ -33,7 +33,7 @@ from typing import Any
 
 from twisted.web import http
 
-from ssekd.bindings.api import HttpContext
+from ssekd.bindings.http.roles import HttpContext
 from ssekd.bindings.http_kafka.exchange import Exchange
 from ssekd.bindings.http_kafka.headers import parse_prefer, progress_of, response_header
 from ssekd.bindings.http_kafka.produce import RETRY_AFTER_LOADING, Settings, topic_allowed

@@ -36,7 +36,7 @@ from twisted.internet.defer import Deferred, TimeoutError
 from twisted.python.failure import Failure
 from twisted.web import http
 
-from ssekd.bindings.api import HttpContext
+from ssekd.bindings.http.roles import HttpContext
 from ssekd.bindings.http_kafka.exchange import Exchange
 from ssekd.bindings.http_kafka.headers import (
     IfMatchRefused,

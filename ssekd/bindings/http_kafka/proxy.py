@@ -18,13 +18,14 @@ from twisted.application.service import Service
 from twisted.web import http
 from twisted.web.server import NOT_DONE_YET, Request
 
-from ssekd.bindings.api import Guard, HttpContext
+from ssekd.bindings.http.roles import HttpContext
 from ssekd.bindings.http.routing import request_headers
 from ssekd.bindings.http_kafka.exchange import Exchange
 from ssekd.bindings.http_kafka.fetch import Fetching, FetchWith
 from ssekd.bindings.http_kafka.produce import ProduceWith, Producing, Settings
 from ssekd.bindings.http_kafka.waits import KafkaExit
 from ssekd.patterns import Pattern
+from ssekd.spi.guard import Guard
 from ssekd.telemetry.events import EventLog
 
 #: Seconds a client is told to wait when a guard cannot check tokens yet.

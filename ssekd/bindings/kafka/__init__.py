@@ -31,14 +31,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ssekd.bindings.api import (
-    BindingType,
-    BuildContext,
-    Connector,
-    Exit,
-    KindSpec,
-    Role,
-)
 from ssekd.bindings.kafka.cache import (
     DEFAULT_IDLE_TIMEOUT,
     DEFAULT_MAX_TOPICS,
@@ -49,6 +41,7 @@ from ssekd.bindings.kafka.cache import (
 from ssekd.bindings.kafka.client import KafkaClient
 from ssekd.bindings.kafka.missing_topics import DEFAULT_GIVE_UP_AFTER
 from ssekd.bindings.kafka.producer import DEFAULT_MAX_INFLIGHT_BYTES
+from ssekd.bindings.kafka.roles import KafkaCache, KafkaClientBinding
 from ssekd.bindings.kafka.settings import (
     DEFAULT_MAX_HISTORY_READS,
     ClientSettings,
@@ -61,6 +54,8 @@ from ssekd.catalogs.catalog import Catalog
 from ssekd.catalogs.models import FieldModel, ModelConfig, TopicModel, local_problem
 from ssekd.config.errors import ConfigError
 from ssekd.config.model import Binding
+from ssekd.spi.binding import BindingType, BuildContext, Dependencies, Exit, KindSpec
+from ssekd.spi.connection import Connector
 
 __all__ = ["BINDING"]
 
@@ -79,6 +74,22 @@ def server_addresses(options: Mapping[str, Any]) -> list[tuple[str, int]]:
         host, _, port = server.rpartition(":")
         found.append((host, int(port)))
     return found
+
+
+def cache_server_depends(options: Mapping[str, Any]) -> Dependencies:
+    """The catalogs whose schemas a cache_server's topic models hold (`topics[].value` and
+    `.key`): a reload that changes one rebuilds the binding. A model of a shape not read here
+    depends on every catalog."""
+    catalogs: dict[str, tuple[str | int, ...]] = {}
+    for i, topic in enumerate(options.get("topics") or ()):
+        for part in ("value", "key") if isinstance(topic, dict) else ():
+            model = topic.get(part)
+            if isinstance(model, dict) and isinstance(model.get("catalog"), dict):
+                catalogs.update((name, ("topics", i, part, "catalog", name))
+                                for name in model["catalog"])
+            elif model:
+                return Dependencies(every_catalog=True)
+    return Dependencies(catalogs=catalogs)
 
 
 def bootstrap_topics(options: Mapping[str, Any]) -> list[str]:
@@ -253,15 +264,16 @@ def _build_cache_client(ctx: BuildContext, binding: Binding) -> CacheClient:
 
 
 BINDING = BindingType("kafka", {
-    "cache_client": KindSpec(role=Role.KAFKA_CACHE, build=_build_cache_client,
-                             exit=Exit.REQUIRED, exit_roles=(Role.KAFKA_CACHE,),
+    "cache_client": KindSpec(role=KafkaCache, build=_build_cache_client,
+                             exit=Exit.REQUIRED, exit_roles=(KafkaCache,),
                              options={"type": "object", "additionalProperties": False,
                                       "description": "What sse-kafka routes exit to: it hands "
                                                      "every stream to its cache_server. It "
                                                      "takes no options."}),
     "cache_server": KindSpec(
-        role=Role.KAFKA_CACHE, build=_build_cache_server, exit=Exit.REQUIRED,
-        exit_roles=(Role.KAFKA_CLIENT,), bootstrap_topics=bootstrap_topics,
+        role=KafkaCache, build=_build_cache_server, exit=Exit.REQUIRED,
+        exit_roles=(KafkaClientBinding,), bootstrap_topics=bootstrap_topics,
+        depends=cache_server_depends,
         options={"type": "object", "additionalProperties": False,
                  "description": "Keeps a bounded in-memory log per topic, fed by one consumer "
                                 "however many streams read it; streams that fall behind it read "
@@ -335,8 +347,8 @@ BINDING = BindingType("kafka", {
             }},
         }}),
     "client": KindSpec(
-        role=Role.KAFKA_CLIENT, build=_build_client, exit=Exit.OPTIONAL,
-        exit_roles=(Role.OUTBOUND,), summary=lambda o: ",".join(servers(o)),
+        role=KafkaClientBinding, build=_build_client, exit=Exit.OPTIONAL,
+        exit_roles=(Connector,), summary=lambda o: ",".join(servers(o)),
         connects_to=server_addresses,
         options={"type": "object", "additionalProperties": False,
                  "description": "The connection to the Kafka cluster: one consumer per "

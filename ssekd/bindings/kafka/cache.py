@@ -34,7 +34,6 @@ from ssekd.bindings.kafka.start import Start
 from ssekd.bindings.kafka.subscription import (
     DEFAULT_CATCH_UP_BYTES,
     EventEncoder,
-    EventSink,
     SharedSteps,
     Subscription,
 )
@@ -43,6 +42,7 @@ from ssekd.bindings.kafka.topic_log import CacheBounds, TopicLog
 from ssekd.catalogs.models import TopicModel
 from ssekd.event_ids import ProgressState
 from ssekd.health import Check
+from ssekd.spi.stream import EventSink
 from ssekd.telemetry.metrics import Counter, Metrics, Reading
 
 _log = Logger()

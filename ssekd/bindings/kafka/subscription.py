@@ -41,6 +41,7 @@ from ssekd.bindings.kafka.message import Message
 from ssekd.bindings.kafka.start import AtOpen, Start, StartPositions, at_open, start_positions
 from ssekd.bindings.kafka.topic_log import TopicLog
 from ssekd.event_ids import ProgressState
+from ssekd.spi.stream import EventSink
 from ssekd.telemetry.metrics import Counter
 
 #: Records read from the cache per catch-up step (one write to the subscriber), at most.
@@ -104,14 +105,6 @@ class EventEncoder(Protocol):
 
     def encode(self, records: Sequence[Message], progress: ProgressState,
                catch_up: CatchUp | None) -> bytes: ...
-
-
-class EventSink(Protocol):
-    """Where a subscription writes (the sse stream)."""
-
-    def write(self, data: bytes) -> None: ...
-
-    def end(self) -> None: ...
 
 
 class SubscribedCache(Protocol):

@@ -9,18 +9,11 @@ write before a `:` keepalive comment; default 15, below Twisted's HTTP/2 idle ti
 
 from __future__ import annotations
 
-from ssekd.bindings.api import (
-    BindingType,
-    BuildContext,
-    Exit,
-    HttpClientBinding,
-    KindSpec,
-    Role,
-    StreamSource,
-)
+from ssekd.bindings.http.roles import HttpBinding, HttpClientBinding
 from ssekd.bindings.sse.client import DEFAULT_MAX_UPSTREAMS, SseClient, SseClientRoute
 from ssekd.bindings.sse.compression import Compression
 from ssekd.bindings.sse.relay import FeedSettings
+from ssekd.bindings.sse.roles import StreamSource
 from ssekd.bindings.sse.server import (
     DEFAULT_MAX_IDLE,
     DEFAULT_MAX_LAG,
@@ -31,6 +24,7 @@ from ssekd.bindings.sse.server import (
 from ssekd.config import ConfigError
 from ssekd.config.model import Binding
 from ssekd.patterns import Pattern
+from ssekd.spi.binding import BindingType, BuildContext, Exit, KindSpec
 
 __all__ = ["BINDING", "SseClient", "SseServer"]
 
@@ -114,7 +108,7 @@ _CLIENT_OPTIONS = {
 
 BINDING = BindingType("sse", {
     "server": KindSpec(
-        role=Role.HTTP, build=_build, exit=Exit.REQUIRED, exit_roles=(Role.STREAM_SOURCE,),
+        role=HttpBinding, build=_build, exit=Exit.REQUIRED, exit_roles=(StreamSource,),
         options={"type": "object", "additionalProperties": False,
                  "description": "Answers `GET` with a `text/event-stream` response and opens the "
                                 "stream at its exit; reads the last event id from `Last-Event-ID` "
@@ -171,8 +165,8 @@ BINDING = BindingType("sse", {
         }},
     ),
     "client": KindSpec(
-        role=Role.STREAM_SOURCE, build=_build_client, exit=Exit.OPTIONAL,
-        exit_roles=(Role.HTTP_CLIENT,), options=_CLIENT_OPTIONS,
+        role=StreamSource, build=_build_client, exit=Exit.OPTIONAL,
+        exit_roles=(HttpClientBinding,), options=_CLIENT_OPTIONS,
         when={"type": "object", "additionalProperties": False, "required": ["path"],
               "properties": {"path": {"type": "string", "pattern": "^/",
                                       "x-expected": "a path starting with /",

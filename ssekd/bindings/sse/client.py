@@ -29,16 +29,12 @@ from urllib.parse import quote, unquote, urlencode
 
 from twisted.application.service import Service
 
-from ssekd.bindings.api import (
-    EventSink,
-    Guard,
-    HttpClientBinding,
-    StreamRequest,
-    TryLater,
-    refuse_unauthorized,
-)
+from ssekd.bindings.http.roles import HttpClientBinding
 from ssekd.bindings.sse.relay import Feed, FeedSettings, Subscriber
+from ssekd.bindings.sse.roles import StreamRequest, TryLater, refuse_unauthorized
 from ssekd.patterns import Pattern
+from ssekd.spi.guard import Guard
+from ssekd.spi.stream import EventSink
 from ssekd.telemetry.events import EventLog, clean
 
 NO_ROUTE = "BINDING_SSE_CLIENT_NO_ROUTE"

@@ -37,9 +37,10 @@ from twisted.internet.protocol import Protocol
 from twisted.python.failure import Failure
 from twisted.web.client import ResponseDone
 
-from ssekd.bindings.api import EventSink, HttpClientBinding
+from ssekd.bindings.http.roles import HttpClientBinding
 from ssekd.bindings.sse.reader import Event, EventReader, Retry, UpstreamError
 from ssekd.bindings.sse.wire import comment, retry_field
+from ssekd.spi.stream import EventSink
 from ssekd.telemetry.redact import redact_uri
 
 CONNECTED = "BINDING_SSE_UPSTREAM_CONNECTED"

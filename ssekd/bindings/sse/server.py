@@ -20,8 +20,9 @@ from urllib.parse import unquote_to_bytes
 from twisted.application.service import Service
 from twisted.web.server import NOT_DONE_YET, Request
 
-from ssekd.bindings.api import HttpContext, StreamRequest, StreamSource, TryLater
+from ssekd.bindings.http.roles import HttpContext
 from ssekd.bindings.sse.compression import Compression, accepts_gzip
+from ssekd.bindings.sse.roles import StreamRequest, StreamSource, TryLater
 from ssekd.bindings.sse.stats import SseStats
 from ssekd.bindings.sse.stream import SseStream
 from ssekd.bindings.sse.wire import comment, http_chunk, retry_field

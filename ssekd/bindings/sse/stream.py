@@ -34,12 +34,13 @@ from twisted.web.http_headers import Headers
 from twisted.web.server import Request
 from zope.interface import implementer
 
-from ssekd.bindings.api import Lease, StreamHandle
 from ssekd.bindings.proxy_protocol import socket_transport
 from ssekd.bindings.sse.compression import GzipWriter
 from ssekd.bindings.sse.eager import eager, send_now
 from ssekd.bindings.sse.stats import SseStats
 from ssekd.bindings.sse.wire import CHALLENGE, KEEPALIVE, http_chunk
+from ssekd.spi.guard import Lease
+from ssekd.spi.stream import StreamHandle
 from ssekd.telemetry.delivery import Deliveries
 from ssekd.telemetry.metrics import Counter
 

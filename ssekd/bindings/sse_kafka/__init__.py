@@ -9,7 +9,8 @@ taken from the request may not be (besides those starting with `_` and Kafka Con
 from __future__ import annotations
 
 from ssekd.bindings._schemas import PATH_WHEN
-from ssekd.bindings.api import BindingType, BuildContext, Exit, KindSpec, Role
+from ssekd.bindings.kafka.roles import KafkaCache
+from ssekd.bindings.sse.roles import StreamSource
 from ssekd.bindings.sse_kafka.proxy import DEFAULT_TOPIC, Cache, SseKafkaProxy, SseKafkaRoute, with_templates
 from ssekd.config.errors import ConfigError, ConfigIssue
 from ssekd.config.model import Binding
@@ -17,6 +18,7 @@ from ssekd.event_ids import ETAG_FORMAT as ETAG_ID
 from ssekd.event_ids import KEY_ETAG_FORMAT as KEY_ETAG_ID
 from ssekd.event_ids import KEY_TEXT_FORMAT as KEY_TEXT_ID
 from ssekd.patterns import Pattern, reference_problems
+from ssekd.spi.binding import BindingType, BuildContext, Exit, KindSpec
 
 __all__ = ["BINDING"]
 
@@ -54,8 +56,8 @@ def _build(ctx: BuildContext, binding: Binding) -> SseKafkaProxy:
 
 BINDING = BindingType("sse-kafka", {
     "proxy": KindSpec(
-        role=Role.STREAM_SOURCE, build=_build, exit=Exit.REQUIRED,
-        exit_roles=(Role.KAFKA_CACHE,),
+        role=StreamSource, build=_build, exit=Exit.REQUIRED,
+        exit_roles=(KafkaCache,),
         when=PATH_WHEN,
         options={"type": "object", "additionalProperties": False,
                  "description": "Maps a stream request to a Kafka topic: the first route whose "

@@ -27,14 +27,17 @@ from datetime import UTC, datetime
 from typing import Any, Protocol, runtime_checkable
 from urllib.parse import unquote
 
-from ssekd.bindings.api import EventSink, Guard, StreamRequest, TryLater, refuse_unauthorized
 from ssekd.bindings.kafka.cache import SchemaUnavailable, TopicLimitReached
+from ssekd.bindings.kafka.roles import KafkaCache
 from ssekd.bindings.kafka.start import Start
-from ssekd.bindings.kafka.subscription import EventEncoder, Subscription
+from ssekd.bindings.kafka.subscription import Subscription
 from ssekd.bindings.kafka.value_path import ValuePath, canonical
+from ssekd.bindings.sse.roles import StreamRequest, TryLater, refuse_unauthorized
 from ssekd.bindings.sse_kafka.encoder import Filter, KafkaEventEncoder
 from ssekd.event_ids import ETAG_FORMAT, UndecodableId, parse_last_event_id
 from ssekd.patterns import Pattern, RequestValues, Unresolvable, substitute
+from ssekd.spi.guard import Guard
+from ssekd.spi.stream import EventSink
 from ssekd.telemetry.events import EventLog
 from ssekd.telemetry.metrics import Counter, Gauge, Metrics
 
@@ -101,11 +104,8 @@ def value_conditions(spec: Mapping[str, Any], resolve: Callable[[str], str]
 
 
 @runtime_checkable
-class Cache(Protocol):
-    """The kafka cache (role KAFKA_CACHE), with the kafka types sse-kafka trades with it."""
-
-    def subscribe(self, topic: str, encoder: EventEncoder, sink: EventSink,
-                  start: Start) -> Subscription: ...
+class Cache(KafkaCache, Protocol):
+    """The kafka cache sse-kafka exits to (its `KafkaCache` role), and its topics."""
 
     def topic(self, name: str) -> Any: ...
 

@@ -13,12 +13,12 @@ import pytest
 from twisted.internet.testing import MemoryReactorClock
 
 from ssekd.bindings.asyncapi.server import listen_host
-from ssekd.bindings.registry import discover
 from ssekd.cli import main
 from ssekd.config import ConfigError
 from ssekd.config.load import load_config
 from ssekd.config.model import Config
 from ssekd.engine import Engine
+from ssekd.spi.plugins import discover
 from ssekd.telemetry.events import EventLog
 from tests.support.asyncapi_example import EXAMPLE
 

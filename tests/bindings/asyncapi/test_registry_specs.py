@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 from twisted.internet.testing import MemoryReactorClock
 
-from ssekd.bindings.registry import discover
 from ssekd.catalogs.catalog import Schema
 from ssekd.config import ConfigError
 from ssekd.config.compose import RemoteTexts
 from ssekd.config.load import load_config
 from ssekd.config.model import Config
 from ssekd.engine import Engine
+from ssekd.spi.plugins import discover
 from ssekd.telemetry.events import EventLog
 from tests.support.asyncapi_example import EXAMPLE
 from tests.support.schema_registry import Registry

@@ -11,8 +11,8 @@ from twisted.web.http import _GenericHTTPChannelProtocol
 from twisted.web.resource import Resource
 from twisted.web.server import Site
 
-from ssekd.bindings.api import ConnectionInfo
 from ssekd.bindings.http.h2c import PREFACE, PrefaceSniffer, protocol_for
+from ssekd.spi.connection import ConnectionInfo
 
 PEER = IPv4Address("TCP", "127.0.0.1", 50000)
 LOCAL = IPv4Address("TCP", "127.0.0.1", 7114)

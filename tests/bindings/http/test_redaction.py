@@ -12,11 +12,12 @@ from twisted.internet import defer
 from twisted.internet.testing import MemoryReactorClock
 from twisted.logger import LogEvent, formatEvent, globalLogPublisher
 
-from ssekd.bindings.api import HttpContext, Refusal
 from ssekd.bindings.http.authorization import Authorization, Credentials
 from ssekd.bindings.http.channel import Limits
 from ssekd.bindings.http.cors import AccessControl
+from ssekd.bindings.http.roles import HttpContext
 from ssekd.bindings.http.server import HttpRoot, HttpSite
+from ssekd.spi.guard import Refusal
 from ssekd.telemetry.events import EventLog
 from ssekd.telemetry.redact import MASK, redact_uri
 from tests.support.http_fakes import GetOnly, http11

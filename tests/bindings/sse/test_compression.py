@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from twisted.internet.testing import MemoryReactorClock
 
-from ssekd.bindings.api import HttpContext
+from ssekd.bindings.http.roles import HttpContext
 from ssekd.bindings.sse.compression import Compression, GzipWriter, accepts_gzip
 from ssekd.telemetry.metrics import Metrics
 from tests.bindings.sse.test_sse_server import FakeSource, _request, _server

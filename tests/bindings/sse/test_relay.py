@@ -15,9 +15,10 @@ from twisted.python.failure import Failure
 from twisted.web.client import ResponseDone
 from twisted.web.http_headers import Headers
 
-from ssekd.bindings.api import HttpContext, StreamRequest, TryLater
+from ssekd.bindings.http.roles import HttpContext
 from ssekd.bindings.sse.client import SseClient, SseClientRoute, upstream_target
 from ssekd.bindings.sse.relay import FeedSettings
+from ssekd.bindings.sse.roles import StreamRequest, TryLater
 from ssekd.telemetry.events import EventLog
 
 SSE = {"content-type": "text/event-stream; charset=utf-8"}

@@ -8,7 +8,7 @@ from typing import Any
 from twisted.internet.testing import MemoryReactorClock
 from twisted.web.test.requesthelper import DummyRequest
 
-from ssekd.bindings.api import HttpContext
+from ssekd.bindings.http.roles import HttpContext
 from ssekd.bindings.sse.server import SseServer
 from ssekd.telemetry.events import EventLog
 

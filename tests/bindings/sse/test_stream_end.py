@@ -15,7 +15,8 @@ from twisted.internet.error import ConnectionDone
 from twisted.internet.testing import MemoryReactorClock
 from twisted.python.failure import Failure
 
-from ssekd.bindings.api import HttpContext, StreamRequest
+from ssekd.bindings.http.roles import HttpContext
+from ssekd.bindings.sse.roles import StreamRequest
 from ssekd.bindings.sse.server import SseServer
 from ssekd.bindings.sse.stream import SseStream
 from ssekd.telemetry.delivery import Deliveries

@@ -6,8 +6,8 @@ from __future__ import annotations
 import gc
 from typing import Any
 
-from ssekd.bindings.api import StreamRequest
 from ssekd.bindings.kafka.start import Start
+from ssekd.bindings.sse.roles import StreamRequest
 from ssekd.bindings.sse_kafka.proxy import SseKafkaProxy, SseKafkaRoute
 from ssekd.patterns import Pattern
 from ssekd.telemetry.events import EventLog

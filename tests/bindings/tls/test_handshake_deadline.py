@@ -8,9 +8,9 @@ from typing import Any
 from twisted.internet.address import IPv4Address
 from twisted.internet.testing import MemoryReactorClock, StringTransport
 
-from ssekd.bindings.api import ConnectionInfo
 from ssekd.bindings.tls import ServerKey, TlsServer, build_context, certificate_names
 from ssekd.dev.certs import issue, make_ca
+from ssekd.spi.connection import ConnectionInfo
 from ssekd.telemetry.events import EventLog
 from ssekd.vaults.pkcs12 import StoreEntry
 

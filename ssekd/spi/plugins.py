@@ -1,9 +1,9 @@
-"""Which binding types are installed: entry-point discovery, done once and handed to the config
-loader and the engine.
+"""Which binding and guard types are installed: entry-point discovery, done once and handed to
+the config loader and the engine.
 
-Each entry point of the `ssekd.bindings` group names a module's `BINDING`. A type whose module
-fails to import is kept aside with the reason, so a broken plugin stops only the configs that
-use it, and they say why.
+Each entry point of the `ssekd.bindings` group names a module's `BINDING` (a `BindingType`), each
+of `ssekd.guards` a module's `GUARD` (a `GuardType`). A type whose module fails to import is kept
+aside with the reason, so a broken plugin stops only the configs that use it, and they say why.
 """
 
 from __future__ import annotations
@@ -14,10 +14,11 @@ from functools import cache
 from importlib.metadata import entry_points
 from typing import Any
 
-from ssekd.bindings.api import BindingType, KindSpec
 from ssekd.config.model import Binding
+from ssekd.spi.binding import BindingType, GuardType, KindSpec
 
 GROUP = "ssekd.bindings"
+GUARDS_GROUP = "ssekd.guards"
 
 
 @dataclass(frozen=True)
@@ -33,9 +34,18 @@ class Registry:
         return self.types[binding.type].kinds[binding.kind]
 
 
+@dataclass(frozen=True)
+class GuardTypes:
+    """The guard types a config may use, by name."""
+
+    types: Mapping[str, GuardType]
+    #: Types that are registered but failed to load, with the reason.
+    broken: Mapping[str, str] = field(default_factory=dict)
+
+
 def load_entry_points(group: str) -> tuple[dict[str, Any], dict[str, str]]:
     """What each entry point of `group` names, by its `name` attribute, and the entry points
-    that failed to load, with the reason (guard types are found the same way)."""
+    that failed to load, with the reason."""
     found: dict[str, Any] = {}
     broken: dict[str, str] = {}
     for ep in entry_points(group=group):
@@ -50,6 +60,13 @@ def load_entry_points(group: str) -> tuple[dict[str, Any], dict[str, str]]:
 
 @cache
 def discover(group: str = GROUP) -> Registry:
-    """The types registered under the entry point `group`."""
+    """The binding types registered under the entry point `group`."""
     found, broken = load_entry_points(group)
     return Registry(found, broken)
+
+
+@cache
+def discover_guards(group: str = GUARDS_GROUP) -> GuardTypes:
+    """The guard types registered under the entry point `group`."""
+    found, broken = load_entry_points(group)
+    return GuardTypes(found, broken)
