@@ -18,6 +18,7 @@ from ssekd.bindings.filesystem import FileServing
 from ssekd.bindings.http import BINDING as HTTP
 from ssekd.bindings.kafka import BINDING as KAFKA
 from ssekd.config.errors import ConfigError
+from ssekd.dev.certs import issue, make_ca, write_store
 from ssekd.engine import Engine
 from ssekd.spi.binding import BindingType, Dependencies, KindSpec
 from ssekd.spi.plugins import Registry, discover
@@ -154,3 +155,44 @@ def test_the_http_server_and_kafka_cache_server_say_what_their_options_name() ->
         for name, kind in t.kinds.items():
             if (t.name, name) not in {("http", "server"), ("kafka", "cache_server")}:
                 assert kind.depends({}) == Dependencies(), (t.name, name)
+
+
+VAULT_CONFIG = """\
+name: t
+vaults:
+  keys:
+    type: filesystem
+    options:
+      keys: {{store: {store}, password: pw}}
+bindings:
+  check0:
+    type: checker
+    kind: server
+    options:
+      secrets: keys
+  plain0:
+    type: checker
+    kind: server
+    options: {{}}
+"""
+
+
+def test_a_binding_that_names_a_vault_in_its_options_is_rebuilt_when_the_vault_changes(
+        tmp_path: Path) -> None:
+    ca = make_ca()
+    for store in ("a.p12", "b.p12"):
+        write_store(tmp_path / store, "localhost", issue(ca, ["localhost"]), "pw")
+    path = tmp_path / "zilla.yaml"
+    path.write_text(VAULT_CONFIG.format(store="a.p12"))
+    engine = _engine(path)
+    engine.startService()
+    before = dict(engine.graph.runtimes)  # type: ignore[union-attr]
+    assert engine.reload(), engine.events.recent
+    assert engine.graph.reused == {"check0", "plain0"}  # type: ignore[union-attr]
+    path.write_text(VAULT_CONFIG.format(store="b.p12"))
+    assert engine.reload(), engine.events.recent
+    graph = engine.graph
+    assert graph is not None
+    assert graph.runtimes["check0"] is not before["check0"], "it reads the vault's new store"
+    assert graph.runtimes["plain0"] is before["plain0"]
+    engine.stopService()
