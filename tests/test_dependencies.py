@@ -34,16 +34,19 @@ class Checker:
 
 
 def _depends(options: Mapping[str, Any]) -> Dependencies:
-    """A `checker` names its guard in `options.checks` and its vault in `options.secrets`."""
+    """A `checker` names its guard in `options.checks`, its vault in `options.secrets` and the
+    catalog it holds schemas of in `options.schemas`."""
     guards = {str(options["checks"]): ("checks",)} if "checks" in options else {}
     vaults = {str(options["secrets"]): ("secrets",)} if "secrets" in options else {}
-    return Dependencies(guards=guards, vaults=vaults)
+    catalogs = {str(options["schemas"]): ("schemas",)} if "schemas" in options else {}
+    return Dependencies(guards=guards, vaults=vaults, catalogs=catalogs)
 
 
 CHECKER = BindingType("checker", {"server": KindSpec(
     role=FileServing, build=lambda ctx, b: Checker(), depends=_depends,
     options={"type": "object", "properties": {"checks": {"type": "string"},
-                                              "secrets": {"type": "string"}}})})
+                                              "secrets": {"type": "string"},
+                                              "schemas": {"type": "string"}}})})
 
 CONFIG = """\
 name: t
@@ -195,4 +198,44 @@ def test_a_binding_that_names_a_vault_in_its_options_is_rebuilt_when_the_vault_c
     assert graph is not None
     assert graph.runtimes["check0"] is not before["check0"], "it reads the vault's new store"
     assert graph.runtimes["plain0"] is before["plain0"]
+    engine.stopService()
+
+
+CATALOG_CONFIG = """\
+name: t
+catalogs:
+  items:
+    type: inline
+    options:
+      subjects:
+        items: {{schema: '{{"type": "{items}"}}'}}
+  other:
+    type: inline
+    options:
+      subjects:
+        other: {{schema: '{{"type": "{other}"}}'}}
+bindings:
+  check0:
+    type: checker
+    kind: server
+    options:
+      schemas: items
+"""
+
+
+def test_a_binding_that_names_a_catalog_is_rebuilt_when_that_catalog_changes(
+        tmp_path: Path) -> None:
+    path = tmp_path / "zilla.yaml"
+    path.write_text(CATALOG_CONFIG.format(items="object", other="object"))
+    engine = _engine(path)
+    engine.startService()
+    before = engine.graph.runtimes["check0"]  # type: ignore[union-attr]
+    path.write_text(CATALOG_CONFIG.format(items="object", other="string"))
+    assert engine.reload(), engine.events.recent
+    graph = engine.graph
+    assert graph is not None and graph.runtimes["check0"] is before, "another catalog changed"
+    path.write_text(CATALOG_CONFIG.format(items="string", other="string"))
+    assert engine.reload(), engine.events.recent
+    graph = engine.graph
+    assert graph is not None and graph.runtimes["check0"] is not before, "its schemas changed"
     engine.stopService()
