@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol, runtime_checkable
 from urllib.parse import unquote
 
-from ssekd.bindings.kafka.cache import SchemaUnavailable, TopicLimitReached
+from ssekd.bindings.kafka.cache import SchemaUnavailable, TopicCache, TopicLimitReached
 from ssekd.bindings.kafka.roles import KafkaCache
 from ssekd.bindings.kafka.start import Start
 from ssekd.bindings.kafka.subscription import Subscription
@@ -107,7 +107,7 @@ def value_conditions(spec: Mapping[str, Any], resolve: Callable[[str], str]
 class Cache(KafkaCache, Protocol):
     """The kafka cache sse-kafka exits to (its `KafkaCache` role), and its topics."""
 
-    def topic(self, name: str) -> Any: ...
+    def topic(self, name: str) -> TopicCache: ...
 
 
 @dataclass(frozen=True)
