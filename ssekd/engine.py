@@ -91,9 +91,9 @@ class Engine(MultiService):
                  inherited: Mapping[tuple[str, int], int] | None = None,
                  worker: int | None = None, siblings: Siblings | None = None,
                  texts: RemoteTexts | None = None) -> None:
-        """`inherited`, `worker` and `siblings` are for a worker process (see `ssekd.workers`):
+        """`inherited`, `worker` and `siblings` are for a worker process (see `ssekd.workers.supervisor`):
         the sockets its parent opened, by configured (host, port), to adopt rather than open;
-        its number; and the channel to the other workers (`ssekd.siblings`) that bindings and
+        its number; and the channel to the other workers (`ssekd.workers.siblings`) that bindings and
         guards reach through `BuildContext.siblings`. A worker leaves the prometheus exporters
         to its parent, which sums the workers' pages, and opens a port that appears on reload
         with SO_REUSEPORT, so that every worker can hold one.

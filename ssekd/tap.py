@@ -62,7 +62,7 @@ class Options(usage.Options):
         ["watch-interval", None, "1.0", "seconds between checks of the config file (with --watch)"],
         ["workers", None, None, "processes serving the same sockets: a number or auto "
                                 "(default: the config's engine.workers, else 1)"],
-        # Set by the parent on the workers it starts (ssekd.workers), not by users.
+        # Set by the parent on the workers it starts (ssekd.workers.supervisor), not by users.
         ["worker", None, None, "(internal) this process is worker number N"],
         ["inherit", None, "", "(internal) host:port=fd,... sockets opened by the parent"],
         ["metrics-socket", None, None, "(internal) Unix socket of this worker's metrics page"],

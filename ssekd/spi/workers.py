@@ -11,7 +11,7 @@ from ssekd.spi.guard import Renewal
 
 
 class Siblings(Protocol):
-    """The other worker processes of this daemon (`ssekd.siblings`), for what one process would
+    """The other worker processes of this daemon (`ssekd.workers.siblings`), for what one process would
     know by itself. A daemon without workers has none: `BuildContext.siblings` is None."""
 
     def renew(self, binding: str, host: str, tokens: Mapping[str, str]

@@ -2,7 +2,7 @@
 client as one process would where the client's requests land on different workers.
 
 Each worker already serves its metrics page on a private Unix socket, `worker-<n>.sock` in a
-folder only the daemon's user may enter (see `ssekd.workers`), for its parent to scrape. The same
+folder only the daemon's user may enter (see `ssekd.workers.supervisor`), for its parent to scrape. The same
 socket answers its siblings:
 
 - `POST /siblings/renew` `{"binding", "host", "tokens"}`: an HTTP/1.1 renewal that reached
@@ -51,7 +51,7 @@ RENEW = b"/siblings/renew"
 KEYS = b"/siblings/keys"
 #: Seconds a sibling has to answer: a renewal's client waits that long at most for a stuck one.
 TIMEOUT = 2.0
-#: The workers' sockets in their folder (`ssekd.workers` names them).
+#: The workers' sockets in their folder (`ssekd.workers.supervisor` names them).
 SOCKETS = "worker-*.sock"
 
 #: Send one request to a sibling: (its socket, path, JSON body) -> the response body; fails on
