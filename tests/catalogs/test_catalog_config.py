@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.config.test_honesty import BASE, KAFKA, check, line_of
+from tests.config.test_refused_keys import BASE, KAFKA, check, line_of
 
 MODEL = "    options:\n      topics:\n        - name: items\n          value: {model: json, " \
         "catalog: {local: [{subject: items}]}}\n"

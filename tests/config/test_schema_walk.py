@@ -25,13 +25,13 @@ TESTS = Path(__file__).resolve().parents[1]
 #: with every one of these keys (issuer, audience, JWKS keys, challenge, credentials, guarded).
 JWT = "e2e/test_jwt_guard.py::test_no_token_401_good_token_streams_missing_role_403"
 
-REFUSED = "config/test_honesty.py::test_check_refuses_with_file_line_and_message"
+REFUSED = "config/test_refused_keys.py::test_check_refuses_with_file_line_and_message"
 SITE = "bindings/filesystem/test_static_files.py::test_index_etag_304_and_head"
 CORS = "bindings/http/test_http_server.py::test_cross_origin_preflight_and_response"
 TLS = "bindings/tls/test_tls_server.py"
-TELEMETRY = "config/test_honesty.py::test_telemetry_metrics_attributes_and_per_binding_selection"
-SIGNERS = "config/test_honesty.py::test_tls_signers_serve_the_keys_they_issued"
-SASL = "config/test_honesty.py::test_kafka_sasl_reaches_librdkafka"
+TELEMETRY = "config/test_refused_keys.py::test_telemetry_metrics_attributes_and_per_binding_selection"
+SIGNERS = "config/test_refused_keys.py::test_tls_signers_serve_the_keys_they_issued"
+SASL = "config/test_refused_keys.py::test_kafka_sasl_reaches_librdkafka"
 FILTERS = "bindings/sse_kafka/test_routes_filters.py"
 #: ssekd's additions to sse and sse-kafka (issue 29), and the test that each gzip setting
 #: reaches the sse server.
@@ -113,7 +113,7 @@ COVERAGE: dict[str, str] = {
         "test_a_trusted_address_that_sends_nothing_is_closed_after_the_timeout",
     "bindings.tcp/server.options.port": SITE,
     "bindings.tcp/server.routes[].when[].port": f"{TLS}::test_curl_http2_and_http11_over_tls_and_h2c",
-    "bindings.tcp/server.routes[].when[].cidr": "config/test_honesty.py::test_tcp_route_by_cidr",
+    "bindings.tcp/server.routes[].when[].cidr": "config/test_refused_keys.py::test_tcp_route_by_cidr",
     "bindings.tcp/server.routes[].when[].authority": f"{REFUSED}[tcp-authority]",
     "bindings.tcp/client.options.host": RELAY,
     "bindings.tcp/client.options.port": RELAY,
@@ -126,9 +126,9 @@ COVERAGE: dict[str, str] = {
     "bindings.http/server.options.access-control.allow": CORS,
     "bindings.http/server.options.access-control.allow.origins": CORS,
     "bindings.http/server.options.access-control.allow.methods":
-        "config/test_honesty.py::test_cors_allow_methods_and_headers_replace_the_echo",
+        "config/test_refused_keys.py::test_cors_allow_methods_and_headers_replace_the_echo",
     "bindings.http/server.options.access-control.allow.headers":
-        "config/test_honesty.py::test_cors_allow_methods_and_headers_replace_the_echo",
+        "config/test_refused_keys.py::test_cors_allow_methods_and_headers_replace_the_echo",
     "bindings.http/server.options.access-control.allow.credentials": CORS,
     "bindings.http/server.options.access-control.max-age": CORS,
     "bindings.http/server.options.access-control.expose": CORS,
@@ -163,7 +163,7 @@ COVERAGE: dict[str, str] = {
     "bindings.tls/server.options.trust": f"{TLS}::test_mutual_required",
     "bindings.tls/server.options.signers": SIGNERS,
     "bindings.tls/server.options.trustcacerts":
-        "config/test_honesty.py::test_trustcacerts_true_is_refused_false_is_what_happens",
+        "config/test_refused_keys.py::test_trustcacerts_true_is_refused_false_is_what_happens",
     "bindings.tls/server.options.sni": f"{TLS}::test_sni_list_limits_the_names_that_choose",
     "bindings.tls/server.options.alpn": f"{TLS}::test_curl_http2_and_http11_over_tls_and_h2c",
     "bindings.tls/server.options.mutual": f"{TLS}::test_mutual_requested_serves_without_a_certificate",
@@ -221,7 +221,7 @@ COVERAGE: dict[str, str] = {
         "bindings/sse_kafka/test_event_ids.py::test_resume_with_key_form_id",
     "bindings.filesystem/server.options.location": SITE,
     "bindings.filesystem/server.options.symlinks":
-        "config/test_honesty.py::test_filesystem_symlinks_follow",
+        "config/test_refused_keys.py::test_filesystem_symlinks_follow",
     "bindings.filesystem/server.options.dotfiles":
         "bindings/filesystem/test_static_files.py::"
         "test_dotfiles_allow_serves_them_and_nothing_else_changes",
