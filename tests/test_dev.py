@@ -6,6 +6,8 @@ second one on the same ports says in one line why it cannot start."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
@@ -15,7 +17,7 @@ import pytest
 
 from ssekd import asyncapi
 from ssekd.config.load import load_config
-from ssekd.dev.broker import port_open
+from ssekd.dev.broker import free_port, port_open, stop_process
 from ssekd.dev.launcher import LINK_TOKEN_TTL, bootstrap_topics, http_kafka_lines, local_servers
 from ssekd.spi.binding import BindingType, KindSpec
 from ssekd.spi.connection import Connector
@@ -201,3 +203,60 @@ def test_make_run_serves_the_todo_demo_with_its_command_service(
     assert not port_open("127.0.0.1", ports[9092]), "the development broker stopped too"
     assert "Traceback" not in run.output()
     assert "todo service: 1 commands applied" in run.output(), "the service stopped, cleanly"
+
+
+# -- make run starts a development broker only when asked -----------------------------------------
+
+DEV = """\
+name: dev
+bindings:
+  tcp0: {{type: tcp, kind: server, options: {{host: 127.0.0.1, port: {port}}}, exit: http0}}
+  http0: {{type: http, kind: server, exit: files_map}}
+  files_map:
+    type: http-filesystem
+    kind: proxy
+    routes: [{{when: [{{path: "/{{p}}"}}], exit: files, with: {{path: "${{params.p}}"}}}}]
+  files: {{type: filesystem, kind: server, options: {{location: .}}}}
+  cs: {{type: kafka, kind: cache_server, options: {{bootstrap: [demo]}}, exit: kc}}
+  kc: {{type: kafka, kind: client, options: {{servers: ["127.0.0.1:{kafka}"]}}}}
+"""
+
+
+def run_dev(tmp_path: Path, *flags: str) -> tuple[int, str]:
+    """Run `python -m ssekd.dev` until its daemon listens; returns the Kafka port and what the
+    launcher said, with the launcher stopped again (its broker, if any, with it)."""
+    port, kafka = free_port(), free_port()
+    config = tmp_path / "zilla.yaml"
+    config.write_text(DEV.format(port=port, kafka=kafka))
+    log = tmp_path / "dev.log"
+    with open(log, "wb") as out:
+        launcher = subprocess.Popen([sys.executable, "-m", "ssekd.dev", "--config", str(config),
+                                     "--no-demo", *flags], stdout=out, stderr=subprocess.STDOUT,
+                                    cwd=tmp_path)
+    try:
+        # Started, not merely listening: the daemon opens its port before its reactor runs, and
+        # a SIGTERM in between would end it with the signal's status instead of 0.
+        deadline = time.monotonic() + 30
+        while "ENGINE_STARTED" not in log.read_text():
+            assert launcher.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)
+        broker_listened = port_open("127.0.0.1", kafka)
+    finally:
+        assert stop_process(launcher) == 0, log.read_text()
+    return broker_listened, log.read_text()
+
+
+def test_make_run_without_the_flag_never_starts_a_broker(tmp_path: Path) -> None:
+    """A production host whose Kafka is briefly down must not get a fake, empty broker on the
+    Kafka address: without `--dev-broker` the launcher says nothing listens and goes on."""
+    broker_listened, said = run_dev(tmp_path)
+    assert not broker_listened, said
+    assert "nothing listens on 127.0.0.1:" in said and "--dev-broker" in said, said
+    assert "development broker (tansu) on" not in said
+
+
+def test_make_run_with_the_flag_starts_one_where_nothing_listens(tmp_path: Path) -> None:
+    broker_listened, said = run_dev(tmp_path, "--dev-broker")
+    assert broker_listened, said
+    assert "development broker (tansu) on 127.0.0.1:" in said

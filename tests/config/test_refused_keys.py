@@ -1,26 +1,15 @@
-"""Config honesty: keys that used to be accepted and ignored are now refused by `ssekd check`
-with the file, the line and what to do; the ones that take effect have a behaviour test here
-when no other test showed it (tcp `cidr`, filesystem `symlinks: follow`, tls `signers`, kafka
-`sasl`, telemetry selection and labels)."""
+"""Keys that would be accepted and ignored are refused by `ssekd check` with the file, the line
+and what to do instead. (The behaviour tests of keys that take effect live with their bindings:
+tcp `cidr`, filesystem `symlinks`, tls `signers`, kafka `sasl`, telemetry selection, cors.)"""
 
 from __future__ import annotations
 
-import socket
-import textwrap
-import urllib.error
-import urllib.request
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from ssekd.bindings.kafka.settings import ClientSettings
 from ssekd.cli import main
-from ssekd.dev.broker import free_port
-from tests.support.http import curl
-from tests.support.pki import ENV, Pki, s_client, subject, tls_config
-from tests.support.static_site import CONFIG as SITE_CONFIG
-from tests.support.static_site import write_site
+from tests.support.pki import ENV, Pki, tls_config
 
 BASE = """\
 name: honest
@@ -230,119 +219,3 @@ def test_trustcacerts_true_is_refused_false_is_what_happens(tmp_path: Path, pki:
         f": trustcacerts: true is not supported" in out
     config.write_text(text.replace("trustcacerts: true", "trustcacerts: false"))
     assert main(["check", "--config", str(config)]) == 0
-
-
-# -- behaviour of keys no other test showed -------------------------------------------------------
-
-
-@pytest.mark.daemon
-def test_tcp_route_by_cidr(tmp_path: Path, run_daemon: Any, port: int) -> None:
-    config = write_site(tmp_path)
-    text = config.read_text()
-    for cidr, served in (("127.0.0.0/8", True), ("10.0.0.0/8", False)):
-        config.write_text(text.replace(
-            "    exit: http0\n",
-            f"    routes:\n      - when: [{{cidr: {cidr}}}]\n        exit: http0\n", 1))
-        daemon = run_daemon(config, env={"HTTP_PORT": str(port)}, wait_ports=[port])
-        with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
-            try:
-                s.sendall(b"GET /index.html HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n\r\n" % port)
-                answer = s.recv(4096)
-            except ConnectionResetError:
-                answer = b""  # closed at once: no route for this peer
-        assert answer.startswith(b"HTTP/1.1 200") if served else answer == b"", (cidr, answer)
-        daemon.stop()
-
-
-@pytest.mark.daemon
-def test_filesystem_symlinks_follow(tmp_path: Path, run_daemon: Any, port: int) -> None:
-    config = write_site(tmp_path)
-    config.write_text(config.read_text().replace("      location: www\n",
-                                                 "      location: www\n      symlinks: follow\n"))
-    run_daemon(config, env={"HTTP_PORT": str(port)}, wait_ports=[port])
-    status, _, body = curl(f"http://127.0.0.1:{port}/link-out.txt")
-    assert (status, body) == (200, b"outside\n")
-
-
-@pytest.mark.daemon
-def test_tls_signers_serve_the_keys_they_issued(tmp_path: Path, pki: Pki,
-                                                run_daemon: Any) -> None:
-    assert pki.multi is not None, "keytool (Java, installed by make test) is needed"
-    # `keys` names localhost only; the CA in the `signers` store issued other.test's key too
-    config, port, clear = tls_config(tmp_path, pki, "{keys: [localhost], signers: [ca]}",
-                                     store=pki.multi)
-    text = config.read_text()
-    keys = "    options:\n      keys:\n"
-    assert keys in text
-    config.write_text(text.replace(keys, f"    options:\n      signers:\n"
-                                         f"        store: {pki.keys}\n"
-                                         "        type: pkcs12\n"
-                                         "        password: ${{env.KEYSTORE_PASSWORD}}\n"
-                                         "      keys:\n"))
-    run_daemon(config, env=ENV, wait_ports=[port, clear])
-    assert subject(s_client(port, "-servername", "other.test").stdout) == "CN=other.test"
-    assert subject(s_client(port, "-servername", "localhost").stdout) == "CN=localhost"
-
-
-def test_kafka_sasl_reaches_librdkafka() -> None:
-    """No SASL broker runs in the tests: what the client hands librdkafka is the behaviour."""
-    settings = ClientSettings(servers=("k:9092",), sasl={"mechanism": "scram-sha-256",
-                                                          "username": "u", "password": "p"})
-    conf = settings.consumer_config("g")
-    assert (conf["security.protocol"], conf["sasl.mechanism"], conf["sasl.username"],
-            conf["sasl.password"]) == ("SASL_PLAINTEXT", "SCRAM-SHA-256", "u", "p")
-
-
-@pytest.mark.daemon
-def test_telemetry_metrics_attributes_and_per_binding_selection(tmp_path: Path,
-                                                                run_daemon: Any,
-                                                                port: int) -> None:
-    metrics_port = free_port()
-    config = write_site(tmp_path)
-    text = config.read_text().replace(
-        "    kind: server\n    options:\n      limits:",
-        "    kind: server\n    telemetry: {metrics: [http.duration, http.active.*]}\n"
-        "    options:\n      limits:", 1)
-    text = text.replace("telemetry:\n  exporters:\n", textwrap.dedent(f"""\
-        telemetry:
-          attributes: {{service.namespace: example}}
-          metrics: [http.*, stream.*]
-          exporters:
-            prom:
-              type: prometheus
-              options: {{endpoints: [{{scheme: http, host: 127.0.0.1, port: {metrics_port},
-                                      path: /scrape}}]}}
-        """))
-    config.write_text(text)
-    assert text != SITE_CONFIG
-    run_daemon(config, env={"HTTP_PORT": str(port)}, wait_ports=[port, metrics_port])
-    assert curl(f"http://127.0.0.1:{port}/index.html")[0] == 200
-    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/scrape", timeout=10) as r:
-        page = r.read().decode()
-    assert 'http_duration_milliseconds_count{binding="http0",namespace="test",' \
-           'service_namespace="example"} 1.0' in page
-    assert "http_active_requests{" in page
-    assert "http_request_size_bytes" not in page  # http.* kept, but http0 asked for less
-    assert "process_cpu_seconds_total" not in page  # not among telemetry.metrics
-    with pytest.raises(urllib.error.HTTPError) as e:
-        urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10)
-    assert e.value.code == 404
-
-
-def test_cors_allow_methods_and_headers_replace_the_echo() -> None:
-    from twisted.web.test.requesthelper import DummyRequest
-
-    from ssekd.bindings.http.cors import AccessControl
-
-    cors = AccessControl.from_options({"policy": "cross-origin",
-                                       "allow": {"origins": ["https://a.example"],
-                                                 "methods": ["GET", "HEAD"],
-                                                 "headers": ["last-event-id"]}})
-    request = DummyRequest([b""])
-    request.method = b"OPTIONS"
-    request.requestHeaders.setRawHeaders(b"access-control-request-method", [b"GET"])
-    request.requestHeaders.setRawHeaders(b"access-control-request-headers", [b"x-other"])
-    cors.answer_preflight(request, b"https://a.example")
-    answered = request.responseHeaders
-    assert answered.getRawHeaders(b"access-control-allow-methods") == [b"GET, HEAD"]
-    assert answered.getRawHeaders(b"access-control-allow-headers") == [b"last-event-id"]

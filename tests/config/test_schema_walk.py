@@ -29,9 +29,9 @@ REFUSED = "config/test_refused_keys.py::test_check_refuses_with_file_line_and_me
 SITE = "bindings/filesystem/test_static_files.py::test_index_etag_304_and_head"
 CORS = "bindings/http/test_http_server.py::test_cross_origin_preflight_and_response"
 TLS = "bindings/tls/test_tls_server.py"
-TELEMETRY = "config/test_refused_keys.py::test_telemetry_metrics_attributes_and_per_binding_selection"
-SIGNERS = "config/test_refused_keys.py::test_tls_signers_serve_the_keys_they_issued"
-SASL = "config/test_refused_keys.py::test_kafka_sasl_reaches_librdkafka"
+TELEMETRY = "telemetry/test_exporter.py::test_telemetry_metrics_attributes_and_per_binding_selection"
+SIGNERS = "bindings/tls/test_tls_server.py::test_tls_signers_serve_the_keys_they_issued"
+SASL = "bindings/kafka/test_security_settings.py::test_kafka_sasl_reaches_librdkafka"
 FILTERS = "bindings/sse_kafka/test_routes_filters.py"
 #: ssekd's additions to sse and sse-kafka (issue 29), and the test that each gzip setting
 #: reaches the sse server.
@@ -113,7 +113,7 @@ COVERAGE: dict[str, str] = {
         "test_a_trusted_address_that_sends_nothing_is_closed_after_the_timeout",
     "bindings.tcp/server.options.port": SITE,
     "bindings.tcp/server.routes[].when[].port": f"{TLS}::test_curl_http2_and_http11_over_tls_and_h2c",
-    "bindings.tcp/server.routes[].when[].cidr": "config/test_refused_keys.py::test_tcp_route_by_cidr",
+    "bindings.tcp/server.routes[].when[].cidr": "bindings/test_tcp.py::test_tcp_route_by_cidr",
     "bindings.tcp/server.routes[].when[].authority": f"{REFUSED}[tcp-authority]",
     "bindings.tcp/client.options.host": RELAY,
     "bindings.tcp/client.options.port": RELAY,
@@ -126,9 +126,9 @@ COVERAGE: dict[str, str] = {
     "bindings.http/server.options.access-control.allow": CORS,
     "bindings.http/server.options.access-control.allow.origins": CORS,
     "bindings.http/server.options.access-control.allow.methods":
-        "config/test_refused_keys.py::test_cors_allow_methods_and_headers_replace_the_echo",
+        "bindings/http/test_cors.py::test_cors_allow_methods_and_headers_replace_the_echo",
     "bindings.http/server.options.access-control.allow.headers":
-        "config/test_refused_keys.py::test_cors_allow_methods_and_headers_replace_the_echo",
+        "bindings/http/test_cors.py::test_cors_allow_methods_and_headers_replace_the_echo",
     "bindings.http/server.options.access-control.allow.credentials": CORS,
     "bindings.http/server.options.access-control.max-age": CORS,
     "bindings.http/server.options.access-control.expose": CORS,
@@ -221,7 +221,7 @@ COVERAGE: dict[str, str] = {
         "bindings/sse_kafka/test_event_ids.py::test_resume_with_key_form_id",
     "bindings.filesystem/server.options.location": SITE,
     "bindings.filesystem/server.options.symlinks":
-        "config/test_refused_keys.py::test_filesystem_symlinks_follow",
+        "bindings/filesystem/test_static_files.py::test_filesystem_symlinks_follow",
     "bindings.filesystem/server.options.dotfiles":
         "bindings/filesystem/test_static_files.py::"
         "test_dotfiles_allow_serves_them_and_nothing_else_changes",

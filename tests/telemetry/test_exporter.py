@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import http.client
+import textwrap
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -15,10 +18,14 @@ from twisted.web.test.requesthelper import DummyRequest
 from ssekd.bindings.http.roles import HttpContext
 from ssekd.bindings.sse.roles import StreamRequest
 from ssekd.bindings.sse.server import SseServer
+from ssekd.dev.broker import free_port
 from ssekd.engine import Engine
 from ssekd.telemetry.events import EventLog
 from ssekd.telemetry.metrics import METRICS, Metrics, exported_name
 from ssekd.telemetry.prometheus import MetricsPage
+from tests.support.http import curl
+from tests.support.static_site import CONFIG as SITE_CONFIG
+from tests.support.static_site import write_site
 from tests.support.telemetry import Telemetryd
 
 
@@ -194,3 +201,40 @@ def _render(engine: Engine) -> str:
     req = DummyRequest([b"metrics"])
     req.path = b"/metrics"
     return str(site.resource.render(req).decode())
+
+
+@pytest.mark.daemon
+def test_telemetry_metrics_attributes_and_per_binding_selection(tmp_path: Path,
+                                                                run_daemon: Any,
+                                                                port: int) -> None:
+    metrics_port = free_port()
+    config = write_site(tmp_path)
+    text = config.read_text().replace(
+        "    kind: server\n    options:\n      limits:",
+        "    kind: server\n    telemetry: {metrics: [http.duration, http.active.*]}\n"
+        "    options:\n      limits:", 1)
+    text = text.replace("telemetry:\n  exporters:\n", textwrap.dedent(f"""\
+        telemetry:
+          attributes: {{service.namespace: example}}
+          metrics: [http.*, stream.*]
+          exporters:
+            prom:
+              type: prometheus
+              options: {{endpoints: [{{scheme: http, host: 127.0.0.1, port: {metrics_port},
+                                      path: /scrape}}]}}
+        """))
+    config.write_text(text)
+    assert text != SITE_CONFIG
+    run_daemon(config, env={"HTTP_PORT": str(port)}, wait_ports=[port, metrics_port])
+    assert curl(f"http://127.0.0.1:{port}/index.html")[0] == 200
+    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/scrape", timeout=10) as r:
+        page = r.read().decode()
+    assert 'http_duration_milliseconds_count{binding="http0",namespace="test",' \
+           'service_namespace="example"} 1.0' in page
+    assert "http_active_requests{" in page
+    assert "http_request_size_bytes" not in page  # http.* kept, but http0 asked for less
+    assert "process_cpu_seconds_total" not in page  # not among telemetry.metrics
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10)
+    assert e.value.code == 404
+

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -75,3 +76,13 @@ def test_dotfiles_allow_serves_them_and_nothing_else_changes(
     assert curl(base + "/docs/.secret")[2] == b"hidden\n"
     for path in ("/docs%2findex.html", "/%2e%2e/secret.txt", "/../secret.txt"):
         assert curl("--path-as-is", base + path)[0] == 404, path
+
+
+def test_filesystem_symlinks_follow(tmp_path: Path, run_daemon: Any, port: int) -> None:
+    config = write_site(tmp_path)
+    config.write_text(config.read_text().replace("      location: www\n",
+                                                 "      location: www\n      symlinks: follow\n"))
+    run_daemon(config, env={"HTTP_PORT": str(port)}, wait_ports=[port])
+    status, _, body = curl(f"http://127.0.0.1:{port}/link-out.txt")
+    assert (status, body) == (200, b"outside\n")
+

@@ -9,12 +9,13 @@ from __future__ import annotations
 import re
 import socket
 import ssl
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.support.daemon import Daemon
-from tests.support.pki import Pki, run, s_client, subject
+from tests.support.pki import ENV, Pki, run, s_client, subject, tls_config
 
 pytestmark = [pytest.mark.daemon]
 
@@ -221,3 +222,23 @@ def test_failed_handshakes_touch_nothing_else(tls_daemon: Any, pki: Pki) -> None
     assert [reason for _, reason in failures] == \
         ["unexpected message", "unsupported protocol", "http request"]
     assert (failures[0][0], failures[2][0]) == (garbage_port, plain_port)
+
+
+def test_tls_signers_serve_the_keys_they_issued(tmp_path: Path, pki: Pki,
+                                                run_daemon: Any) -> None:
+    assert pki.multi is not None, "keytool (Java, installed by make test) is needed"
+    # `keys` names localhost only; the CA in the `signers` store issued other.test's key too
+    config, port, clear = tls_config(tmp_path, pki, "{keys: [localhost], signers: [ca]}",
+                                     store=pki.multi)
+    text = config.read_text()
+    keys = "    options:\n      keys:\n"
+    assert keys in text
+    config.write_text(text.replace(keys, f"    options:\n      signers:\n"
+                                         f"        store: {pki.keys}\n"
+                                         "        type: pkcs12\n"
+                                         "        password: ${{env.KEYSTORE_PASSWORD}}\n"
+                                         "      keys:\n"))
+    run_daemon(config, env=ENV, wait_ports=[port, clear])
+    assert subject(s_client(port, "-servername", "other.test").stdout) == "CN=other.test"
+    assert subject(s_client(port, "-servername", "localhost").stdout) == "CN=localhost"
+
