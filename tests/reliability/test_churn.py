@@ -14,7 +14,7 @@ another run it went down as well as up (heap 24.6 -> 26.5 -> 29.3 -> 26.6 MB, RS
 without moving RSS: no cyclic garbage is waiting either. The freed chunks are those of the
 connections open at the round's busiest moment (about 68 at the default size: fds 76 -> 144),
 which smaller, longer-lived allocations leave stranded inside the heap; the "about 1 MiB per
-1,000 connections" once noted was this, and one round measured +0.4 to +4.6 MiB in six runs.
+1,000 connections" once noted was this, and one round measured +0.2 to +4.6 MiB in five runs.
 
 So the bound follows the connections open at once, not the ones that churned: per connection
 open at the peak, its 64 KiB read buffer (Twisted reads with `recv(65536)`; CPython takes that
