@@ -9,20 +9,21 @@ resident memory at rest is taken (the median of a second's samples), the second 
 it is taken again. What grew, divided by the events delivered in the second half, must stay
 under `BYTES_PER_EVENT`.
 
-Measured (100 clients, 50 records/s, 20 s after a 20 s warm-up, 99,800 events): +2.2 bytes an
-event (about 0.6 MiB a minute at this rate; tracemalloc in the daemon sees no live Python
-objects grow over that half beyond the cache's replaced records and the streams' rearmed
-keepalive timers, so it is below Python: allocator pages and librdkafka's buffers). The
+Measured (100 clients, 100 records/s, 10 s after a 10 s warm-up, 99,900 events): +2.7 bytes
+an event, the same in two runs (at 50 records/s over 20 s: +2.2; tracemalloc in the daemon sees
+no live Python objects grow over that half beyond the cache's replaced records and the streams'
+rearmed keepalive timers, so it is below Python: allocator pages and librdkafka's buffers). The
 smallest leak Python can have, a stream keeping a reference to each chunk it writes (an 8-byte
-list slot per event, the chunk itself shared by every stream), measured +10.8 bytes an event
-and fails here; anything that copies what it keeps is larger still. A shorter run does not
-tell them apart (in 10 s the same leak measured 4.8 bytes an event: the kept list grows by
-reallocation and pages are touched late).
+list slot per event, the chunk itself shared by every stream), measured +15.7 bytes an event
+(+10.7 at 50 records/s over 20 s) and fails here; anything that copies what it keeps is larger
+still. Fewer events do not tell them apart (50,000 at 50 records/s: the same leak measured 4.8
+bytes an event, the kept list growing by reallocation and its pages touched late).
 
 The RSS is also sampled four times a second; the least-squares slope over the second half and
 the samples go to `bench/results/soak.json` for the long run's record.
 
-Default: 40 s at 100 clients x 50 events/s. `RELIABILITY_SECONDS=600`: 10 minutes at 1,000.
+Default: 20 s at 100 clients x 100 events/s. `RELIABILITY_SECONDS=600`: 10 minutes at 1,000
+clients x 50 events/s.
 """
 
 from __future__ import annotations
@@ -52,7 +53,6 @@ from tests.support.faults import (
 
 pytestmark = pytest.mark.timeout(time_limit())
 
-RATE = 50  # records per second, each to every client
 PARTITIONS = 3
 #: Records the daemon's cache keeps: fewer than the warm-up produces, so it is full (and stays
 #: the same size) before the baseline.
@@ -86,7 +86,8 @@ def rss_at_rest(pid: int) -> int:
 @pytest.mark.daemon
 def test_soak(daemons: list[Daemon], tmp_path: Path, kafka_broker: Broker) -> None:
     clients = sized(100, 1000)
-    duration = seconds(40)
+    rate = sized(100, 50)  # records per second, each to every client
+    duration = seconds(20)
     raise_fd_limit(4 * clients + 1024)
     bootstrap = kafka_broker.bootstrap
     topic = f"soak-{time.monotonic_ns()}"
@@ -99,8 +100,8 @@ def test_soak(daemons: list[Daemon], tmp_path: Path, kafka_broker: Broker) -> No
     started = time.monotonic()
 
     def stream_for(half: float) -> None:
-        """`RATE` records a second for `half` seconds, sampling; then a quiet point."""
-        writer = threading.Thread(target=producer.produce_at, args=(RATE, half), daemon=True)
+        """`rate` records a second for `half` seconds, sampling; then a quiet point."""
+        writer = threading.Thread(target=producer.produce_at, args=(rate, half), daemon=True)
         writer.start()
         while writer.is_alive():
             u = usage(pid)
@@ -127,7 +128,7 @@ def test_soak(daemons: list[Daemon], tmp_path: Path, kafka_broker: Broker) -> No
     # the first seconds open the Kafka connections; from then on nothing should come or go
     settled = [f for t, _, f in samples if t >= min(5.0, duration / 4)]
     result = {
-        "clients": clients, "rate_per_second": RATE, "seconds": duration,
+        "clients": clients, "rate_per_second": rate, "seconds": duration,
         "records_per_client": producer.total, "events_delivered": producer.total * clients,
         "rss_mib_start": samples[0][1] / 2 ** 20, "rss_mib_end": samples[-1][1] / 2 ** 20,
         "rss_mib_at_rest_after_warm_up": base / 2 ** 20, "rss_mib_at_rest_end": after / 2 ** 20,
@@ -138,7 +139,7 @@ def test_soak(daemons: list[Daemon], tmp_path: Path, kafka_broker: Broker) -> No
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "soak.json").write_text(json.dumps(result, indent=1))
-    print(f"\nsoak: {clients} clients x {RATE}/s for {duration:.0f} s, {producer.total} records "
+    print(f"\nsoak: {clients} clients x {rate}/s for {duration:.0f} s, {producer.total} records "
           f"each, none lost; RSS at rest {base / 2 ** 20:.2f} -> {after / 2 ** 20:.2f} MiB over "
           f"{delivered} events after the warm-up ({per_event:+.2f} bytes/event), slope "
           f"{rss_slope:+.2f} MiB/min; fds {min(fds)}..{max(fds)}")
