@@ -10,11 +10,15 @@ glibc's `malloc_stats`, tracemalloc): pymalloc holds the same 39 arenas and ~36.
 throughout, and glibc's main heap the same ~17.5 MB in use, while the heap's size went
 25.8 -> 25.8 -> 26.5 -> 28.1 -> 28.1 MB (RSS 98.6 -> 99.0 -> 99.6 -> 101.1 -> 101.1 MiB). In
 another run it went down as well as up (heap 24.6 -> 26.5 -> 29.3 -> 26.6 MB, RSS 97.8 ->
-100.0 -> 102.7 -> 100.2 MiB), and a `gc.collect()` at each point freed 3,000-9,000 objects
-without moving RSS: no cyclic garbage is waiting either. The freed chunks are those of the
-connections open at the round's busiest moment (about 68 at the default size: fds 76 -> 144),
-which smaller, longer-lived allocations leave stranded inside the heap; the "about 1 MiB per
-1,000 connections" once noted was this, and one round measured +0.2 to +4.6 MiB in five runs.
+100.0 -> 102.7 -> 100.2 MiB). A `gc.collect()` at each point found 3,000-9,000 objects of
+cyclic garbage (the daemon raises the young generation's threshold, ssekd/tap.py) and freeing
+them did not move RSS: they sit in pymalloc's flat blocks. The freed heap memory is, by
+inference (not traced chunk by chunk), what the connections open at the round's busiest moment
+allocated (about 68 at the default size: fds 76 -> 144), left stranded inside the heap by
+smaller, longer-lived allocations; mapping 64 KiB allocations apart
+(`MALLOC_MMAP_THRESHOLD_=65536`) did not remove a first round's rise (+3.2 and +4.1 MiB). The
+"about 1 MiB per 1,000 connections" once noted was this; one round measured +0.2 to +4.6 MiB
+in five runs.
 
 So the bound follows the connections open at once, not the ones that churned: per connection
 open at the peak, its 64 KiB read buffer (Twisted reads with `recv(65536)`; CPython takes that
