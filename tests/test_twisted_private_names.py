@@ -104,7 +104,7 @@ H2C_TESTS = "tests/bindings/http/test_h2c.py"
 H2_SEND = "tests/bindings/http/test_h2_send.py"
 SWITCH = "SwitchingChannelProtocol repeats Twisted's ALPN switch with our HTTP/2 class"
 LIMITS = "request limits (body size, header count, rapid reset) applied where bytes arrive"
-EAGER = "ssekd/bindings/sse/eager.py"
+WRITER = "ssekd/bindings/http/stream_writer.py"
 HAPROXY = "twisted.protocols.haproxy"
 PROXY = "ssekd/bindings/proxy_protocol.py"
 PARSERS = ("the PROXY protocol header parsers, fed the bytes of a trusted balancer's connection "
@@ -182,7 +182,7 @@ PRIVATE_NAMES: tuple[Use, ...] = (
         "is done (Twisted leaves it running)"),
     Use(f"{H2}:H2Stream.hasStreamingProducer", Kind.ATTRIBUTE, (H2PY,),
         "tells a pull producer (wrapped by Twisted, which never stops it) from a push one"),
-    Use(f"{H2}:H2Stream.abortConnection", Kind.METHOD, ("ssekd/bindings/sse/stream.py",),
+    Use(f"{H2}:H2Stream.abortConnection", Kind.METHOD, (WRITER,),
         "resets one HTTP/2 stream (RST_STREAM) whose client read nothing for limits.max-lag",
         ("self",)),
     # -- twisted.web.http: the HTTP/1.1-or-HTTP/2 proxy protocol -------------------------------
@@ -210,11 +210,11 @@ PRIVATE_NAMES: tuple[Use, ...] = (
     Use(f"{HTTP}:HTTPChannel._networkProducer", Kind.ATTRIBUTE, (H2PY,),
         f"{SWITCH}: the transport's producer slot, handed from HTTP/1.1 to HTTP/2"),
     # -- twisted.internet.abstract: a TCP connection's write buffer ---------------------------
-    Use("twisted.internet.abstract:FileDescriptor._tempDataLen", Kind.ATTRIBUTE, (EAGER,),
+    Use("twisted.internet.abstract:FileDescriptor._tempDataLen", Kind.ATTRIBUTE, (WRITER,),
         "bytes written but not yet moved to the send buffer: a stream sends at once only when "
         "this and the buffer are empty, so its bytes never overtake queued ones",
         read_by=("twisted.internet.abstract",)),
-    Use("twisted.internet.abstract:FileDescriptor._writeDisconnected", Kind.ATTRIBUTE, (EAGER,),
+    Use("twisted.internet.abstract:FileDescriptor._writeDisconnected", Kind.ATTRIBUTE, (WRITER,),
         "true once the write side is closed: nothing may be sent past Twisted then",
         read_by=("twisted.internet.abstract",)),
     # -- twisted.protocols.haproxy: the PROXY protocol's parsers (only `proxyEndpoint` is

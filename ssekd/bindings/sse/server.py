@@ -25,7 +25,7 @@ from ssekd.bindings.sse.compression import Compression, accepts_gzip
 from ssekd.bindings.sse.roles import StreamRequest, StreamSource, TryLater
 from ssekd.bindings.sse.stats import SseStats
 from ssekd.bindings.sse.stream import SseStream
-from ssekd.bindings.sse.wire import comment, http_chunk, retry_field
+from ssekd.bindings.sse.wire import comment, retry_field
 from ssekd.event_ids import MAX_ID_LENGTH
 from ssekd.telemetry.events import EventLog
 from ssekd.telemetry.metrics import Metrics
@@ -118,28 +118,13 @@ class SseServer(Service):
         self.gzip_input = metrics.counter("sse.gzip.input", name)
         #: Open streams (insertion-ordered), to end them all on stop.
         self.streams: dict[SseStream, None] = {}
-        # the last data framed as an HTTP/1.1 chunk, and that chunk (see `chunk`)
-        self._chunked: tuple[bytes, bytes] = (b"", b"")
         #: The last data counted for events, and its count (see `events_in`).
         self.counted: tuple[bytes, int] = (b"", 0)
-
-    def chunk(self, data: bytes) -> bytes:
-        """`data` as an HTTP/1.1 chunk, framed once for all the streams it goes to.
-
-        At the tail the cache hands the *same* bytes object to every stream of a group, one
-        after the other, so remembering the last one makes the framing (a copy of the data)
-        happen once per group batch instead of once per stream.
-        """
-        last, framed = self._chunked
-        if data is not last:
-            framed = http_chunk(data)
-            self._chunked = (data, framed)
-        return framed
 
     def events_in(self, data: bytes) -> int:
         """The events `data` holds: its blocks (each ends with a blank line) that are not
         comments. Remembered for the last data, which at the tail goes to a whole group of
-        streams in a row (as `chunk` is)."""
+        streams in a row."""
         last, count = self.counted
         if data is not last:
             count = data.count(b"\n\n") - data.count(b"\n:") - data.startswith(b":")

@@ -5,12 +5,9 @@
 producer, so when the client's transport buffer fills (HTTP/1.1 TCP, or an HTTP/2 flow-control
 window) Twisted pauses it and it pauses its source: nothing more is buffered for that client.
 
-On an HTTP/1.1 chunked response a write goes straight to the connection's transport as one
-pre-framed chunk (framed once per batch for every stream, `SseServer.chunk`) instead of through
-`Request.write`, which re-checks the response state and hands the transport four pieces per
-call: at a thousand streams per batch that per-write cost was most of the fan-out. The transport
-is the same one `Request.write` would reach, so its buffer still pauses this producer; on
-plain TCP the chunk is sent at once when nothing is queued for the connection (`eager`).
+It writes event bytes only: the http binding's `StreamWriter` (`start_stream`) frames them for
+the connection - one pre-framed HTTP/1.1 chunk straight to the transport, sent at once when
+nothing is queued for it, or HTTP/2 DATA - and cuts the response when it must end early.
 
 A stream opened with credentials holds their `Lease` (docs/protocol.md): `challenge` seconds before it
 expires the stream gets `event:challenge`; a renewal moves both deadlines; at the expiry itself
@@ -34,11 +31,10 @@ from twisted.web.http_headers import Headers
 from twisted.web.server import Request
 from zope.interface import implementer
 
-from ssekd.bindings.proxy_protocol import socket_transport
+from ssekd.bindings.http.stream_writer import RequestWriter, StreamWriter, start_stream
 from ssekd.bindings.sse.compression import GzipWriter
-from ssekd.bindings.sse.eager import eager, send_now
 from ssekd.bindings.sse.stats import SseStats
-from ssekd.bindings.sse.wire import CHALLENGE, KEEPALIVE, http_chunk
+from ssekd.bindings.sse.wire import CHALLENGE, KEEPALIVE
 from ssekd.spi.guard import Lease
 from ssekd.spi.stream import StreamHandle
 from ssekd.telemetry.delivery import Deliveries
@@ -56,9 +52,6 @@ class StreamOwner(Protocol):
     max_lag: float
     #: open streams, insertion-ordered; a stream removes itself when it ends
     streams: dict[SseStream, None]
-
-    def chunk(self, data: bytes) -> bytes:
-        """`data` framed as an HTTP/1.1 chunk (framed once per batch for every stream)."""
 
     def stalled(self, stream: SseStream, paused: float) -> None:
         """`stream` is being ended for staying paused `paused` seconds (for its events)."""
@@ -87,10 +80,9 @@ class SseStream:
         "_expiry_call",
         "_gzip",
         "_lease",
-        "_eager",
-        "_transport",
         "_stall",
         "_timer",
+        "_writer",
         "done",
         "events",
         "handle",
@@ -121,10 +113,9 @@ class SseStream:
         self._timer: Any = None
         #: Ends the stream if it stays paused for max-lag (armed while paused).
         self._stall: Any = None
-        #: The HTTP/1.1 connection's transport, once the response is chunked, and whether it
-        #: is written with `send_now`.
-        self._transport: Any = None
-        self._eager = False
+        #: Where the body goes: `Request.write` until the headers are sent, then the writer
+        #: the http binding chose for the connection (`start_stream`).
+        self._writer: StreamWriter = RequestWriter(request)
         self._lease = lease
         self._challenge_call: Any = None
         self._expiry_call: Any = None
@@ -143,14 +134,7 @@ class SseStream:
         self.request.notifyFinish().addBoth(self._finished)
         if gzip is not None:  # the gzip header goes with the response's headers
             first = gzip.write(first)
-        self.request.write(first)  # sends the headers: Twisted decides on chunking here
-        transport: Any = getattr(getattr(self.request, "channel", None), "transport", None)
-        if getattr(self.request, "chunked", False) and transport is not None:
-            # behind a PROXY protocol header the connection's transport only relabels
-            # addresses: the chunks go to the socket under it
-            transport = socket_transport(transport)
-            self._transport = transport
-            self._eager = eager(transport)
+        self._writer = start_stream(self.request, first, shared=gzip is None)
         _forget_headers(self.request)
         self.last_write = self.server.clock.seconds()
         self._arm(self.server.max_idle)
@@ -181,16 +165,7 @@ class SseStream:
             data = gzip.write(data)  # this stream's own bytes: framed for it alone below
         self.written += len(data)
         server.stats.data_sent.value += len(data)
-        transport = self._transport
-        if transport is None:
-            self.request.write(data)
-        else:
-            self.request.sentLength += len(data)  # what Request.write counts, for the access log
-            chunk = self.server.chunk(data) if gzip is None else http_chunk(data)
-            if self._eager:
-                send_now(transport, chunk)
-            else:
-                transport.write(chunk)
+        self._writer.write(data)
 
     def end(self, why: str = "upstream") -> None:
         """Finish the response with a 200 that ends: the browser reconnects with its last id.
@@ -251,13 +226,7 @@ class SseStream:
         self.server.stalled(self, self.server.max_lag)
         self.server.stats.ended_by_limit("max-lag")
         self._close("limit")
-        channel: Any = getattr(self.request, "channel", None)
-        # HTTP/2: the H2Stream resets this stream only; HTTP/1.1: the connection, which holds
-        # only this response
-        target = channel if hasattr(channel, "abortConnection") \
-            else getattr(channel, "transport", None)
-        if target is not None:  # None: the connection is already gone
-            target.abortConnection()
+        self._writer.reset()
 
     def _close(self, why: str) -> None:
         if self.done:
@@ -333,11 +302,7 @@ class SseStream:
             request.unregisterProducer()
         except RuntimeError:
             pass
-        transport = getattr(request, "transport", None)
-        if transport is not None:  # HTTP/1.1: the connection is the stream
-            transport.abortConnection()
-        else:  # HTTP/2 (no transport per request): RST_STREAM this stream only
-            request.channel.abortConnection()
+        self._writer.reset()
 
 
 def _forget_headers(request: Any) -> None:

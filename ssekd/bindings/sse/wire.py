@@ -27,11 +27,6 @@ END = b"\n\n"
 LF, CR = 10, 13
 
 
-def http_chunk(data: bytes) -> bytes:
-    """`data` as one HTTP/1.1 chunk (size line, data, CRLF), one bytes object to send as is."""
-    return b"%x\r\n%b\r\n" % (len(data), data)
-
-
 def retry_field(ms: int) -> bytes:
     return b"retry:%d\n\n" % ms
 

@@ -1,0 +1,183 @@
+"""Writing the body of a long-lived response (an event stream): framing, the eager write, the cut.
+
+An exit that streams (the sse binding) hands the http binding its body bytes and nothing else:
+`start_stream` sends the response's headers with the first bytes and returns the writer for the
+rest, chosen by what the connection speaks. This module is the only one that reaches past
+Twisted's `Request` into the connection for it.
+
+* HTTP/1.1 chunked (`ChunkedWriter`): each write goes straight to the connection's transport as
+  one pre-framed chunk instead of through `Request.write`, which re-checks the response state
+  and hands the transport four pieces per call: at a thousand streams per batch that per-write
+  cost was most of the fan-out. The chunk is framed once for all the streams a batch goes to
+  (the cache hands the *same* bytes object to every stream of a group, one after the other).
+  The transport is the one `Request.write` would reach, so its buffer still pauses the stream's
+  producer (registered with the request) as before.
+* Anything else (`RequestWriter`): `Request.write`. On HTTP/2 that queues the bytes on our
+  `BatchingH2Connection`, which frames them and pauses the stream's producer by flow control.
+
+Eager writes. Twisted's `transport.write` always queues: it asks the reactor to watch the socket
+for writability, sends on the next reactor turn, then stops watching - two `epoll_ctl` calls, a
+`doWrite` with its logging context and the `send` for every write. Profiled at 1,000 streams x
+100 events/s that bookkeeping was about a third of the reactor's time, and it delays every write
+by one reactor turn. A stream at the tail has almost always sent everything, so for it the same
+bytes go out with one `send` right away (`send_now`). Whatever the socket does not take, and
+any write while something is still queued or the connection is closing, goes through
+`transport.write` as before: ordering, Twisted's buffer and its producer pausing are unchanged.
+
+Coalescing does not suffer: what arrives from Kafka while the reactor is busy sending is handed
+over as one batch when it is free again (`ssekd.bindings.kafka.client`), so a busy reactor sends
+fewer, larger writes, and an idle one sends each batch the moment it arrives.
+
+A connection written this way has Nagle's algorithm off (`TCP_NODELAY`, as asyncio sets on
+every TCP transport). Only plain TCP transports (`twisted.internet.tcp.Connection` without TLS
+started on it) qualify; TLS and test transports keep their own `write`. The attributes read
+here are those of Twisted's `FileDescriptor` buffer (listed in
+tests/test_twisted_private_names.py); if a release lacked them, `eager` says no and the stream
+uses `transport.write` rather than guess.
+
+The cut (`reset`): a stream ended early (its credentials expired, or its client read nothing
+for too long) must not get one more byte: HTTP/2 resets the stream (RST_STREAM), HTTP/1.1
+aborts the connection, which carries only this response.
+"""
+
+from __future__ import annotations
+
+import socket
+from typing import Any, ClassVar, Protocol
+
+from twisted.internet import tcp
+from twisted.web.server import Request
+
+from ssekd.bindings.proxy_protocol import socket_transport
+
+_BUFFER_ATTRIBUTES = ("dataBuffer", "offset", "_tempDataLen", "connected", "disconnecting",
+                      "_writeDisconnected", "socket")
+
+
+class StreamWriter(Protocol):
+    """The body of one long-lived response, after its headers (`start_stream`)."""
+
+    def write(self, data: bytes) -> None:
+        """Send `data` (never empty: an empty chunk would end an HTTP/1.1 response)."""
+
+    def reset(self) -> None:
+        """Cut the response short, dropping whatever is still queued (module docstring)."""
+
+
+def start_stream(request: Request, first: bytes, shared: bool = True) -> StreamWriter:
+    """Send `request`'s response headers with `first` (Twisted decides on chunking at the
+    first write) and return the writer for the rest of the body. `shared`: each data written
+    is the same bytes object for many streams in a row, so an HTTP/1.1 chunk is framed once
+    for all of them; False for a stream's own bytes (gzip), which would only evict the shared
+    one."""
+    req: Any = request  # twisted.web is untyped for mypy
+    req.write(first)
+    transport: Any = getattr(getattr(req, "channel", None), "transport", None)
+    if getattr(req, "chunked", False) and transport is not None:
+        # behind a PROXY protocol header the connection's transport only relabels addresses:
+        # the chunks go to the socket under it
+        transport = socket_transport(transport)
+        return ChunkedWriter(req, transport, eager(transport), shared)
+    return RequestWriter(req)
+
+
+def http_chunk(data: bytes) -> bytes:
+    """`data` as one HTTP/1.1 chunk (size line, data, CRLF), one bytes object to send as is."""
+    return b"%x\r\n%b\r\n" % (len(data), data)
+
+
+class ChunkedWriter:
+    """HTTP/1.1 chunked: chunks straight to the connection's transport (module docstring).
+    One small slotted object per stream: 10,000 idle streams hold 10,000 of them."""
+
+    __slots__ = ("eager", "request", "shared", "transport")
+
+    #: The last data framed for a stream with `shared` bytes, and its chunk: at the tail the
+    #: same bytes go to a whole group of streams in a row, so the framing (a copy of the
+    #: data) happens once per group batch. One for the process: there is one reactor thread.
+    framed: ClassVar[tuple[bytes, bytes]] = (b"", b"")
+
+    def __init__(self, request: Any, transport: Any, eager: bool, shared: bool) -> None:
+        self.request = request
+        self.transport = transport
+        #: Written with `send_now` (a plain TCP connection).
+        self.eager = eager
+        self.shared = shared
+
+    def write(self, data: bytes) -> None:
+        self.request.sentLength += len(data)  # what Request.write counts, for the access log
+        if self.shared:
+            last, chunk = ChunkedWriter.framed
+            if data is not last:
+                chunk = http_chunk(data)
+                ChunkedWriter.framed = (data, chunk)
+        else:
+            chunk = http_chunk(data)
+        if self.eager:
+            send_now(self.transport, chunk)
+        else:
+            self.transport.write(chunk)
+
+    def reset(self) -> None:
+        reset(self.request)
+
+
+class RequestWriter:
+    """HTTP/2, HTTP/1.0 and any other request: `Request.write` frames and queues."""
+
+    __slots__ = ("request",)
+
+    def __init__(self, request: Any) -> None:
+        self.request = request
+
+    def write(self, data: bytes) -> None:
+        self.request.write(data)
+
+    def reset(self) -> None:
+        reset(self.request)
+
+
+def reset(request: Any) -> None:
+    """Cut `request`'s response (module docstring): HTTP/1.1 requests have the connection's
+    transport; an HTTP/2 request has none, and its channel (an `H2Stream`) resets the stream."""
+    transport = getattr(request, "transport", None)
+    if transport is None:
+        channel: Any = getattr(request, "channel", None)
+        if hasattr(channel, "abortConnection"):
+            channel.abortConnection()  # H2Stream: RST_STREAM for this stream only
+            return
+        transport = getattr(channel, "transport", None)
+    if transport is not None:  # None: the connection is already gone
+        transport.abortConnection()
+
+
+def eager(transport: Any) -> bool:
+    """Whether `send_now` may write to `transport` (a plain TCP connection); turns Nagle off on
+    it if so."""
+    if (not isinstance(transport, tcp.Connection) or getattr(transport, "TLS", False)
+            or not all(hasattr(transport, a) for a in _BUFFER_ATTRIBUTES)):
+        return False
+    if transport.socket.family in (socket.AF_INET, socket.AF_INET6):
+        # Nagle's algorithm would hold a small write back while the previous one is
+        # unacknowledged, and a client's delayed ACK can make that tens of milliseconds; writes
+        # here are whole batches already (coalesced before they reach the stream)
+        transport.setTcpNoDelay(True)
+    return True
+
+
+def send_now(t: Any, data: bytes) -> None:
+    """Write `data` to an `eager` transport: at once when nothing is queued for it."""
+    if (t._tempDataLen or t.offset != len(t.dataBuffer) or not t.connected
+            or t.disconnecting or t._writeDisconnected):
+        t.write(data)
+        return
+    try:
+        sent = t.socket.send(data)
+    except (BlockingIOError, InterruptedError):
+        sent = 0
+    except OSError:
+        # let Twisted meet the same error on its own write and close the connection
+        t.write(data)
+        return
+    if sent < len(data):
+        t.write(data[sent:])

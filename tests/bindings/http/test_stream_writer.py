@@ -1,0 +1,167 @@
+"""The http binding's stream writer (ssekd/bindings/http/stream_writer.py): the writer chosen for
+the connection, HTTP/1.1 chunks framed once for a group of streams, the cut; and `eager` and
+`send_now`: a stream at the tail sends at once when nothing is queued for its connection, and
+never lets its bytes overtake what Twisted still holds."""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+import h2.events
+from twisted.internet import tcp
+from twisted.internet.protocol import Protocol
+from twisted.internet.testing import MemoryReactorClock, StringTransport
+from twisted.web.server import NOT_DONE_YET, Request
+
+from ssekd.bindings.api import HttpContext
+from ssekd.bindings.http.stream_writer import (
+    ChunkedWriter,
+    RequestWriter,
+    StreamWriter,
+    eager,
+    send_now,
+    start_stream,
+)
+from tests.support.http_fakes import H2Peer, http11, http_site
+
+
+def _read(sock: socket.socket) -> bytes:
+    out = b""
+    while True:
+        try:
+            got = sock.recv(1 << 20)
+        except BlockingIOError:
+            return out
+        out += got
+
+
+def test_sends_at_once_when_idle_and_keeps_the_order_behind_queued_bytes() -> None:
+    a, b = socket.socketpair()
+    b.setblocking(False)
+    reactor = MemoryReactorClock()
+    conn = tcp.Connection(a, Protocol(), reactor)
+    conn.connected = 1
+    try:
+        assert eager(conn)
+
+        def write(data: bytes) -> None:
+            send_now(conn, data)
+
+        write(b"one")
+        assert _read(b) == b"one"
+        assert reactor.getWriters() == [], "sent without asking the reactor to watch the socket"
+        conn.write(b"two")  # queued the Twisted way: waits for the reactor
+        write(b"three")
+        assert _read(b) == b"", "must not overtake the queued bytes"
+        conn.doWrite()
+        assert _read(b) == b"twothree"
+        big = bytes(range(256)) * (1 << 16)  # 16 MiB: more than the socket takes at once
+        write(big)
+        got = _read(b)
+        assert 0 < len(got) < len(big), "the rest is queued in Twisted's buffer"
+        while len(got) < len(big):
+            conn.doWrite()
+            got += _read(b)
+        assert got == big
+    finally:
+        a.close()
+        b.close()
+
+
+def test_tcp_connections_written_eagerly_have_nagle_off() -> None:
+    server = socket.create_server(("127.0.0.1", 0))
+    client = socket.create_connection(server.getsockname())
+    accepted, _ = server.accept()
+    try:
+        conn = tcp.Connection(accepted, Protocol(), MemoryReactorClock())
+        conn.connected = 1
+        assert eager(conn)
+        send_now(conn, b"x")
+        assert accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+        assert client.recv(1) == b"x"
+    finally:
+        for s in (server, client, accepted):
+            s.close()
+
+
+def test_other_transports_keep_their_own_write() -> None:
+    assert not eager(StringTransport())
+
+
+class Streaming:
+    """An exit that opens a stream as the sse binding does, and keeps its writer."""
+
+    max_idle: float | None = None
+    takes_body = False
+
+    def __init__(self, shared: bool = True) -> None:
+        self.shared = shared
+        self.writers: list[StreamWriter] = []
+
+    def render(self, request: Request, ctx: HttpContext) -> int:
+        request.setHeader(b"content-type", b"text/event-stream")
+        self.writers.append(start_stream(request, b"retry:1\n\n", self.shared))
+        return NOT_DONE_YET
+
+
+def _http11_stream(clock: MemoryReactorClock, exit: Streaming) -> tuple[Any, StringTransport]:
+    proto, transport = http11(http_site(clock, exit))
+    proto.dataReceived(b"GET /events HTTP/1.1\r\nHost: localhost\r\n\r\n")
+    return proto, transport
+
+
+def test_http11_chunks_go_to_the_transport_framed_once_for_a_group() -> None:
+    clock = MemoryReactorClock()
+    exit = Streaming()
+    (_, one), (_, two) = _http11_stream(clock, exit), _http11_stream(clock, exit)
+    assert all(isinstance(w, ChunkedWriter) for w in exit.writers)
+    assert one.value().endswith(b"\r\n\r\n9\r\nretry:1\n\n\r\n"), "headers, then the first chunk"
+    one.clear()
+    two.clear()
+    batch = b"id:1\ndata:x\n\n"
+    exit.writers[0].write(batch)
+    framed = ChunkedWriter.framed[1]
+    exit.writers[1].write(batch)
+    assert ChunkedWriter.framed[1] is framed, "the second stream reuses the first's chunk"
+    assert one.value() == two.value() == b"%x\r\n%b\r\n" % (len(batch), batch)
+
+
+def test_a_streams_own_bytes_leave_the_shared_chunk_alone() -> None:
+    clock = MemoryReactorClock()
+    own, shared = Streaming(shared=False), Streaming()
+    (_, t_own), _ = _http11_stream(clock, own), _http11_stream(clock, shared)
+    batch = b"data:y\n\n"
+    shared.writers[0].write(batch)
+    cached = ChunkedWriter.framed
+    t_own.clear()
+    own.writers[0].write(b"gzip bytes")
+    assert ChunkedWriter.framed is cached
+    assert t_own.value() == b"a\r\ngzip bytes\r\n"
+
+
+def test_http11_reset_aborts_the_connection() -> None:
+    clock = MemoryReactorClock()
+    exit = Streaming()
+    _, transport = _http11_stream(clock, exit)
+    exit.writers[0].reset()
+    assert transport.disconnected  # what StringTransport.abortConnection sets
+
+
+def test_http2_writes_are_data_frames_and_reset_is_rst_stream() -> None:
+    clock = MemoryReactorClock()
+    exit = Streaming()
+    peer = H2Peer(http_site(clock, exit))
+    first, second = peer.request("GET", "/events"), peer.request("GET", "/events")
+    peer.send()
+    peer.read()
+    assert all(isinstance(w, RequestWriter) for w in exit.writers)
+    exit.writers[0].write(b"data:z\n\n")
+    peer.read()
+    data = b"".join(e.data for e in peer.of(h2.events.DataReceived, first))
+    assert data == b"retry:1\n\ndata:z\n\n"
+    exit.writers[0].reset()
+    peer.read()
+    assert peer.of(h2.events.StreamReset, first), "RST_STREAM for that stream"
+    assert not peer.of(h2.events.StreamReset, second) and peer.goaway() is None, \
+        "the connection and its other streams go on"
