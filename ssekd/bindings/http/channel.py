@@ -122,7 +122,8 @@ LIMITS_SCHEMA: Mapping[str, Any] = {
 
 class BodyRoutes(Protocol):
     """Whether a request may carry a body, decided from its head by routing it (the http
-    binding's `HttpRoot`): a route that takes none is answered without its body being read."""
+    binding's `HttpRoot`, which carries the route on the request so that it routes each request
+    once): a route that takes none is answered without its body being read."""
 
     def takes_body(self, request: Request, method: bytes, uri: bytes) -> bool: ...
 

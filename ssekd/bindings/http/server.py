@@ -68,10 +68,20 @@ class HttpRoute:
     guarded: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
+#: What routing decided for a request: the exit, the captures and the `guarded` roles of the
+#: first route that matches; None when none does and there is no default exit (`404`).
+Routed = tuple[HttpBinding, dict[str, str], Mapping[str, tuple[str, ...]]] | None
+#: A request's `http_route` until routing has decided it.
+NOT_ROUTED: Any = object()
+
+
 class SsekdRequest(BodyCountingRequest):
     """No default `Content-Type`: an empty 404 or 304 should not claim to be HTML."""
 
     defaultContentType = None
+    #: The route decided when the request's head came in (`HttpRoot.takes_body`), carried to
+    #: `HttpRoot.render` so that a request is matched against the routes once.
+    http_route: Routed = NOT_ROUTED
 
 
 class HttpStats:
@@ -147,7 +157,7 @@ class HttpRoot(Resource):
                 self.cors.decorate(request, origin)
             return self._settle(request, self._verdicts(request),
                                  lambda verdicts: self._renew(request, verdicts))
-        found = self._route(headers)
+        found = self._routed(request, headers)
         if found is None:
             request.setResponseCode(http.NOT_FOUND)
             return b""
@@ -282,14 +292,26 @@ class HttpRoot(Resource):
 
     def takes_body(self, request: Request, method: bytes, uri: bytes) -> bool:
         """Whether the exit this request head routes to reads request bodies (`BodyRoutes`).
+        The route is carried on the request (`http_route`) for `render`.
 
         No route (`404`) takes none, and CORS does not matter here: a refused origin gets its
         `403` from `render` like any request whose body is not read."""
         found = self._route(head_headers(request, method, uri))
+        req: Any = request  # twisted.web is untyped for mypy
+        req.http_route = found
         return found is not None and found[0].takes_body
 
-    def _route(self, headers: dict[str, str]
-               ) -> tuple[HttpBinding, dict[str, str], Mapping[str, tuple[str, ...]]] | None:
+    def _routed(self, request: Request, headers: dict[str, str]) -> Routed:
+        """The route decided when the head came in, else (the channel did not ask: no body
+        was announced) decided now from `headers`."""
+        req: Any = request
+        found: Routed = getattr(req, "http_route", NOT_ROUTED)
+        if found is NOT_ROUTED:
+            return self._route(headers)
+        req.http_route = NOT_ROUTED  # not held for the life of a stream
+        return found
+
+    def _route(self, headers: dict[str, str]) -> Routed:
         """The exit, captures and `guarded` roles of the first route matching `headers`, else
         the default exit (unguarded)."""
         for route in self.routes:
