@@ -31,13 +31,13 @@ from typing import Any, Protocol, runtime_checkable
 from twisted.internet import defer
 from twisted.internet.endpoints import UNIXClientEndpoint
 from twisted.logger import Logger
-from twisted.python.failure import Failure
 from twisted.web import http
 from twisted.web.client import Agent, FileBodyProducer, readBody
 from twisted.web.http_headers import Headers
 from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET, Request, Site
 
+from ssekd.deferred_answer import answer_later
 from ssekd.graph import Graph
 from ssekd.health import Health
 from ssekd.heartbeats import HEARTBEAT_PATH
@@ -221,20 +221,9 @@ class SiblingPage(Resource):
         runtime = graph.runtimes.get(binding) if graph is not None else None
         if not isinstance(runtime, SiblingRenewals):
             return renewals_body({})
-        gone: list[bool] = []
-        req.notifyFinish().addErrback(lambda _: gone.append(True))
-
-        def answer(renewals: Mapping[str, Renewal]) -> None:
-            if not gone:
-                req.write(renewals_body(renewals))
-                req.finish()
-
-        def failed(failure: Failure) -> None:
-            log.failure("renewing for a sibling", failure)
-            if not gone:
-                req.setResponseCode(http.INTERNAL_SERVER_ERROR)
-                req.finish()
-        runtime.renew_for_sibling(host, tokens).addCallback(answer).addErrback(failed)
+        answer: defer.Deferred[bytes | int] = runtime.renew_for_sibling(host, tokens).addCallback(
+            renewals_body)
+        answer_later(req, answer)
         return NOT_DONE_YET
 
     def _keys(self, name: str, kids: list[str], req: Any) -> bytes:

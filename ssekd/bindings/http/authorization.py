@@ -17,18 +17,29 @@ streams, and `combine` makes one answer of what every worker did.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl
 
-from twisted.web.server import Request
+from twisted.internet import defer
+from twisted.web import http
+from twisted.web.server import NOT_DONE_YET, Request
 
+from ssekd.bindings.http.roles import HttpBinding, TemporaryRefusals
+from ssekd.deferred_answer import answer_later
 from ssekd.spi.guard import Guard, Refusal, Renewal, Session
+from ssekd.spi.workers import Siblings
 from ssekd.telemetry.redact import redact_uri
 
 CHALLENGE_RESPONSE = b"application/x-challenge-response"
 MARK = "{credentials}"
+#: Seconds a client is told to wait when a guard cannot check tokens for now.
+DEFAULT_RETRY_AFTER = 5.0
+
+#: What a guard answered for a token: settled, or still fetching keys.
+Verdicts = Mapping[str, "Session | Refusal | defer.Deferred[Session | Refusal]"]
 
 
 @dataclass(frozen=True)
@@ -267,3 +278,103 @@ class Authorization:
         challenge = max((self.guards[g].challenge for g in sessions if g in self.guards),
                         default=0.0)
         return HttpLease(self.leases, sessions, challenge, Origin.of(request))
+
+    def verdicts(self, request: Request) -> Verdicts:
+        """What each guard says of the token the request carries for it."""
+        return {g: self.guards[g].verify(token) for g, token in self.tokens(request).items()}
+
+
+def settled(verdicts: Verdicts) -> defer.Deferred[dict[str, Session | Refusal]]:
+    """`verdicts` once every guard has answered; a guard that failed to is a temporary refusal."""
+    pending = {g: v for g, v in verdicts.items() if isinstance(v, defer.Deferred)}
+
+    def resume(results: list[tuple[bool, Any]]) -> dict[str, Session | Refusal]:
+        done: dict[str, Session | Refusal] = {
+            g: v for g, v in verdicts.items() if not isinstance(v, defer.Deferred)}
+        for guard, (ok, value) in zip(pending, results, strict=True):
+            done[guard] = value if ok else Refusal(503, "cannot check the token now",
+                                                   DEFAULT_RETRY_AFTER)
+        return done
+
+    d = defer.DeferredList(list(pending.values()), consumeErrors=True)
+    return d.addCallback(resume)
+
+
+def answer_refusal(request: Request, target: HttpBinding | None, guard: str, refusal: Refusal,
+                   authorization: Authorization | None) -> bytes:
+    """Answer a refusal: `401` with `WWW-Authenticate`, `403`, or - temporary - `503` with
+    `Retry-After` (an SSE exit answers that its own way, see `api.TemporaryRefusals`); the
+    guard reports it unless it has already."""
+    if not refusal.reported and authorization is not None and guard in authorization.guards:
+        authorization.guards[guard].report(refusal.reason)
+    if refusal.status == http.SERVICE_UNAVAILABLE:
+        retry = refusal.retry_after or DEFAULT_RETRY_AFTER
+        if isinstance(target, TemporaryRefusals):
+            return target.answer_unavailable(request, refusal.reason, retry)
+        request.setHeader(b"Retry-After", str(math.ceil(retry)).encode())
+    elif refusal.status == http.UNAUTHORIZED:
+        request.setHeader(b"WWW-Authenticate", b"Bearer")
+    request.setResponseCode(refusal.status)
+    return b""
+
+
+class Renewals:
+    """The challenge responses (renewal `POST`s, `is_renewal`) of one http binding.
+
+    One reaches the HTTP/1.1 streams of the same client on other connections too (module
+    docstring), which with workers may be on any worker: the valid tokens also go to the sibling
+    workers, which renew the client's HTTP/1.1 streams they hold, and the POST is answered once
+    they have (or have not in time)."""
+
+    def __init__(self, binding: str, authorization: Authorization,
+                 siblings: Siblings | None) -> None:
+        self.binding = binding
+        self.authorization = authorization
+        self.siblings = siblings
+
+    def answer(self, request: Request, verdicts: Mapping[str, Session | Refusal]
+               ) -> bytes | int:
+        """`204` when the renewal renewed a stream, else the refusal."""
+        auth = self.authorization
+        if not verdicts:
+            guard = next(iter(auth.guards), "")
+            return answer_refusal(request, None, guard,
+                                  Refusal(401, "renewal without credentials"), auth)
+        origin = Origin.of(request)
+        outcomes = self._here(origin, verdicts)
+        tokens = auth.tokens(request)
+        forward = {g: tokens[g] for g, v in verdicts.items()
+                   if not isinstance(v, Refusal) and v.identity is not None}
+        if self.siblings is None or not forward:
+            return self._answer(request, outcomes)
+        d = self.siblings.renew(self.binding, origin.connection[0], forward)
+        answer_later(request, d.addCallback(lambda elsewhere: self._answer(
+            request, {g: combine(o, (e[g] for e in elsewhere if g in e))
+                      for g, o in outcomes.items()})), auth.redact)
+        return NOT_DONE_YET
+
+    def for_sibling(self, host: str, tokens: Mapping[str, str]
+                    ) -> defer.Deferred[dict[str, Renewal]]:
+        """A renewal that a sibling worker got from client `host`: check `tokens` with this
+        worker's guards and renew that host's HTTP/1.1 leases here. What renewed nothing is not
+        reported here (the sibling answers the client, and reports), and nothing is forwarded
+        again."""
+        guards = self.authorization.guards
+        verdicts = {g: guards[g].verify(t) for g, t in tokens.items() if g in guards}
+        return settled(verdicts).addCallback(
+            lambda done: self._here(Origin.sibling(host), done))
+
+    def _here(self, origin: Origin, verdicts: Mapping[str, Session | Refusal]
+              ) -> dict[str, Renewal]:
+        """What each guard's verdict renews on this worker."""
+        leases = self.authorization.leases
+        return {g: Renewal(0, v, reach=-1) if isinstance(v, Refusal)
+                else renew(leases, origin, g, v) for g, v in verdicts.items()}
+
+    def _answer(self, request: Request, outcomes: Mapping[str, Renewal]) -> bytes:
+        if any(o.renewed for o in outcomes.values()):
+            request.setResponseCode(http.NO_CONTENT)
+            return b""
+        guard, refused = next((g, o.refusal) for g, o in outcomes.items()
+                              if o.refusal is not None)
+        return answer_refusal(request, None, guard, refused, self.authorization)

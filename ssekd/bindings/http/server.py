@@ -6,27 +6,32 @@ when TLS negotiates `h2`, see `h2.py`); CORS and routing happen here, once, befo
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from twisted.internet import defer
 from twisted.internet.interfaces import IProtocol
-from twisted.logger import Logger
-from twisted.python.failure import Failure
 from twisted.web import http
 from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET, Request, Site
 
 from ssekd.bindings.http import h2c
-from ssekd.bindings.http.authorization import Authorization, Origin, combine, is_renewal, renew
+from ssekd.bindings.http.authorization import (
+    Authorization,
+    Renewals,
+    Verdicts,
+    answer_refusal,
+    is_renewal,
+    settled,
+)
 from ssekd.bindings.http.channel import BodyCountingRequest, LimitedHTTPChannel, Limits
 from ssekd.bindings.http.cors import AccessControl
 from ssekd.bindings.http.h2 import SwitchingChannelProtocol
 from ssekd.bindings.http.health import HealthPaths
-from ssekd.bindings.http.roles import HttpBinding, HttpContext, TemporaryRefusals
+from ssekd.bindings.http.roles import HttpBinding, HttpContext
 from ssekd.bindings.http.routing import Condition, head_headers, match_any, request_headers
+from ssekd.deferred_answer import answer_later
 from ssekd.spi.connection import ConnectionInfo
 from ssekd.spi.guard import Refusal, Renewal, Session
 from ssekd.spi.workers import Siblings
@@ -35,31 +40,6 @@ from ssekd.telemetry.metrics import Metrics
 from ssekd.telemetry.redact import redact_uri
 
 SERVER_NAME = b"ssekd"
-#: Seconds a client is told to wait when a guard cannot check tokens for now.
-DEFAULT_RETRY_AFTER = 5.0
-
-log = Logger()
-
-#: What a guard answered for a token: settled, or still fetching keys.
-Verdicts = Mapping[str, "Session | Refusal | defer.Deferred[Session | Refusal]"]
-
-
-def settled(verdicts: Verdicts) -> defer.Deferred[dict[str, Session | Refusal]]:
-    """`verdicts` once every guard has answered; a guard that failed to is a temporary refusal."""
-    pending = {g: v for g, v in verdicts.items() if isinstance(v, defer.Deferred)}
-
-    def resume(results: list[tuple[bool, Any]]) -> dict[str, Session | Refusal]:
-        done: dict[str, Session | Refusal] = {
-            g: v for g, v in verdicts.items() if not isinstance(v, defer.Deferred)}
-        for guard, (ok, value) in zip(pending, results, strict=True):
-            done[guard] = value if ok else Refusal(503, "cannot check the token now",
-                                                   DEFAULT_RETRY_AFTER)
-        return done
-
-    d = defer.DeferredList(list(pending.values()), consumeErrors=True)
-    return d.addCallback(resume)
-
-
 @dataclass(frozen=True)
 class HttpRoute:
     conditions: tuple[Condition, ...]
@@ -119,8 +99,6 @@ class HttpRoot(Resource):
                  stats: HttpStats | None = None, health: HealthPaths | None = None,
                  siblings: Siblings | None = None) -> None:
         super().__init__()
-        #: The other workers of the daemon, whose HTTP/1.1 streams a renewal reaches too.
-        self.siblings = siblings
         self.stats = stats
         self.health = health
         self.name = name
@@ -129,6 +107,8 @@ class HttpRoot(Resource):
         self.cors = cors
         self.events = events
         self.authorization = authorization
+        #: The renewal requests, whose reach includes the daemon's other workers (`siblings`).
+        self.renewals = Renewals(name, authorization, siblings) if authorization else None
 
     def render(self, request: Request) -> bytes | int:
         request.setHeader(b"server", SERVER_NAME)
@@ -151,12 +131,12 @@ class HttpRoot(Resource):
                 return b""
             if self.cors.cross_origin and self.cors.is_preflight(request):
                 return self.cors.answer_preflight(request, origin)
-        auth = self.authorization
-        if auth is not None and is_renewal(request):
+        renewals = self.renewals
+        if renewals is not None and is_renewal(request):
             if origin is not None:
                 self.cors.decorate(request, origin)
-            return self._settle(request, self._verdicts(request),
-                                 lambda verdicts: self._renew(request, verdicts))
+            return self._settle(request, renewals.authorization.verdicts(request),
+                                lambda verdicts: renewals.answer(request, verdicts))
         found = self._routed(request, headers)
         if found is None:
             request.setResponseCode(http.NOT_FOUND)
@@ -164,7 +144,8 @@ class HttpRoot(Resource):
         target, params, guarded = found
         if origin is not None:
             self.cors.decorate(request, origin)
-        return self._settle(request, self._verdicts(request),
+        verdicts = self.authorization.verdicts(request) if self.authorization else {}
+        return self._settle(request, verdicts,
                             lambda verdicts: self._dispatch(request, target, params, guarded,
                                                             verdicts))
 
@@ -175,12 +156,6 @@ class HttpRoot(Resource):
         return redact_uri(uri)
 
     # -- authorization --------------------------------------------------------------------
-
-    def _verdicts(self, request: Request) -> Verdicts:
-        auth = self.authorization
-        if auth is None:
-            return {}
-        return {g: auth.guards[g].verify(token) for g, token in auth.tokens(request).items()}
 
     def _settle(self, request: Request, verdicts: Verdicts,
                 then: Callable[[Mapping[str, Session | Refusal]], bytes | int]) -> bytes | int:
@@ -209,86 +184,17 @@ class HttpRoot(Resource):
         ctx.params = params
         denied = ctx.authorize(guarded)
         if denied is not None:
-            return self._refuse(request, target, *denied)
+            return answer_refusal(request, target, *denied, self.authorization)
         if ctx.sessions and self.authorization is not None:
             ctx.lease = self.authorization.lease(request, ctx.sessions)
         return target.render(request, ctx)
 
-    def _refuse(self, request: Request, target: HttpBinding | None, guard: str,
-                refusal: Refusal) -> bytes:
-        """Answer a refusal: `401` with `WWW-Authenticate`, `403`, or - temporary - `503` with
-        `Retry-After` (an SSE exit answers that its own way, see `api.TemporaryRefusals`)."""
-        if not refusal.reported:
-            self._report(guard, refusal.reason)
-        if refusal.status == http.SERVICE_UNAVAILABLE:
-            retry = refusal.retry_after or DEFAULT_RETRY_AFTER
-            if isinstance(target, TemporaryRefusals):
-                return target.answer_unavailable(request, refusal.reason, retry)
-            request.setHeader(b"Retry-After", str(math.ceil(retry)).encode())
-        elif refusal.status == http.UNAUTHORIZED:
-            request.setHeader(b"WWW-Authenticate", b"Bearer")
-        request.setResponseCode(refusal.status)
-        return b""
-
-    def _report(self, guard: str, reason: str) -> None:
-        auth = self.authorization
-        if auth is not None and guard in auth.guards:  # always, when the config was built
-            auth.guards[guard].report(reason)
-
-    def _renew(self, request: Request, verdicts: Mapping[str, Session | Refusal]
-               ) -> bytes | int:
-        """A challenge response: `204` when it renewed a stream, else the refusal.
-
-        It reaches the HTTP/1.1 streams of the same client on other connections too (see
-        `authorization`), which with workers may be on any worker: the valid tokens also go to
-        the sibling workers, which renew the client's HTTP/1.1 streams they hold, and the POST
-        is answered once they have (or have not in time)."""
-        auth = self.authorization
-        assert auth is not None
-        if not verdicts:
-            guard = next(iter(auth.guards), "")
-            return self._refuse(request, None, guard, Refusal(401, "renewal without credentials"))
-        origin = Origin.of(request)
-        outcomes = self._renewals(origin, verdicts)
-        tokens = auth.tokens(request)
-        forward = {g: tokens[g] for g, v in verdicts.items()
-                   if not isinstance(v, Refusal) and v.identity is not None}
-        if self.siblings is None or not forward:
-            return self._answer_renewal(request, outcomes)
-        d = self.siblings.renew(self.name, origin.connection[0], forward)
-        answer_later(request, d.addCallback(lambda elsewhere: self._answer_renewal(
-            request, {g: combine(o, (e[g] for e in elsewhere if g in e))
-                      for g, o in outcomes.items()})), self.logged)
-        return NOT_DONE_YET
-
-    def _renewals(self, origin: Origin, verdicts: Mapping[str, Session | Refusal]
-                  ) -> dict[str, Renewal]:
-        """What each guard's verdict renews on this worker."""
-        auth = self.authorization
-        assert auth is not None
-        return {g: Renewal(0, v, reach=-1) if isinstance(v, Refusal)
-                else renew(auth.leases, origin, g, v) for g, v in verdicts.items()}
-
-    def _answer_renewal(self, request: Request, outcomes: Mapping[str, Renewal]) -> bytes:
-        if any(o.renewed for o in outcomes.values()):
-            request.setResponseCode(http.NO_CONTENT)
-            return b""
-        guard, refused = next((g, o.refusal) for g, o in outcomes.items()
-                              if o.refusal is not None)
-        return self._refuse(request, None, guard, refused)
-
     def renew_for_sibling(self, host: str, tokens: Mapping[str, str]
                           ) -> defer.Deferred[dict[str, Renewal]]:
-        """A renewal that a sibling worker got from client `host`: check `tokens` with this
-        worker's guards and renew that host's HTTP/1.1 leases here. What renewed nothing is not
-        reported here (the sibling answers the client, and reports), and nothing is forwarded
-        again."""
-        auth = self.authorization
-        if auth is None:
+        """A renewal that a sibling worker got from client `host` (`Renewals.for_sibling`)."""
+        if self.renewals is None:
             return defer.succeed({})
-        verdicts = {g: auth.guards[g].verify(t) for g, t in tokens.items() if g in auth.guards}
-        return settled(verdicts).addCallback(
-            lambda done: self._renewals(Origin.sibling(host), done))
+        return self.renewals.for_sibling(host, tokens)
 
     def takes_body(self, request: Request, method: bytes, uri: bytes) -> bool:
         """Whether the exit this request head routes to reads request bodies (`BodyRoutes`).
@@ -321,32 +227,6 @@ class HttpRoot(Resource):
         if self.default is None:
             return None
         return self.default, {}, {}
-
-
-def answer_later(request: Request, body: defer.Deferred[bytes | int],
-                 logged: Callable[[str], str] = redact_uri) -> None:
-    """Finish `request` with what `body` fires with (unless the client has gone meanwhile, or
-    it is `NOT_DONE_YET`: then whoever returned it finishes the request); a failure is `500`,
-    logged with the request's URI as `logged` shows it (no token)."""
-    req: Any = request  # twisted.web is untyped for mypy
-    gone: list[bool] = []
-    req.notifyFinish().addErrback(lambda _: gone.append(True))
-
-    def write(answer: bytes | int) -> None:
-        if gone or answer is NOT_DONE_YET:
-            return
-        assert isinstance(answer, bytes)
-        req.write(answer)
-        req.finish()
-
-    def failed(failure: Failure) -> None:
-        uri = bytes(req.uri).decode("latin-1")
-        log.failure("answering {uri}", failure, uri=logged(uri))
-        if not gone:
-            req.setResponseCode(http.INTERNAL_SERVER_ERROR)
-            req.finish()
-
-    body.addCallback(write).addErrback(failed)
 
 
 class HttpSite(Site):
