@@ -24,7 +24,7 @@ file runs about that long), coming back on a new connection (at most `ATTACKS_PE
 whenever the daemon sends the attacker away; the figures (frames sent, what the daemon
 answered, p99 before and during, the daemon's CPU and memory) are printed.
 
-The scenarios found these, each fixed in `BatchingH2Connection` with a test on a clock below:
+The scenarios found these, each fixed in `LimitedH2Connection` with a test on a clock below:
 PING and SETTINGS floods were answered until Twisted held 17 KiB of unsent answers, then the
 connection was aborted without GOAWAY, and a client that reads its answers was never stopped
 (now `limits.h2-control-frames`); `h2` buffered a CONTINUATION flood up to 1 MiB per connection
@@ -61,7 +61,7 @@ from zope.interface import implementer
 
 from bench.common import PeakRss
 from ssekd.bindings.http.channel import LIMITS_SCHEMA, Limits
-from ssekd.bindings.http.h2 import BLOCKS_PER_TURN, LINGER_BYTES
+from ssekd.bindings.http.h2_limits import BLOCKS_PER_TURN, LINGER_BYTES
 from ssekd.dev.broker import Broker, free_port
 from tests.support.broker import Kafka
 from tests.support.daemon import Daemon, start_daemon

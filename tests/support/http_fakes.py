@@ -14,7 +14,8 @@ from twisted.web.server import Request
 
 from ssekd.bindings.http.channel import Limits
 from ssekd.bindings.http.cors import AccessControl
-from ssekd.bindings.http.h2 import BatchingH2Connection, h2_connection
+from ssekd.bindings.http.h2_limits import LimitedH2Connection
+from ssekd.bindings.http.h2c import h2_connection
 from ssekd.bindings.http.roles import HttpContext
 from ssekd.bindings.http.server import HttpRoot, HttpSite
 from ssekd.telemetry.events import EventLog
@@ -72,11 +73,11 @@ def chunk(data: bytes) -> bytes:
 
 
 class H2Peer:
-    """A client `h2` connection whose bytes go straight into a `BatchingH2Connection` of `site`."""
+    """A client `h2` connection whose bytes go straight into the HTTP/2 connection of `site`."""
 
     def __init__(self, site: Any) -> None:
         self.clock: MemoryReactorClock = site.reactor
-        self.server: BatchingH2Connection = h2_connection(site)
+        self.server: LimitedH2Connection = h2_connection(site)
         self.transport = StringTransport(hostAddress=IPv4Address("TCP", "127.0.0.1", 8080),
                                          peerAddress=IPv4Address("TCP", "127.0.0.1", 40000))
         self.server.makeConnection(self.transport)

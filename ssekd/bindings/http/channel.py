@@ -1,6 +1,6 @@
 """HTTP/1.1 connection limits: header size and count, a deadline for the request head, a cap and a
 deadline for the body, so a slowloris client, a giant header or an endless upload cannot tie up
-the daemon (or its disk). `Limits` also carries the HTTP/2 limits that `h2.py` applies."""
+the daemon (or its disk). `Limits` also carries the HTTP/2 limits that `h2_limits.py` applies."""
 
 from __future__ import annotations
 

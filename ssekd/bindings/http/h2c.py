@@ -1,15 +1,21 @@
 """Which HTTP a connection speaks: ALPN over TLS, the HTTP/2 preface in cleartext (docs/config-reference.md).
 
-Twisted's `Site` already becomes HTTP/2 when TLS negotiated `h2`, but has no cleartext HTTP/2.
-A prior-knowledge h2c client opens with the fixed preface `PRI * HTTP/2.0\\r\\n\\r\\nSM\\r\\n\\r\\n`,
-which no HTTP/1.1 request starts with, so `PrefaceSniffer` looks at the first bytes, builds
-our `BatchingH2Connection` (h2.py) or the site's HTTP/1.1 channel, hands it the connection and replays
-the bytes. Most requests are decided on their first byte (`G` is not `P`).
+Over TLS, `SwitchingChannelProtocol` is the Site's protocol: HTTP/1.1 until TLS says ALPN chose
+`h2`, then our HTTP/2 connection (Twisted's own switch always builds its own class).
+
+Twisted's `Site` has no cleartext HTTP/2. A prior-knowledge h2c client opens with the fixed
+preface `PRI * HTTP/2.0\\r\\n\\r\\nSM\\r\\n\\r\\n`, which no HTTP/1.1 request starts with, so
+`PrefaceSniffer` looks at the first bytes, builds our HTTP/2 connection or the site's HTTP/1.1
+channel, hands it the connection and replays the bytes. Most requests are decided on their
+first byte (`G` is not `P`).
+
+Both build the same HTTP/2 connection, `h2_connection`: `LimitedH2Connection` (h2_limits.py),
+the http binding's limits over our batching data path (h2_sending.py).
 
 `options.versions` limits what is served: an HTTP/2-only binding answers HTTP/1.1 with `505`,
 and a binding without `h2` treats the preface as the bad HTTP/1.1 request it then is. Over TLS,
 the tls binding only negotiates protocols its exit lists in `versions` (it reads
-`HttpServer.versions`).
+`server.HttpServer.versions`).
 
 (Upgrade: h2c from HTTP/1.1 is not offered: browsers never use it, and curl only with
 `--http2` on http://, where it falls back to HTTP/1.1 cleanly.)
@@ -17,27 +23,16 @@ the tls binding only negotiates protocols its exit lists in `versions` (it reads
 
 from __future__ import annotations
 
-import typing
 from collections.abc import Collection
 from typing import Any, cast
 
 from twisted.internet.interfaces import IProtocol
 from twisted.internet.protocol import Protocol
 from twisted.python.failure import Failure
+from twisted.web import http
 
-from ssekd.bindings.http.h2 import BatchingH2Connection
-from ssekd.bindings.http.h2 import h2_connection as _batching_h2_connection
+from ssekd.bindings.http.h2_limits import LimitedH2Connection
 from ssekd.spi.connection import ConnectionInfo
-
-
-class HttpServer(typing.Protocol):
-    """What the sniffer needs of the http binding (`server.HttpServer`)."""
-
-    @property
-    def versions(self) -> Collection[str]: ...
-
-    @property
-    def site(self) -> Any: ...
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
@@ -45,27 +40,68 @@ _VERSION_NOT_SUPPORTED = (b"HTTP/1.1 505 HTTP Version Not Supported\r\n"
                           b"Connection: close\r\nContent-Length: 0\r\n\r\n")
 
 
-def protocol_for(server: HttpServer, conn: ConnectionInfo) -> IProtocol | None:
-    """The protocol for a connection the http binding accepts (its `build_protocol`)."""
+def protocol_for(site: Any, versions: Collection[str], conn: ConnectionInfo) -> IProtocol | None:
+    """The protocol for a connection the http binding accepts (its `build_protocol`): `site`
+    serves it, in one of `versions`."""
     if conn.secure:
         # ALPN has spoken; the tls binding negotiated only what `versions` allows.
-        if conn.alpn == "h2" or "http/1.1" in server.versions:
-            site: Any = server.site
+        if conn.alpn == "h2" or "http/1.1" in versions:
             return cast(IProtocol, site.buildProtocol(conn.peer))
         return cast(IProtocol, _Refuse())
-    return cast(IProtocol, PrefaceSniffer(server, conn))
+    return cast(IProtocol, PrefaceSniffer(site, versions, conn))
 
 
-def h2_connection(site: Any) -> BatchingH2Connection:
-    """The same HTTP/2 connection class as after ALPN over TLS, on the site's reactor."""
-    return _batching_h2_connection(site)
+def h2_connection(site: Any) -> LimitedH2Connection:
+    """The HTTP/2 connection for `site`, after ALPN over TLS or the h2c preface: set up as
+    Twisted's ALPN switch sets one up, on the site's reactor, with the http binding's limits and
+    routes when the site is its `HttpSite` (any Twisted Site works)."""
+    h2 = LimitedH2Connection(site.reactor, getattr(site, "limits", None),
+                             getattr(site, "root", None))
+    # Twisted's attributes for these are untyped (set by its factories), hence Any
+    wired: Any = h2
+    wired.site = site
+    wired.factory = site
+    wired.requestFactory = site.requestFactory
+    wired.timeOut = site.timeOut
+    wired.callLater = site.reactor.callLater
+    return h2
+
+
+class SwitchingChannelProtocol(http._GenericHTTPChannelProtocol):
+    """Twisted's HTTP/1.1-or-HTTP/2 proxy protocol, switching to our `LimitedH2Connection`.
+
+    Twisted's switch builds the module-global `H2Connection`; this one makes the same moves
+    (release the transport's producer slot, stop the HTTP/1.1 timeout, connect the HTTP/2
+    connection, register it as the transport's producer) with our class, before the base class
+    sees the data and finds the protocol already decided.
+    """
+
+    def dataReceived(self, data: bytes) -> None:
+        if self._negotiatedProtocol is None:
+            old: Any = self._channel
+            if getattr(old.transport, "negotiatedProtocol", None) == b"h2":
+                network_producer = old._networkProducer
+                network_producer.unregisterProducer()
+                old.setTimeout(None)
+                h2: Any = h2_connection(self._site)
+                h2.requestFactory = self._requestFactory
+                h2.factory = self._factory
+                h2.timeOut = self._timeOut
+                if self._callLater is not None:
+                    h2.callLater = self._callLater
+                self._channel = h2
+                h2.makeConnection(old.transport)
+                network_producer.registerProducer(h2, True)
+                self._negotiatedProtocol = b"h2"  # type: ignore[assignment]
+        super().dataReceived(data)
 
 
 class PrefaceSniffer(Protocol):
     """Buffers a cleartext connection's first bytes until they tell HTTP/2 from HTTP/1.1."""
 
-    def __init__(self, server: HttpServer, conn: ConnectionInfo) -> None:
-        self.server = server
+    def __init__(self, site: Any, versions: Collection[str], conn: ConnectionInfo) -> None:
+        self.site = site
+        self.versions = versions
         self.conn = conn
         self.inner: Any = None
         self._buffer = b""
@@ -74,7 +110,7 @@ class PrefaceSniffer(Protocol):
     def connectionMade(self) -> None:
         # The chosen protocol brings its own timeouts; until then a silent client must not hold
         # the socket for ever.
-        site: Any = self.server.site
+        site = self.site
         if site.timeOut:
             self._deadline = site.reactor.callLater(site.timeOut, self._silent)
 
@@ -88,8 +124,7 @@ class PrefaceSniffer(Protocol):
             return  # could still be the preface: wait for more
         buffered, self._buffer = self._buffer, b""
         self._disarm()
-        versions = self.server.versions
-        site: Any = self.server.site
+        versions, site = self.versions, self.site
         if head == PREFACE and "h2" in versions:
             h2 = h2_connection(site)
             self.inner = h2

@@ -4,7 +4,7 @@
 silently and says nothing until it is complete, so a client that never completes one, or sends
 its HEADERS frame a byte at a time, looks to the connection like any other client that is not
 idle. `HeaderBlockWatch` reads only the 9-byte frame headers of the received bytes (it skips
-payloads) to tell when a block is under way; `BatchingH2Connection` gives that a deadline.
+payloads) to tell when a block is under way; `LimitedH2Connection` gives that a deadline.
 
 The same frame headers tell two more things `h2` keeps to itself: how many bytes the block under
 way has announced so far (`h2` buffers up to 64 CONTINUATION frames, 1 MiB, before it objects),

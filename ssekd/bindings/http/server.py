@@ -1,7 +1,7 @@
 """The http server binding at run time: a Twisted `Site` whose root routes each request to an exit.
 
-The same Site serves HTTP/1.1 and HTTP/2 (its protocol switches to our `BatchingH2Connection`
-when TLS negotiates `h2`, see `h2.py`); CORS and routing happen here, once, before the exit sees the request.
+The same Site serves HTTP/1.1 and HTTP/2 (its protocol switches to our HTTP/2 connection
+when TLS negotiates `h2`, see `h2c.py`); CORS and routing happen here, once, before the exit sees the request.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from ssekd.bindings.http.authorization import (
 )
 from ssekd.bindings.http.channel import BodyCountingRequest, LimitedHTTPChannel, Limits
 from ssekd.bindings.http.cors import AccessControl
-from ssekd.bindings.http.h2 import SwitchingChannelProtocol
+from ssekd.bindings.http.h2c import SwitchingChannelProtocol
 from ssekd.bindings.http.health import HealthPaths
 from ssekd.bindings.http.roles import HttpBinding, HttpContext
 from ssekd.bindings.http.routing import Condition, head_headers, match_any, request_headers
@@ -259,7 +259,7 @@ class HttpServer:
 
     def build_protocol(self, conn: ConnectionInfo) -> IProtocol | None:
         """HTTP/1.1 or HTTP/2 as TLS negotiated, or as the first bytes say in cleartext."""
-        return h2c.protocol_for(self, conn)
+        return h2c.protocol_for(self.site, self.versions, conn)
 
     def renew_for_sibling(self, host: str, tokens: Mapping[str, str]
                           ) -> defer.Deferred[dict[str, Renewal]]:

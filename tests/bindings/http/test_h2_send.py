@@ -1,4 +1,4 @@
-"""The HTTP/2 send loop (`ssekd.bindings.http.h2`) on a clock: batching, flow control, backpressure.
+"""The HTTP/2 send loop (`ssekd.bindings.http.h2_sending`) on a clock: batching, flow control, backpressure.
 
 A real `h2` client connection talks to `BatchingH2Connection` over a `StringTransport`; nothing
 is sent until the clock turns, as in the reactor, so each test sees exactly what one turn writes.
@@ -20,8 +20,8 @@ from zope.interface import implementer
 
 from ssekd.bindings.http.channel import Limits
 from ssekd.bindings.http.cors import AccessControl
-from ssekd.bindings.http.h2 import BatchingH2Connection, h2_connection
-from ssekd.bindings.http.h2c import PREFACE
+from ssekd.bindings.http.h2_sending import BatchingH2Connection
+from ssekd.bindings.http.h2c import PREFACE, h2_connection
 from ssekd.bindings.http.server import HttpRoot, HttpSite
 from ssekd.telemetry.events import EventLog
 

@@ -18,18 +18,11 @@ PEER = IPv4Address("TCP", "127.0.0.1", 50000)
 LOCAL = IPv4Address("TCP", "127.0.0.1", 7114)
 
 
-class FakeHttpServer:
-    """What h2c needs of the http binding's runtime: its Site and its `versions`."""
-
-    def __init__(self, clock: MemoryReactorClock, versions: tuple[str, ...]) -> None:
-        self.site = Site(Resource(), timeout=30, reactor=clock)
-        self.versions = versions
-
-
 def sniff(versions: tuple[str, ...] = ("http/1.1", "h2")
           ) -> tuple[PrefaceSniffer, StringTransport, MemoryReactorClock]:
     clock = MemoryReactorClock()
-    proto = protocol_for(FakeHttpServer(clock, versions), ConnectionInfo(LOCAL, PEER))  # type: ignore[arg-type]
+    site = Site(Resource(), timeout=30, reactor=clock)
+    proto = protocol_for(site, versions, ConnectionInfo(LOCAL, PEER))
     assert isinstance(proto, PrefaceSniffer)
     transport = StringTransport()
     proto.makeConnection(transport)

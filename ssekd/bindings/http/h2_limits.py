@@ -1,28 +1,8 @@
-"""HTTP/2 that sends every ready DATA frame of a reactor turn in one write.
+"""HTTP/2 with the http binding's `Limits`: what one client may make the daemon do.
 
-Twisted's `H2Connection` sends one DATA frame per reactor turn (`callLater(0)` after each) and
-writes each frame to the transport on its own. For SSE fan-out that is the worst case: one event
-written to 100 streams of a connection costs 100 reactor turns, 100 transport writes and, over
-TLS, 100 TLS records and socket sends; at 100 events/s the connection falls behind (measured with
-`bench/tls.py`: seconds of latency, 3-5x the CPU of HTTP/1.1 per delivery).
-
-`BatchingH2Connection` keeps Twisted's stream objects, request handling, control frames,
-timeouts, GOAWAY and RST_STREAM handling, and replaces only the data path:
-
-* writes to streams are queued, and one send per reactor turn (scheduled by the first write of
-  the turn) drains the queues of all streams that can send, round-robin one frame per stream
-  per pass (priorities are not honoured: fairness is what SSE needs), up to `send_budget` bytes;
-  the frames leave in one `transport.write`; another turn is scheduled only if data remains;
-* flow control is HTTP/2's: a stream whose window is exhausted leaves the rotation until a
-  WINDOW_UPDATE (or a SETTINGS change) reopens it, while the other streams go on; an exhausted
-  connection window stops all sending until the peer opens it;
-* when the transport pauses the connection (its buffer is full) nothing is sent until it resumes;
-* a stream's producer (`request.registerProducer`) is paused when its window is used up by what
-  is queued, as in Twisted, and also when `stream_buffer_limit` bytes are queued for it - so a
-  client that opens huge windows but reads slowly makes its producers stop instead of making the
-  queues grow without bound - and resumed once its queue has drained to half that.
-
-It also applies the http binding's `Limits` to HTTP/2, where Twisted applies none:
+`LimitedH2Connection` is the connection the http binding serves HTTP/2 with: our
+`BatchingH2Connection` (h2_sending.py, the data path) with these limits on top, where Twisted
+applies none:
 
 * SETTINGS advertise `h2-streams` as MAX_CONCURRENT_STREAMS and `header-bytes` as
   MAX_HEADER_LIST_SIZE, and `h2`'s HPACK decoder refuses a bigger header list (the connection
@@ -45,23 +25,16 @@ It also applies the http binding's `Limits` to HTTP/2, where Twisted applies non
   moment the body crosses `body-bytes`;
 * more than `h2-resets` client RST_STREAMs in `H2_RESET_WINDOW` seconds end the connection with
   GOAWAY ENHANCE_YOUR_CALM (rapid reset, CVE-2023-44487). A stream opened and reset in the same
-  read is never handed to the site (no render, no subscription), and writes to a stream the
-  client reset are dropped quietly.
+  read is never handed to the site (no render, no subscription).
 
 And it bounds the work one connection can cause at a time: `h2` gets a read one header block
 (one new stream) at a time, at most `BLOCKS_PER_TURN` per reactor turn, the rest waiting with
-reading paused; a connection sent away reads at most `LINGER_BYTES` more; and a pull producer
-(a static file) still registered on a stream that ends is stopped (Twisted leaves it running,
-and it raised once its request had lost its channel).
-
-`SwitchingChannelProtocol` is the Site's protocol: HTTP/1.1 until TLS says ALPN chose `h2`, then
-this connection class (Twisted's own switch always builds its own class); `h2_connection` builds
-one for cleartext h2c.
+reading paused; a connection sent away reads at most `LINGER_BYTES` more.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict, deque
+from collections import deque
 from typing import Any
 
 import h2.errors
@@ -72,18 +45,11 @@ from twisted.internet.error import ConnectionLost
 from twisted.internet.interfaces import IDelayedCall, ITCPTransport
 from twisted.internet.protocol import connectionDone
 from twisted.python.failure import Failure
-from twisted.web import http
-from twisted.web._http2 import _END_STREAM_SENTINEL, H2Connection
 
 from ssekd.bindings.http.channel import H2_CONTROL_WINDOW, H2_RESET_WINDOW, BodyRoutes, Limits
+from ssekd.bindings.http.h2_sending import BatchingH2Connection
 from ssekd.bindings.http.header_blocks import HeaderBlockWatch
 
-#: Payload bytes one reactor turn may send before it yields to the reactor (reads, other
-#: connections, timers); the rest goes on the next turn.
-SEND_BUDGET = 256 * 1024
-
-#: Bytes queued for one stream before its producer is paused.
-STREAM_BUFFER_LIMIT = 64 * 1024
 #: Seconds a connection sent away with GOAWAY stays half-open, so the peer reads the GOAWAY.
 LINGER_SECONDS = 2.0
 #: Bytes read and dropped while it lingers; then reading stops. A peer that reads our GOAWAY
@@ -121,11 +87,10 @@ class AdvertisedSettings(h2.settings.Settings):
         self[h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS] = value
 
 
-class BatchingH2Connection(H2Connection):
-    """An `H2Connection` whose data path sends many frames per reactor turn (module docstring)."""
 
-    send_budget = SEND_BUDGET
-    stream_buffer_limit = STREAM_BUFFER_LIMIT
+class LimitedH2Connection(BatchingH2Connection):
+    """A `BatchingH2Connection` that holds a client to the http binding's `Limits` (module
+    docstring)."""
 
     def __init__(self, reactor: Any = None, limits: Limits | None = None,
                  routes: BodyRoutes | None = None) -> None:
@@ -159,189 +124,11 @@ class BatchingH2Connection(H2Connection):
         self._bodiless: set[int] = set()
         #: Streams handed on before their body came: what else arrives for them is dropped.
         self._unread: set[int] = set()
-        #: Streams with queued data that may send now, in round-robin order (the OrderedDict
-        #: gives O(1) pop from the front, append at the back and removal from the middle).
-        self._ready: OrderedDict[int, None] = OrderedDict()
-        #: Streams with queued data whose own flow-control window is exhausted.
-        self._window_blocked: set[int] = set()
-        #: Bytes queued per stream (Twisted recomputes this from the queue on every write).
-        self._queued: dict[int, int] = {}
-        self._send_call: IDelayedCall | None = None
-        self._initial_window = self.conn.remote_settings.initial_window_size
 
-    # -- writes from streams -----------------------------------------------------------------
-
-    def writeDataToStream(self, streamID: int, data: bytes) -> None:
-        """Queue `data` for the stream and make sure a send is scheduled for this turn.
-
-        A stream already forgotten (reset by the client) takes nothing: the write is dropped."""
-        queue = self._outboundStreamQueues.get(streamID)
-        if not data or queue is None:
-            return
-        queue.append(data)
-        self._queued[streamID] = self._queued.get(streamID, 0) + len(data)
-        if streamID not in self._window_blocked:
-            self._ready[streamID] = None
-            self._wake()
-        if self.remainingOutboundWindow(streamID) <= 0:
-            self.streams[streamID].flowControlBlocked()
-
-    def endRequest(self, streamID: int) -> None:
-        """END_STREAM goes out after whatever is queued for the stream (if it still exists)."""
-        queue = self._outboundStreamQueues.get(streamID)
-        if queue is None:
-            return
-        queue.append(_END_STREAM_SENTINEL)
-        if streamID not in self._window_blocked:
-            self._ready[streamID] = None
-            self._wake()
-
-    def remainingOutboundWindow(self, streamID: int) -> int:
-        """Room left for the stream's producer: its window, capped by the buffer limit, minus
-        what is queued. H2Stream pauses its producer at <= 0 and resumes it above."""
-        try:
-            window = min(self.conn.local_flow_control_window(streamID), self.stream_buffer_limit)
-        except h2.exceptions.StreamClosedError:
-            # Reset by the client in the read being handled: `h2` has closed it, Twisted will
-            # forget it when it reaches the reset. No room: the producer stays paused.
-            return 0
-        return int(window - self._queued.get(streamID, 0))
-
-    def writeHeaders(self, version: bytes, code: bytes, reason: bytes,
-                     headers: list[tuple[bytes, bytes]], streamID: int) -> None:
-        """Twisted drops headers for a stream `h2` has closed; also for one it has forgotten."""
-        try:
-            super().writeHeaders(version, code, reason, headers, streamID)
-        except h2.exceptions.StreamIDTooLowError:
-            pass
-
-    # -- the send loop -----------------------------------------------------------------------
-
-    def _wake(self) -> None:
-        """Schedule one send for the end of this turn, so that all writes of the turn share it."""
-        if (self._send_call is None and self._consumerBlocked is None
-                and self._stillProducing):
-            self._send_call = self._reactor.callLater(0, self._sendPrioritisedData)
-
-    def _sendPrioritisedData(self, *args: object) -> None:
-        """Send frames from all ready streams, round-robin, up to the budget, in one write.
-
-        Named as Twisted's loop so that the call `H2Connection.__init__` schedules lands here.
-        """
-        self._send_call = None
-        if not self._stillProducing or self._consumerBlocked is not None:
-            return  # connectionLost, or resumeProducing wakes us
-        conn = self.conn
-        ready = self._ready
-        queues = self._outboundStreamQueues
-        queued = self._queued
-        max_frame = conn.max_outbound_frame_size
-        low_water = self.stream_buffer_limit // 2
-        budget = self.send_budget
-        finished: list[int] = []
-        drained: list[int] = []
-        while ready and budget > 0 and conn.outbound_flow_control_window > 0:
-            stream_id, _ = ready.popitem(last=False)
-            queue = queues[stream_id]
-            if not queue:
-                continue
-            if queue[0] is _END_STREAM_SENTINEL:
-                queue.popleft()
-                conn.end_stream(stream_id)
-                finished.append(stream_id)
-                continue
-            window = conn.local_flow_control_window(stream_id)
-            if window <= 0:
-                # The connection window is open (loop condition): the stream's own is not.
-                self._window_blocked.add(stream_id)
-                continue
-            room = min(window, max_frame)
-            parts: list[bytes] = []
-            size = 0
-            while queue and size < room:
-                chunk = queue[0]
-                if chunk is _END_STREAM_SENTINEL:
-                    break
-                if size + len(chunk) <= room:
-                    queue.popleft()
-                    parts.append(chunk)
-                    size += len(chunk)
-                else:
-                    cut = room - size
-                    parts.append(chunk[:cut])
-                    queue[0] = chunk[cut:]
-                    size = room
-            end = len(queue) == 1 and queue[0] is _END_STREAM_SENTINEL
-            if end:
-                queue.popleft()
-                finished.append(stream_id)
-            conn.send_data(stream_id, parts[0] if len(parts) == 1 else b"".join(parts),
-                           end_stream=end)
-            budget -= size
-            left = queued[stream_id] - size
-            queued[stream_id] = left
-            if queue:
-                ready[stream_id] = None  # to the back of the rotation
-            if left <= low_water and left + size > low_water:
-                drained.append(stream_id)
-        out = conn.data_to_send()
-        if out:
-            self.resetTimeout()
-            if self._bufferedControlFrames:
-                # Control frames held back while the transport was paused go first.
-                self._flushBufferedControlData()
-            transport: Any = self.transport
-            transport.write(out)
-        for stream_id in finished:
-            if stream_id in self.streams:  # a failed write may have lost the connection
-                self._requestDone(stream_id)
-        for stream_id in drained:
-            # Below the low-water mark: a producer paused by the buffer limit may go on. Done
-            # after the write, since a producer may write (and re-enter) as it resumes.
-            stream = self.streams.get(stream_id)
-            if stream is not None:
-                stream.windowUpdated()
-        if ready and conn.outbound_flow_control_window > 0:
-            self._wake()
-
-    # -- events that unblock sending ---------------------------------------------------------
-
-    def resumeProducing(self) -> None:
-        """The transport drained: flush held control frames (Twisted), then send data again."""
-        super().resumeProducing()
-        if self._ready:
-            self._wake()
-
-    def _handleWindowUpdate(self, event: Any) -> None:
-        """A stream's update brings it back into the rotation; the connection's wakes the loop
-        (its streams never left it). Either may let paused producers go on (Twisted's check)."""
-        stream_id = event.stream_id
-        if stream_id:
-            stream = self.streams.get(stream_id)
-            if stream is None:
-                return  # a late WINDOW_UPDATE for a stream already done: harmless
-            if stream_id in self._window_blocked:
-                self._window_blocked.discard(stream_id)
-                self._ready[stream_id] = None
-            if self._ready:
-                self._wake()
-            stream.windowUpdated()
-        else:
-            if self._ready:
-                self._wake()
-            for stream in list(self.streams.values()):
-                stream.windowUpdated()
-
-    def _handlePriorityUpdate(self, event: Any) -> None:
-        """Priorities are not honoured (the send loop is round-robin), so PRIORITY frames are
-        ignored. Twisted kept a tree entry for every stream one names, opened or not, and the
-        tree raises on its 1001st: a PRIORITY flood dropped the connection with a traceback."""
+    # -- bytes arriving ----------------------------------------------------------------------
 
     def dataReceived(self, data: bytes) -> None:
-        """Twisted does not look at SETTINGS; a new INITIAL_WINDOW_SIZE changes every stream's
-        window, so window-blocked streams get another look and their producers a chance.
-
-        Also arms the header block deadline while a block is incomplete (`HeaderBlockWatch`),
+        """Arms the header block deadline while a block is incomplete (`HeaderBlockWatch`),
         bounds a header block's bytes and the frames the client makes us answer, and hands
         `h2` the bytes one header block at a time."""
         if self._gone:
@@ -398,8 +185,9 @@ class BatchingH2Connection(H2Connection):
             transport: Any = self.transport
             transport.resumeProducing()
 
+
     def _after_read(self) -> None:
-        """The header block deadline, and a new INITIAL_WINDOW_SIZE (dataReceived)."""
+        """The header block deadline: armed while a block is incomplete."""
         if self._blocks.pending:
             if self._block_deadline is None:
                 self._block_deadline = self._reactor.callLater(self.limits.header_timeout,
@@ -407,16 +195,6 @@ class BatchingH2Connection(H2Connection):
         elif self._block_deadline is not None:
             self._block_deadline.cancel()
             self._block_deadline = None
-        initial = self.conn.remote_settings.initial_window_size
-        if initial != self._initial_window:
-            self._initial_window = initial
-            for stream_id in self._window_blocked:
-                self._ready[stream_id] = None
-            self._window_blocked.clear()
-            if self._ready:
-                self._wake()
-            for stream in list(self.streams.values()):
-                stream.windowUpdated()
 
     # -- requests arriving -------------------------------------------------------------------
 
@@ -586,19 +364,10 @@ class BatchingH2Connection(H2Connection):
             transport.loseConnection()
         self.connectionLost(Failure(ConnectionLost(why)), _cancelTimeouts=False)
 
+
     # -- stream and connection ends ----------------------------------------------------------
 
     def _requestDone(self, streamID: int) -> None:
-        stream = self.streams.get(streamID)
-        if stream is not None and stream.producer is not None and not stream.hasStreamingProducer:
-            # A pull producer (a static file) still registered: the stream was reset or the
-            # connection lost under it. Twisted leaves it running, and its next step calls
-            # `request.unregisterProducer()` on a request whose channel is gone (AttributeError,
-            # a traceback per file). Stopped here, as HTTP/1.1 stops it.
-            stream.producer.stopProducing()
-        self._ready.pop(streamID, None)
-        self._window_blocked.discard(streamID)
-        self._queued.pop(streamID, None)
         self._body_left.pop(streamID, None)
         self._bodiless.discard(streamID)
         self._unread.discard(streamID)
@@ -612,9 +381,6 @@ class BatchingH2Connection(H2Connection):
     def connectionLost(self, reason: Failure = connectionDone,
                        _cancelTimeouts: bool = True) -> None:
         super().connectionLost(reason, _cancelTimeouts=_cancelTimeouts)
-        if self._send_call is not None and self._send_call.active():
-            self._send_call.cancel()
-        self._send_call = None
         if self._block_deadline is not None and self._block_deadline.active():
             self._block_deadline.cancel()
         self._block_deadline = None
@@ -622,47 +388,3 @@ class BatchingH2Connection(H2Connection):
             self._backlog_call.cancel()
         self._backlog_call = None
         self._backlog = b""
-
-
-def h2_connection(site: Any) -> BatchingH2Connection:
-    """A connection set up as Twisted's ALPN switch sets one up, on the site's reactor, with the
-    http binding's limits and routes when the site is its `HttpSite` (any Twisted Site works)."""
-    h2 = BatchingH2Connection(site.reactor, getattr(site, "limits", None),
-                              getattr(site, "root", None))
-    # Twisted's attributes for these are untyped (set by its factories), hence Any
-    wired: Any = h2
-    wired.site = site
-    wired.factory = site
-    wired.requestFactory = site.requestFactory
-    wired.timeOut = site.timeOut
-    wired.callLater = site.reactor.callLater
-    return h2
-
-
-class SwitchingChannelProtocol(http._GenericHTTPChannelProtocol):
-    """Twisted's HTTP/1.1-or-HTTP/2 proxy protocol, switching to `BatchingH2Connection`.
-
-    Twisted's switch builds the module-global `H2Connection`; this one makes the same moves
-    (release the transport's producer slot, stop the HTTP/1.1 timeout, connect the HTTP/2
-    connection, register it as the transport's producer) with our class, before the base class
-    sees the data and finds the protocol already decided.
-    """
-
-    def dataReceived(self, data: bytes) -> None:
-        if self._negotiatedProtocol is None:
-            old: Any = self._channel
-            if getattr(old.transport, "negotiatedProtocol", None) == b"h2":
-                network_producer = old._networkProducer
-                network_producer.unregisterProducer()
-                old.setTimeout(None)
-                h2: Any = h2_connection(self._site)
-                h2.requestFactory = self._requestFactory
-                h2.factory = self._factory
-                h2.timeOut = self._timeOut
-                if self._callLater is not None:
-                    h2.callLater = self._callLater
-                self._channel = h2
-                h2.makeConnection(old.transport)
-                network_producer.registerProducer(h2, True)
-                self._negotiatedProtocol = b"h2"  # type: ignore[assignment]
-        super().dataReceived(data)
