@@ -108,7 +108,8 @@ class HttpRoot(Resource):
         self.events = events
         self.authorization = authorization
         #: The renewal requests, whose reach includes the daemon's other workers (`siblings`).
-        self.renewals = Renewals(name, authorization, siblings) if authorization else None
+        self.renewals = (Renewals(name, authorization, siblings) if authorization is not None
+                         else None)
 
     def render(self, request: Request) -> bytes | int:
         request.setHeader(b"server", SERVER_NAME)
@@ -263,5 +264,5 @@ class HttpServer:
 
     def renew_for_sibling(self, host: str, tokens: Mapping[str, str]
                           ) -> defer.Deferred[dict[str, Renewal]]:
-        """See `HttpRoot.renew_for_sibling` (`ssekd.siblings` calls it)."""
+        """See `HttpRoot.renew_for_sibling` (`ssekd.workers.siblings` calls it)."""
         return self.site.root.renew_for_sibling(host, tokens)
