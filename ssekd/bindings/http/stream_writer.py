@@ -77,7 +77,7 @@ def start_stream(request: Request, first: bytes, shared: bool = True) -> StreamW
         # behind a PROXY protocol header the connection's transport only relabels addresses:
         # the chunks go to the socket under it
         transport = socket_transport(transport)
-        return ChunkedWriter(req, transport, eager(transport), shared)
+        return (ChunkedWriter if shared else OwnChunkedWriter)(req, transport, eager(transport))
     return RequestWriter(req)
 
 
@@ -87,32 +87,29 @@ def http_chunk(data: bytes) -> bytes:
 
 
 class ChunkedWriter:
-    """HTTP/1.1 chunked: chunks straight to the connection's transport (module docstring).
-    One small slotted object per stream: 10,000 idle streams hold 10,000 of them."""
+    """HTTP/1.1 chunked: chunks straight to the connection's transport (module docstring), each
+    data framed once for all the streams it goes to in a row. One small slotted object per
+    stream: 10,000 idle streams hold 10,000 of them."""
 
-    __slots__ = ("eager", "request", "shared", "transport")
+    __slots__ = ("eager", "request", "transport")
 
-    #: The last data framed for a stream with `shared` bytes, and its chunk: at the tail the
-    #: same bytes go to a whole group of streams in a row, so the framing (a copy of the
-    #: data) happens once per group batch. One for the process: there is one reactor thread.
+    #: The last data framed, and its chunk: at the tail the same bytes go to a whole group of
+    #: streams in a row, so the framing (a copy of the data) happens once per group batch. One
+    #: for the process: there is one reactor thread.
     framed: ClassVar[tuple[bytes, bytes]] = (b"", b"")
 
-    def __init__(self, request: Any, transport: Any, eager: bool, shared: bool) -> None:
+    def __init__(self, request: Any, transport: Any, eager: bool) -> None:
         self.request = request
         self.transport = transport
         #: Written with `send_now` (a plain TCP connection).
         self.eager = eager
-        self.shared = shared
 
     def write(self, data: bytes) -> None:
         self.request.sentLength += len(data)  # what Request.write counts, for the access log
-        if self.shared:
-            last, chunk = ChunkedWriter.framed
-            if data is not last:
-                chunk = http_chunk(data)
-                ChunkedWriter.framed = (data, chunk)
-        else:
+        last, chunk = ChunkedWriter.framed
+        if data is not last:
             chunk = http_chunk(data)
+            ChunkedWriter.framed = (data, chunk)
         if self.eager:
             send_now(self.transport, chunk)
         else:
@@ -120,6 +117,21 @@ class ChunkedWriter:
 
     def reset(self) -> None:
         reset(self.request)
+
+
+class OwnChunkedWriter(ChunkedWriter):
+    """`ChunkedWriter` for a stream whose bytes are its own (gzip): framed for it alone, so
+    they never evict the chunk the streams without gzip share."""
+
+    __slots__ = ()
+
+    def write(self, data: bytes) -> None:
+        self.request.sentLength += len(data)
+        chunk = http_chunk(data)
+        if self.eager:
+            send_now(self.transport, chunk)
+        else:
+            self.transport.write(chunk)
 
 
 class RequestWriter:
