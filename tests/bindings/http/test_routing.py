@@ -6,12 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from ssekd.bindings.api import HttpContext
 from twisted.internet.testing import MemoryReactorClock
 from twisted.web.server import Request
 
 from ssekd.bindings.http.channel import Limits
 from ssekd.bindings.http.cors import AccessControl
+from ssekd.bindings.http.roles import HttpContext
 from ssekd.bindings.http.routing import Condition, HeaderPattern, match_any
 from ssekd.bindings.http.server import HttpRoot, HttpRoute, HttpSite
 from ssekd.telemetry.events import EventLog

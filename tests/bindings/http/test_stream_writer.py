@@ -9,12 +9,12 @@ import socket
 from typing import Any
 
 import h2.events
-from ssekd.bindings.api import HttpContext
 from twisted.internet import tcp
 from twisted.internet.protocol import Protocol
 from twisted.internet.testing import MemoryReactorClock, StringTransport
 from twisted.web.server import NOT_DONE_YET, Request
 
+from ssekd.bindings.http.roles import HttpContext
 from ssekd.bindings.http.stream_writer import (
     ChunkedWriter,
     RequestWriter,
