@@ -25,7 +25,7 @@ any write while something is still queued or the connection is closing, goes thr
 `transport.write` as before: ordering, Twisted's buffer and its producer pausing are unchanged.
 
 Coalescing does not suffer: what arrives from Kafka while the reactor is busy sending is handed
-over as one batch when it is free again (`ssekd.bindings.kafka.client`), so a busy reactor sends
+over as one batch when it is free again (`ssekd.bindings.kafka.inbox`), so a busy reactor sends
 fewer, larger writes, and an idle one sends each batch the moment it arrives.
 
 A connection written this way has Nagle's algorithm off (`TCP_NODELAY`, as asyncio sets on
