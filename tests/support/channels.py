@@ -17,111 +17,41 @@ from __future__ import annotations
 
 from pathlib import Path
 
-CONFIG = """\
-name: walk
-vaults:
-  keys:
-    type: filesystem
-    options:
-      keys: {{store: {store}, type: pkcs12, password: ssekd-dev-password}}
-guards:
-  jwt0:
-    type: jwt
-    options:
-      issuer: https://issuer.test
-      audience: ssekd-test
-      keys: {jwks}
-bindings:
-  tcp:
-    type: tcp
-    kind: server
-    options: {{host: 127.0.0.1, port: [{plain}, {secure}]}}
-    routes:
-      - when: [{{port: {secure}}}]
-        exit: tls
-    exit: http
-  tls:
-    type: tls
-    kind: server
-    vault: keys
-    options: {{keys: [localhost], alpn: [http/1.1]}}
-    exit: http
-  http:
-    type: http
-    kind: server
-    options:
-      asyncapi: {{path: /asyncapi.yaml}}
-      health: {{}}
-      authorization:
-        jwt0:
-          credentials:
-            headers: {{authorization: "Bearer {{credentials}}"}}
-    routes:
-      - when: [{{headers: {{":path": "/static/*"}}}}]
-        exit: files_map
-      - when: [{{headers: {{":scheme": https, ":path": "/secure/{{x}}"}}}}]
-        exit: sse
-      - when: [{{headers: {{":path": /events}}}}]
-        exit: sse
-      - when: [{{headers: {{":path": "/topics/{{name}}"}}}}]
-        exit: sse
-      - when: [{{headers: {{":method": POST, ":path": "/{{x}}/post"}}}}]
-        exit: sse
-      - when: [{{headers: {{":path": /mine}}}}]
-        exit: sse
-        guarded: {{jwt0: [read]}}
-      - when: [{{headers: {{":path": /asyncapi.yaml}}}}]
-        exit: sse
-    exit: files_map
-  files_map:
-    type: http-filesystem
-    kind: proxy
-    routes:
-      - when: [{{path: "/{{path}}"}}]
-        exit: files
-        with: {{path: "${{params.path}}"}}
-  files:
-    type: filesystem
-    kind: server
-    options: {{location: {www}}}
-  sse:
-    type: sse
-    kind: server
-    exit: sse_kafka
-  sse_kafka:
-    type: sse-kafka
-    kind: proxy
-    routes:
-      - when: [{{path: /events}}]
-        exit: cache_client
-        with: {{topic: events}}
-      - when: [{{path: "/topics/{{topic}}"}}]
-        exit: cache_client
-      - when: [{{path: "/secure/{{topic}}"}}]
-        exit: cache_client
-        with: {{topic: "${{params.topic}}"}}
-      - when: [{{path: /mine}}]
-        exit: cache_client
-        with: {{topic: "inbox-${{guarded['jwt0'].identity}}"}}
-      - when: [{{path: "/static/{{topic}}"}}, {{path: "/{{topic}}/post"}}]
-        exit: cache_client
-      - when: [{{path: "/{{topic}}"}}]
-        exit: cache_client
-  cache_client:
-    type: kafka
-    kind: cache_client
-    exit: cache_server
-  cache_server:
-    type: kafka
-    kind: cache_server
-    exit: kafka_client
-  kafka_client:
-    type: kafka
-    kind: client
-    options:
-      servers: ["{bootstrap}"]
-      properties: {{fetch.wait.max.ms: 10}}
-"""
+from tests.support import zilla_config as zc
+
+
+def walk_config(plain: int, secure: int, bootstrap: str, jwks: str, store: str,
+                www: Path) -> zc.Node:
+    """The config the module's docstring walks, as data."""
+    guarded = {"jwt0": ["read"]}
+    bindings: zc.Node = {
+        "tcp": zc.tcp_server([plain, secure], routes=[zc.port_route(secure, "tls")]),
+        "tls": zc.tls_server("keys", alpn=["http/1.1"]),
+        "http": zc.http_server(
+            "files_map",
+            asyncapi={"path": "/asyncapi.yaml"}, health={},
+            authorization=zc.authorization(credentials=zc.BEARER),
+            routes=[zc.header_route("/static/*", "files_map"),
+                    zc.header_route("/secure/{x}", "sse", scheme="https"),
+                    zc.header_route("/events", "sse"),
+                    zc.header_route("/topics/{name}", "sse"),
+                    zc.header_route("/{x}/post", "sse", method="POST"),
+                    zc.header_route("/mine", "sse", guarded=guarded),
+                    zc.header_route("/asyncapi.yaml", "sse")]),
+        **zc.files(www, prefix="/"),
+        "sse": zc.sse_server(),
+        "sse_kafka": zc.sse_kafka([
+            zc.sse_route("/events", "events"),
+            zc.sse_route("/topics/{topic}", None),
+            zc.sse_route("/secure/{topic}"),
+            zc.sse_route("/mine", "inbox-${guarded['jwt0'].identity}"),
+            zc.sse_route(["/static/{topic}", "/{topic}/post"], None),
+            zc.sse_route("/{topic}", None)]),
+        **zc.kafka(bootstrap)}
+    return zc.zilla("walk", bindings,
+                    vaults={"keys": zc.keys_vault(store, "ssekd-dev-password")},
+                    guards={"jwt0": zc.jwt_guard("https://issuer.test", "ssekd-test", jwks)})
+
 
 #: address -> (topic as the document titles it, ports it is served on: "plain", "secure")
 EXPECTED = {
@@ -137,6 +67,4 @@ def write_walk_config(folder: Path, plain: int, secure: int, bootstrap: str = "1
                       store: str = "tls/localhost.p12") -> Path:
     (folder / "www").mkdir(exist_ok=True)
     path = folder / "walk.yaml"
-    path.write_text(CONFIG.format(plain=plain, secure=secure, bootstrap=bootstrap, jwks=jwks,
-                                  store=store, www=folder / "www"))
-    return path
+    return zc.write(path, walk_config(plain, secure, bootstrap, jwks, store, folder / "www"))

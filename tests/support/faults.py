@@ -24,6 +24,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from ssekd.dev.broker import free_port
+from tests.support import zilla_config as zc
 from tests.support.daemon import Daemon, start_daemon
 
 # -- how long and how big ----------------------------------------------------------------------
@@ -65,59 +66,21 @@ def raise_fd_limit(want: int) -> None:
 
 # -- the daemon --------------------------------------------------------------------------------
 
-CONFIG = """\
-name: reliability
-bindings:
-  tcp:
-    type: tcp
-    kind: server
-    options: {{host: 127.0.0.1, port: {port}}}
-    exit: http
-  http:
-    type: http
-    kind: server
-    options: {{limits: {{header-timeout: {header_timeout}}}}}
-    exit: sse
-  sse:
-    type: sse
-    kind: server
-    options: {{max-idle-time: {idle}}}
-    exit: sse_kafka
-  sse_kafka:
-    type: sse-kafka
-    kind: proxy
-    routes:
-      - when: [{{path: "/events/{{topic}}"}}]
-        exit: cache_client
-        with: {{topic: "${{params.topic}}"}}
-  cache_client:
-    type: kafka
-    kind: cache_client
-    exit: cache_server
-  cache_server:
-    type: kafka
-    kind: cache_server
-    options: {{cache: {{max-messages: {cache_messages}}}}}
-    exit: kafka_client
-  kafka_client:
-    type: kafka
-    kind: client
-    options:
-      servers: ["{bootstrap}"]
-      properties: {{fetch.wait.max.ms: 10, reconnect.backoff.max.ms: 500}}
-telemetry:
-  exporters:
-    stdout:
-      type: stdout
-"""
+def config(bootstrap: str, port: int, idle: float = 5, header_timeout: float = 10,
+           cache_messages: int = 100_000) -> zc.Node:
+    """The usual chain with streams at /events/{topic}, a kafka client that reconnects fast."""
+    return zc.sse_stack(port, bootstrap, name="reliability",
+                        routes=[zc.sse_route("/events/{topic}")],
+                        http=zc.http_server(limits={"header-timeout": header_timeout}),
+                        sse=zc.sse_server(max_idle_time=idle),
+                        cache={"cache": {"max-messages": cache_messages}},
+                        properties=zc.FAST_RECONNECT)
 
 
 def write_config(folder: Path, bootstrap: str, port: int, idle: float = 5,
                  header_timeout: float = 10, cache_messages: int = 100_000) -> Path:
-    path = folder / f"zilla-{port}.yaml"
-    path.write_text(CONFIG.format(port=port, bootstrap=bootstrap, idle=idle,
-                                  header_timeout=header_timeout, cache_messages=cache_messages))
-    return path
+    return zc.write(folder / f"zilla-{port}.yaml",
+                    config(bootstrap, port, idle, header_timeout, cache_messages))
 
 
 def run_daemon(started: list[Daemon], folder: Path, bootstrap: str, port: int | None = None,

@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 from ssekd.event_ids import ProgressId
+from tests.support import zilla_config as zc
 from tests.support.faults import long_seconds
-from tests.support.streamd import WWW_FILES
 
 WWW = Path(__file__).resolve().parents[2] / "www"
 
@@ -30,65 +30,20 @@ def examples(default: int, full: int) -> settings:
                                            HealthCheck.function_scoped_fixture])
 
 
-CONFIG = """\
-name: fuzz
-bindings:
-  tcp:
-    type: tcp
-    kind: server
-    options: {{host: 127.0.0.1, port: {port}}}
-    exit: http
-  http:
-    type: http
-    kind: server
-    options: {{limits: {{header-timeout: 2}}}}
-    routes:
-      - when: [{{headers: {{":path": "/www/*"}}}}]
-        exit: files_map
-    exit: sse
-""" + WWW_FILES + """  sse:
-    type: sse
-    kind: server
-    exit: sse_kafka
-  sse_kafka:
-    type: sse-kafka
-    kind: proxy
-    routes:
-      - when: [{{path: "/events/{{topic}}"}}]
-        exit: cache_client
-        with: {{topic: "${{params.topic}}"}}
-      - when: [{{path: "/bykey/{{topic}}/{{key}}"}}]
-        exit: cache_client
-        with:
-          topic: "${{params.topic}}"
-          filters: [{{key: "${{params.key}}", headers: {{k: "${{params.key}}"}}}}]
-          event: {{id: '["${{base64(key)}}","${{etag}}"]'}}
-  cache_client:
-    type: kafka
-    kind: cache_client
-    exit: cache_server
-  cache_server:
-    type: kafka
-    kind: cache_server
-    options: {{max-topics: 1000}}
-    exit: kafka_client
-  kafka_client:
-    type: kafka
-    kind: client
-    options:
-      servers: ["{bootstrap}"]
-      properties: {{fetch.wait.max.ms: 10}}
-telemetry:
-  exporters:
-    stdout:
-      type: stdout
-"""
+def config(bootstrap: str, port: int) -> zc.Node:
+    """The usual chain with /www/* files, streams at /events/{topic} and /bykey/{topic}/{key}
+    (a key filter, a header filter and key-form event ids: more parsing to reach)."""
+    routes = [zc.sse_route("/events/{topic}"),
+              zc.sse_route("/bykey/{topic}/{key}",
+                           filters=[{"key": "${params.key}", "headers": {"k": "${params.key}"}}],
+                           event={"id": '["${base64(key)}","${etag}"]'})]
+    return zc.sse_stack(port, bootstrap, name="fuzz", routes=routes, www=WWW,
+                        http=zc.http_server(limits={"header-timeout": 2}),
+                        cache={"max-topics": 1000})
 
 
 def write_config(folder: Path, bootstrap: str, port: int) -> Path:
-    path = folder / f"fuzz-{port}.yaml"
-    path.write_text(CONFIG.format(port=port, bootstrap=bootstrap, www=str(WWW)))
-    return path
+    return zc.write(folder / f"fuzz-{port}.yaml", config(bootstrap, port))
 
 
 # -- strategies ----------------------------------------------------------------------------

@@ -19,6 +19,7 @@ import h2.events
 import jwt
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
+from tests.support import zilla_config as zc
 from tests.support.daemon import Daemon
 from tests.support.h2client import H2SseClient, Stream
 
@@ -182,90 +183,6 @@ class JwksServer:
 
 # -- a guarded daemon --------------------------------------------------------------------------
 
-CONFIG = """\
-name: test
-guards:
-  jwt0:
-    type: jwt
-    options:
-      issuer: {issuer}
-      audience: {audience}
-      challenge: {challenge}
-      keys: {keys}
-bindings:
-  tcp:
-    type: tcp
-    kind: server
-    options: {{host: 127.0.0.1, port: {port}}}
-    exit: http
-  http:
-    type: http
-    kind: server
-    options:
-      authorization:
-        jwt0:
-          credentials:
-            headers: {{authorization: "Bearer {{credentials}}"}}
-            query: {{access_token: "{{credentials}}"}}
-    routes:
-      - when: [{{headers: {{":path": "/private/*"}}}}]
-        exit: files_map
-        guarded: {{jwt0: [read]}}
-      - when: [{{headers: {{":path": "/www/*"}}}}]
-        exit: files_map
-      - when: [{{headers: {{":path": "/events/*"}}}}]
-        exit: sse
-        guarded: {{jwt0: [read]}}
-    exit: sse
-  files_map:
-    type: http-filesystem
-    kind: proxy
-    routes:
-      - when: [{{path: "/private/{{path}}"}}, {{path: "/www/{{path}}"}}]
-        exit: files
-        with: {{path: "${{params.path}}"}}
-  files:
-    type: filesystem
-    kind: server
-    options: {{location: {www}}}
-  sse:
-    type: sse
-    kind: server
-    options: {{max-idle-time: 5}}
-    exit: sse_kafka
-  sse_kafka:
-    type: sse-kafka
-    kind: proxy
-    routes:
-      - when: [{{path: "/events/{{topic}}"}}]
-        exit: cache_client
-        with: {{topic: "${{params.topic}}"}}
-      - when: [{{path: "/mine/{{topic}}"}}]
-        exit: cache_client
-        guarded: {{jwt0: [read]}}
-        with:
-          topic: "${{params.topic}}"
-          filters: [{{key: "${{guarded['jwt0'].identity}}"}}]
-  cache_client:
-    type: kafka
-    kind: cache_client
-    exit: cache_server
-  cache_server:
-    type: kafka
-    kind: cache_server
-    exit: kafka_client
-  kafka_client:
-    type: kafka
-    kind: client
-    options:
-      servers: ["{bootstrap}"]
-      properties: {{fetch.wait.max.ms: 10}}
-telemetry:
-  exporters:
-    stdout:
-      type: stdout
-"""
-
 WWW = Path(__file__).resolve().parents[2] / "www"  # the demo page of www/
 
 
@@ -276,14 +193,28 @@ def wait_keys_loaded(daemon: Daemon, detail: str = "") -> None:
                        count=len(daemon.worker_pids()) or 1)
 
 
+def config(port: int, bootstrap: str, keys: str | list[dict[str, Any]],
+           challenge: int = 3) -> zc.Node:
+    """The usual chain with guard jwt0 on /private/* (files) and /events/* and /mine/* (SSE,
+    the latter keyed by the token's subject); /www/* open."""
+    guarded = {"jwt0": ["read"]}
+    http = zc.http_server(authorization=zc.authorization(),
+                          routes=[zc.header_route("/private/*", "files_map", guarded=guarded),
+                                  zc.header_route("/www/*", "files_map"),
+                                  zc.header_route("/events/*", "sse", guarded=guarded)])
+    routes = [zc.sse_route("/events/{topic}"),
+              zc.sse_route("/mine/{topic}", guarded=guarded,
+                           filters=[{"key": "${guarded['jwt0'].identity}"}])]
+    return zc.sse_stack(port, bootstrap, http=http, sse=zc.sse_server(max_idle_time=5),
+                        routes=routes,
+                        extra=zc.files(WWW, paths=["/private/{path}", "/www/{path}"]),
+                        guards={"jwt0": zc.jwt_guard(ISSUER, AUDIENCE, keys,
+                                                     challenge=challenge)})
+
+
 def write_config(folder: Path, port: int, bootstrap: str, keys: str | list[dict[str, Any]],
                  challenge: int = 3) -> Path:
-    text = CONFIG.format(issuer=ISSUER, audience=AUDIENCE, challenge=challenge,
-                         keys=keys if isinstance(keys, str) else json.dumps(keys), port=port,
-                         www=str(WWW), bootstrap=bootstrap)
-    path = folder / f"zilla-jwt-{port}.yaml"
-    path.write_text(text)
-    return path
+    return zc.write(folder / f"zilla-jwt-{port}.yaml", config(port, bootstrap, keys, challenge))
 
 
 # -- clients -----------------------------------------------------------------------------------

@@ -6,62 +6,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.support.streamd import WWW, WWW_FILES
+from tests.support import zilla_config as zc
+from tests.support.streamd import WWW
 
-CONFIG = """\
-name: models
-bindings:
-  tcp:
-    type: tcp
-    kind: server
-    options: {{host: 127.0.0.1, port: {port}}}
-    exit: http
-  http:
-    type: http
-    kind: server
-    options:
-      asyncapi: {{path: /asyncapi.yaml}}
-    routes:
-      - when: [{{headers: {{":path": "/www/*"}}}}]
-        exit: files_map
-    exit: sse
-""" + WWW_FILES + """  sse:
-    type: sse
-    kind: server
-    options: {{retry: 200}}
-    exit: sse_kafka
-  sse_kafka:
-    type: sse-kafka
-    kind: proxy
-    routes:
-      - when: [{{path: "/events/{{topic}}"}}]
-        exit: cache_client
-        with: {{topic: "${{params.topic}}"}}
-  cache_client:
-    type: kafka
-    kind: cache_client
-    exit: cache_server
-  cache_server:
-    type: kafka
-    kind: cache_server
-    options:
-      topics:
-        - name: {topic}
-          value: {model}
-    exit: kafka_client
-  kafka_client:
-    type: kafka
-    kind: client
-    options:
-      servers: ["{bootstrap}"]
-      properties: {{fetch.wait.max.ms: 10}}
-catalogs:
-{catalogs}
-telemetry:
-  exporters:
-    stdout:
-      type: stdout
-"""
+
+def config(bootstrap: str, port: int, topic: str, model: str, catalogs: str) -> zc.Node:
+    """The arguments as `write_model_config` says."""
+    return zc.sse_stack(port, bootstrap, name="models", www=WWW,
+                        routes=[zc.sse_route("/events/{topic}")],
+                        http=zc.http_server(asyncapi={"path": "/asyncapi.yaml"}),
+                        sse=zc.sse_server(retry=200),
+                        cache={"topics": [{"name": topic, "value": zc.flow(model)}]},
+                        catalogs=zc.flow(catalogs))
 
 
 def write_model_config(tmp: Path, bootstrap: str, port: int, topic: str, model: str,
@@ -69,6 +25,4 @@ def write_model_config(tmp: Path, bootstrap: str, port: int, topic: str, model: 
     """`model` is the flow-style YAML of the topic's value model; `catalogs` the indented
     entries under `catalogs:`."""
     path = tmp / f"models-{port}.yaml"
-    path.write_text(CONFIG.format(port=port, www=str(WWW), bootstrap=bootstrap, topic=topic,
-                                  model=model, catalogs=catalogs))
-    return path
+    return zc.write(path, config(bootstrap, port, topic, model, catalogs))

@@ -9,10 +9,10 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
 from cryptography.hazmat.primitives.serialization import (
     Encoding,
     NoEncryption,
@@ -21,6 +21,7 @@ from cryptography.hazmat.primitives.serialization import (
 
 from ssekd.dev.broker import free_port
 from ssekd.dev.certs import Issued, issue, make_ca, write_store
+from tests.support import zilla_config as zc
 
 PASSWORD = "test-store-pw"
 KEYTOOL = shutil.which("keytool")
@@ -99,67 +100,40 @@ def tls_config(folder: Path, pki: Pki, tls_options: str, *, store: Path | None =
                password: str = "${{env.KEYSTORE_PASSWORD}}") -> tuple[Path, int, int]:
     """A config serving `folder/www` over TLS and cleartext; returns (path, tls port, h2c port).
 
-    `tls_options` is the YAML flow mapping of the tls binding's options; `tls_extra` is inserted
-    as is after the tls binding: its keys indented by 4 (e.g. routes), more bindings by 2.
+    `tls_options` is the YAML flow mapping of the tls binding's options; `tls_extra` is YAML as
+    it would stand after the tls binding: its keys indented by 4 (e.g. routes), more bindings
+    by 2.
     """
     www = folder / "www"
     www.mkdir(exist_ok=True)
     (www / "index.html").write_text("hello over tls\n")
     tls_port, clear_port = free_port(), free_port()
-    # Substituted before the template is dedented: indented as the template's source lines.
-    trust_yaml = (f"\n          trust:\n            store: {pki.trust}\n"
-                  f"            type: pkcs12\n            password: {password}") if trust else ""
-    text = textwrap.dedent(f"""\
-    name: tlstest
-    vaults:
-      server:
-        type: filesystem
-        options:
-          keys:
-            store: {store or pki.keys}
-            type: pkcs12
-            password: {password}{trust_yaml}
-    bindings:
-      tcp_in:
-        type: tcp
-        kind: server
-        options: {{host: 127.0.0.1, port: [{tls_port}, {clear_port}]}}
-        routes:
-          - when: [{{port: {tls_port}}}]
-            exit: tls_in
-          - when: [{{port: {clear_port}}}]
-            exit: http_in
-      tls_in:
-        type: tls
-        kind: server
-        vault: server
-        options: {tls_options}
-        exit: http_in
-    @TLS_EXTRA@
-      http_in:
-        type: http
-        kind: server
-        options: {http_options}
-        exit: files_map
-      files_map:
-        type: http-filesystem
-        kind: proxy
-        routes:
-          - exit: files
-            when: [{{path: "/{{path}}"}}]
-            with: {{path: "${{params.path}}"}}
-      files:
-        type: filesystem
-        kind: server
-        options: {{location: www/}}
-    telemetry:
-      exporters:
-        out: {{type: stdout}}
-    """)
-    text = text.replace("@TLS_EXTRA@\n", tls_extra.strip("\n") + "\n" if tls_extra.strip() else "")
-    path = folder / "zilla.yaml"
-    path.write_text(text)
-    return path, tls_port, clear_port
+    tls_more, more_bindings = _tls_extra(tls_extra)
+    trust_store = {"store": str(pki.trust), "type": "pkcs12", "password": password}
+    bindings: zc.Node = {
+        "tcp_in": zc.tcp_server([tls_port, clear_port], None,
+                                routes=[zc.port_route(tls_port, "tls_in"),
+                                        zc.port_route(clear_port, "http_in")]),
+        "tls_in": {"type": "tls", "kind": "server", "vault": "server",
+                   "options": zc.flow(tls_options), "exit": "http_in", **tls_more},
+        **more_bindings,
+        "http_in": zc.http_server("files_map", options=http_options),
+        **zc.files("www/", prefix="/")}
+    config = zc.zilla("tlstest", bindings,
+                      vaults={"server": zc.keys_vault(store or pki.keys, password,
+                                                      trust=trust_store if trust else None)},
+                      telemetry=zc.stdout_telemetry("out"))
+    return zc.write(folder / "zilla.yaml", config), tls_port, clear_port
+
+
+def _tls_extra(tls_extra: str) -> tuple[zc.Node, zc.Node]:
+    """`tls_extra` read as `tls_config` says: (keys indented by 4, that extend the tls binding;
+    bindings indented by 2, added after it)."""
+    if not tls_extra.strip():
+        return {}, {}
+    parsed = yaml.safe_load("  tls_in:\n    __tls__: true\n" + tls_extra.strip("\n") + "\n")
+    tls_keys = {k: v for k, v in parsed.pop("tls_in").items() if k != "__tls__"}
+    return tls_keys, parsed
 
 
 ENV = {"KEYSTORE_PASSWORD": PASSWORD}
@@ -180,75 +154,18 @@ def s_client(port: int, *args: str) -> subprocess.CompletedProcess[str]:
 
 # -- SSE over TLS and HTTP/2, against a real broker ---------------------------------------------
 
-SSE_CONFIG = """\
-name: h2test
-vaults:
-  server:
-    type: filesystem
-    options:
-      keys: {{store: {store}, type: pkcs12, password: "${{{{env.KEYSTORE_PASSWORD}}}}"}}
-bindings:
-  tcp_in:
-    type: tcp
-    kind: server
-    options: {{host: 127.0.0.1, port: [{tls_port}, {clear_port}]}}
-    routes:
-      - when: [{{port: {tls_port}}}]
-        exit: tls_in
-      - when: [{{port: {clear_port}}}]
-        exit: http_in
-  tls_in:
-    type: tls
-    kind: server
-    vault: server
-    options: {{keys: [localhost], sni: [localhost], alpn: [http/1.1, h2]}}
-    exit: http_in
-  http_in:
-    type: http
-    kind: server
-    options: {{limits: {{idle-timeout: {idle_timeout}}}}}
-    exit: sse
-  sse:
-    type: sse
-    kind: server
-    options: {{max-idle-time: {keepalive}}}
-    exit: sse_kafka
-  sse_kafka:
-    type: sse-kafka
-    kind: proxy
-    routes:
-      - when: [{{path: "/{{topic}}"}}]
-        exit: cache_client
-        with: {{topic: "${{params.topic}}"}}
-  cache_client:
-    type: kafka
-    kind: cache_client
-    exit: cache_server
-  cache_server:
-    type: kafka
-    kind: cache_server
-    exit: kafka_client
-  kafka_client:
-    type: kafka
-    kind: client
-    options:
-      servers: ["{bootstrap}"]
-      properties: {{fetch.wait.max.ms: 10}}
-telemetry:
-  exporters:
-    out: {{type: stdout}}
-"""
-
-
 def sse_config(folder: Path, store: Path, bootstrap: str, *, idle_timeout: float = 60,
                keepalive: float = 15) -> tuple[Path, int, int]:
     """tcp -> tls (h2, http/1.1) and h2c -> http -> sse -> sse-kafka -> kafka, on free ports."""
     tls_port, clear_port = free_port(), free_port()
-    path = folder / f"sse-{tls_port}.yaml"
-    path.write_text(SSE_CONFIG.format(store=store, tls_port=tls_port, clear_port=clear_port,
-                                      idle_timeout=idle_timeout, keepalive=keepalive,
-                                      bootstrap=bootstrap))
-    return path, tls_port, clear_port
+    config = zc.sse_stack(
+        [tls_port, clear_port], bootstrap, name="h2test",
+        tls=zc.tls_server("server", sni=["localhost"], alpn=["http/1.1", "h2"]),
+        vaults={"server": zc.keys_vault(store, "${{env.KEYSTORE_PASSWORD}}")},
+        http=zc.http_server(limits={"idle-timeout": idle_timeout}),
+        sse=zc.sse_server(max_idle_time=keepalive), telemetry=zc.stdout_telemetry("out"),
+        names={"tcp": "tcp_in", "tls": "tls_in", "http": "http_in"})
+    return zc.write(folder / f"sse-{tls_port}.yaml", config), tls_port, clear_port
 
 
 def subject(out: str) -> str:

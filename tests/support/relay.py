@@ -10,50 +10,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ssekd.dev.broker import free_port
+from tests.support import streamd
+from tests.support import zilla_config as zc
 from tests.support.daemon import Daemon, start_daemon
 from tests.support.sse import SseClient
-from tests.support.streamd import WWW, WWW_FILES, write_config
-
-RELAY_CONFIG = """\
-name: relay
-{vaults}bindings:
-  tcp:
-    type: tcp
-    kind: server
-    options: {{host: 127.0.0.1, port: {port}}}
-    exit: http
-  http:
-    type: http
-    kind: server
-    routes:
-      - when: [{{headers: {{":path": "/www/*"}}}}]
-        exit: files_map
-    exit: sse
-""" + WWW_FILES + """  sse:
-    type: sse
-    kind: server
-    exit: relay
-  relay:
-    type: sse
-    kind: client
-    options: {relay_options}
-    routes:
-      - when: [{{path: "/events/*"}}]
-        exit: upstream_http
-  upstream_http:
-    type: http
-    kind: client
-    options: {http_options}
-    exit: {http_exit}
-{tls}  upstream_tcp:
-    type: tcp
-    kind: client
-    options: {{host: 127.0.0.1, port: {upstream}}}
-telemetry:
-  exporters:
-    stdout:
-      type: stdout
-"""
+from tests.support.streamd import WWW
 
 
 @dataclass
@@ -91,13 +52,11 @@ class Upstream:
 
 def write_upstream(tmp: Path, bootstrap: str) -> Upstream:
     port, metrics_port = free_port(), free_port()
-    config = write_config(tmp, bootstrap, port)
-    text = config.read_text().replace(
-        "    stdout:\n      type: stdout\n",
-        "    stdout:\n      type: stdout\n    prom:\n      type: prometheus\n      options:\n"
-        f"        endpoints: [{{scheme: http, port: {metrics_port}, path: /metrics}}]\n")
-    config.write_text(text)
-    return Upstream(config, port, metrics_port)
+    config = streamd.config(bootstrap, port)
+    config["telemetry"]["exporters"]["prom"] = {
+        "type": "prometheus",
+        "options": {"endpoints": [{"scheme": "http", "port": metrics_port, "path": "/metrics"}]}}
+    return Upstream(zc.write(tmp / f"zilla-{port}.yaml", config), port, metrics_port)
 
 
 @dataclass
@@ -110,38 +69,35 @@ class Relay:
         return SseClient(self.port, path, headers, timeout)
 
 
-TLS_CLIENT = """\
-  upstream_tls:
-    type: tls
-    kind: client
-    vault: upstream_trust
-    options: {options}
-    exit: upstream_tcp
-"""
-
-TRUST_VAULT = """\
-vaults:
-  upstream_trust:
-    type: filesystem
-    options:
-      trust: {{store: {store}, type: pkcs12, password: "${{{{env.KEYSTORE_PASSWORD}}}}"}}
-"""
-
-
 def relay_config(tmp: Path, upstream_port: int, relay_options: str = "{retry: 200}",
                  http_options: str = "{}", tls_options: str | None = None,
                  trust_store: Path | None = None) -> tuple[Path, int]:
     """The relay's config on a free port: its sse client's options as YAML flow text, its http
     client's, and - for an https upstream - a tls client's, trusting `trust_store`."""
     port = free_port()
-    config = tmp / f"relay-{port}.yaml"
-    config.write_text(RELAY_CONFIG.format(
-        port=port, upstream=upstream_port, www=str(WWW), relay_options=relay_options,
-        http_options=http_options,
-        http_exit="upstream_tls" if tls_options is not None else "upstream_tcp",
-        tls=TLS_CLIENT.format(options=tls_options) if tls_options is not None else "",
-        vaults=TRUST_VAULT.format(store=trust_store) if trust_store is not None else ""))
-    return config, port
+    tls: zc.Node = {}
+    if tls_options is not None:
+        tls = {"upstream_tls": {"type": "tls", "kind": "client", "vault": "upstream_trust",
+                                "options": zc.flow(tls_options), "exit": "upstream_tcp"}}
+    bindings: zc.Node = {
+        "tcp": zc.tcp_server(port),
+        "http": zc.http_server(routes=[zc.header_route("/www/*", "files_map")]),
+        **zc.files(WWW),
+        "sse": zc.sse_server("relay"),
+        "relay": {"type": "sse", "kind": "client", "options": zc.flow(relay_options),
+                  "routes": [{"when": [{"path": "/events/*"}], "exit": "upstream_http"}]},
+        "upstream_http": {"type": "http", "kind": "client", "options": zc.flow(http_options),
+                          "exit": "upstream_tls" if tls else "upstream_tcp"},
+        **tls,
+        "upstream_tcp": {"type": "tcp", "kind": "client",
+                         "options": {"host": "127.0.0.1", "port": upstream_port}}}
+    vaults = None
+    if trust_store is not None:
+        vaults = {"upstream_trust": {"type": "filesystem", "options": {"trust": {
+            "store": str(trust_store), "type": "pkcs12",
+            "password": "${{env.KEYSTORE_PASSWORD}}"}}}}
+    config = zc.zilla("relay", bindings, vaults=vaults, telemetry=zc.stdout_telemetry())
+    return zc.write(tmp / f"relay-{port}.yaml", config), port
 
 
 def start_relay(tmp: Path, upstream_port: int, env: dict[str, str] | None = None,

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import select
 import socket
-import textwrap
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -17,6 +16,7 @@ import h2.config
 import h2.connection
 import h2.events
 
+from tests.support import zilla_config as zc
 from tests.support.daemon import Daemon
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
@@ -28,63 +28,11 @@ def daemon_config(folder: Path, port: int, bootstrap: str, limits: str = "{}") -
     www.mkdir(exist_ok=True)
     (www / "hello.txt").write_text("hello\n")
     path = folder / f"reliability-{port}.yaml"
-    path.write_text(textwrap.dedent(f"""\
-        name: reliability
-        bindings:
-          tcp_in:
-            type: tcp
-            kind: server
-            options: {{host: 127.0.0.1, port: {port}}}
-            exit: http_in
-          http_in:
-            type: http
-            kind: server
-            options: {{limits: {limits}}}
-            routes:
-              - when: [{{headers: {{":path": "/www/*"}}}}]
-                exit: files_map
-            exit: sse
-          files_map:
-            type: http-filesystem
-            kind: proxy
-            routes:
-              - exit: files
-                when: [{{path: "/www/{{path}}"}}]
-                with: {{path: "${{params.path}}"}}
-          files:
-            type: filesystem
-            kind: server
-            options: {{location: www/}}
-          sse:
-            type: sse
-            kind: server
-            exit: sse_kafka
-          sse_kafka:
-            type: sse-kafka
-            kind: proxy
-            routes:
-              - when: [{{path: "/{{topic}}"}}]
-                exit: cache_client
-                with: {{topic: "${{params.topic}}"}}
-          cache_client:
-            type: kafka
-            kind: cache_client
-            exit: cache_server
-          cache_server:
-            type: kafka
-            kind: cache_server
-            exit: kafka_client
-          kafka_client:
-            type: kafka
-            kind: client
-            options:
-              servers: ["{bootstrap}"]
-              properties: {{fetch.wait.max.ms: 10}}
-        telemetry:
-          exporters:
-            out: {{type: stdout}}
-        """))
-    return path
+    config = zc.sse_stack(port, bootstrap, name="reliability", www="www/",
+                          http=zc.http_server(limits=zc.flow(limits)),
+                          telemetry=zc.stdout_telemetry("out"),
+                          names={"tcp": "tcp_in", "http": "http_in"})
+    return zc.write(path, config)
 
 
 def tracebacks(daemon: Daemon) -> list[str]:

@@ -9,152 +9,64 @@ from pathlib import Path
 from typing import Any
 
 from ssekd.dev.broker import free_port
+from tests.support import zilla_config as zc
 from tests.support.daemon import Daemon, start_daemon
 from tests.support.sse import SseClient
 
-#: The bindings that serve `/www/*` from the folder `{www}`: a fragment of the config templates
-#: here and in the other daemon helpers, escaped for `str.format` as they are.
-WWW_FILES = """\
-  files_map:
-    type: http-filesystem
-    kind: proxy
-    routes:
-      - when: [{{path: "/www/{{path}}"}}]
-        exit: files
-        with: {{path: "${{params.path}}"}}
-  files:
-    type: filesystem
-    kind: server
-    options: {{location: {www}}}
-"""
-
-CONFIG = """\
-name: test
-bindings:
-  tcp:
-    type: tcp
-    kind: server
-    options: {{host: 127.0.0.1, port: {port}{tcp_options}}}
-    exit: http
-  http:
-    type: http
-    kind: server{http_options}
-    routes:
-      - when: [{{headers: {{":path": "/www/*"}}}}]
-        exit: files_map
-    exit: sse
-""" + WWW_FILES + """  sse:
-    type: sse
-    kind: server
-    options: {{max-idle-time: {idle}{retry}{compression}}}
-    exit: sse_kafka
-  sse_kafka:
-    type: sse-kafka
-    kind: proxy
-    routes:
-      - when: [{{path: "/events/{{topic}}"}}]
-        exit: cache_client
-        with: {{topic: "${{params.topic}}"}}
-      - when: [{{path: "/keyed/{{topic}}"}}]
-        exit: cache_client
-        with:
-          topic: "${{params.topic}}"
-          event: {{id: '["${{base64(key)}}","${{etag}}"]'}}
-      - when: [{{path: "/keytext/{{topic}}"}}]
-        exit: cache_client
-        with:
-          topic: "${{params.topic}}"
-          event: {{id: '["${{key}}","${{etag}}"]'}}
-      - when: [{{path: "/byvalue/{{topic}}/{{owner}}"}}]
-        exit: cache_client
-        with:
-          topic: "${{params.topic}}"
-          filters:
-            - {{value: {{/owner: "${{params.owner}}", /kind: [order, refund]}}}}
-            - {{value: {{/all: true}}}}
-      - when: [{{path: "/item"}}]
-        exit: cache_client
-        with:
-          topic: "${{query.topic}}"
-          filters: [{{key: "${{headers.x-item}}"}}]
-      - when: [{{path: "/bykey/{{topic}}/{{key}}"}}]
-        exit: cache_client
-        with:
-          topic: "${{params.topic}}"
-          filters: [{{key: "${{params.key}}"}}]
-      - when: [{{path: "/byheader/{{topic}}"}}]
-        exit: cache_client
-        with:
-          topic: "${{params.topic}}"
-          filters: [{{headers: {{colour: red}}}}]
-      - when: [{{path: "/keyheader/{{topic}}"}}]
-        exit: cache_client
-        with:
-          topic: "${{params.topic}}"
-          filters: [{{key: a, headers: {{colour: red, size: big}}}}]
-      - when: [{{path: "/anyof/{{topic}}"}}]
-        exit: cache_client
-        with:
-          topic: "${{params.topic}}"
-          filters: [{{key: a}}, {{headers: {{colour: blue}}}}]
-      - when: [{{path: "/packed/{{topic}}"}}]
-        exit: cache_client
-        with: {{topic: "${{params.topic}}", compress: false}}
-      - when: [{{path: "/tiny/{{topic}}"}}]
-        exit: tiny_cache_client
-        with: {{topic: "${{params.topic}}"}}
-      - when: [{{path: "/live/{{topic}}"}}]
-        exit: live_cache_client
-        with: {{topic: "${{params.topic}}"}}
-  cache_client:
-    type: kafka
-    kind: cache_client
-    exit: cache_server
-  cache_server:
-    type: kafka
-    kind: cache_server
-    options:
-      cache: {{max-messages: {max_messages}, max-bytes: {max_bytes}}}{bootstrap_topics}{partition_wait}
-    exit: kafka_client
-  tiny_cache_client:
-    type: kafka
-    kind: cache_client
-    exit: tiny_cache_server
-  tiny_cache_server:
-    type: kafka
-    kind: cache_server
-    options:
-      cache: {{max-messages: 5}}
-    exit: kafka_client
-  live_cache_client:
-    type: kafka
-    kind: cache_client
-    exit: live_cache_server
-  live_cache_server:
-    type: kafka
-    kind: cache_server
-    options:
-      topics: [{live_topics}]
-    exit: live_kafka_client
-  kafka_client:
-    type: kafka
-    kind: client
-    options:
-      servers: ["{bootstrap}"]
-      properties: {{fetch.wait.max.ms: 10}}
-  live_kafka_client:
-    type: kafka
-    kind: client
-    options:
-      servers: ["{bootstrap}"]
-      properties: {{fetch.wait.max.ms: 10}}
-telemetry:
-  exporters:
-    stdout:
-      type: stdout{prometheus}
-{engine}"""
-
 WWW = Path(__file__).resolve().parents[2] / "www"
+
+#: sse-kafka's routes in the streaming tests' config, one per kind of route they read.
+ROUTES = [
+    zc.sse_route("/events/{topic}"),
+    zc.sse_route("/keyed/{topic}", event={"id": '["${base64(key)}","${etag}"]'}),
+    zc.sse_route("/keytext/{topic}", event={"id": '["${key}","${etag}"]'}),
+    zc.sse_route("/byvalue/{topic}/{owner}",
+                 filters=[{"value": {"/owner": "${params.owner}", "/kind": ["order", "refund"]}},
+                          {"value": {"/all": True}}]),
+    zc.sse_route("/item", "${query.topic}", filters=[{"key": "${headers.x-item}"}]),
+    zc.sse_route("/bykey/{topic}/{key}", filters=[{"key": "${params.key}"}]),
+    zc.sse_route("/byheader/{topic}", filters=[{"headers": {"colour": "red"}}]),
+    zc.sse_route("/keyheader/{topic}",
+                 filters=[{"key": "a", "headers": {"colour": "red", "size": "big"}}]),
+    zc.sse_route("/anyof/{topic}", filters=[{"key": "a"}, {"headers": {"colour": "blue"}}]),
+    zc.sse_route("/packed/{topic}", compress=False),
+    zc.sse_route("/tiny/{topic}", exit="tiny_cache_client"),
+    zc.sse_route("/live/{topic}", exit="live_cache_client"),
+]
+
+
+def config(bootstrap: str, port: int, idle: float = 15, retry: int | None = None,
+           max_messages: int = 100000, max_bytes: int = 64 * 1024 * 1024,
+           live_topics: tuple[str, ...] = (), health: bool = False,
+           prometheus_port: int | None = None, engine: str = "",
+           bootstrap_topics: tuple[str, ...] = (), compression: str | None = None,
+           partition_wait: float | None = None, tcp_options: str = "",
+           www: Path = WWW) -> zc.Node:
+    """The streaming tests' config as data (the arguments as `write_config` says)."""
+    sse: dict[str, object] = {"max-idle-time": idle}
+    if retry is not None:
+        sse["retry"] = retry
+    if compression is not None:
+        sse["compression"] = zc.flow(compression)
+    cache: zc.Node = {"cache": {"max-messages": max_messages, "max-bytes": max_bytes}}
+    if bootstrap_topics:
+        cache["bootstrap"] = list(bootstrap_topics)
+    if partition_wait is not None:
+        cache["partition-wait"] = partition_wait
+    extra = {**zc.kafka(bootstrap, cache={"cache": {"max-messages": 5}},
+                        cache_client="tiny_cache_client", cache_server="tiny_cache_server"),
+             **zc.kafka(bootstrap, cache={"topics": zc.topics_live(live_topics)},
+                        cache_client="live_cache_client", cache_server="live_cache_server",
+                        client="live_kafka_client")}
+    del extra["kafka_client"]
+    return zc.sse_stack(
+        port, bootstrap, routes=ROUTES, www=www, cache=cache, extra=extra,
+        http=zc.http_server(health={"details": True}) if health else None,
+        sse=zc.sse_server(options=sse),
+        tcp_options=zc.flow("{" + tcp_options.lstrip(", ") + "}") if tcp_options else None,
+        telemetry=zc.stdout_telemetry(prometheus_port=prometheus_port), engine=engine or None)
+
+
 
 
 @dataclass
@@ -194,23 +106,9 @@ def write_config(tmp: Path, bootstrap: str, port: int, idle: float = 15, retry: 
     the cache's bootstrap list, `compression` the sse server's `compression` (a YAML flow
     mapping such as `{}`), `partition_wait` the cache's `partition-wait`, `www` the folder
     served at /www/."""
-    live = ", ".join(f"{{name: {t}, defaultOffset: live}}" for t in live_topics)
-    boot = f"\n      bootstrap: [{', '.join(bootstrap_topics)}]" if bootstrap_topics else ""
-    text = CONFIG.format(bootstrap_topics=boot, port=port, tcp_options=tcp_options,
-                         www=str(www), idle=idle,
-                         retry=f", retry: {retry}" if retry is not None else "",
-                         compression=f", compression: {compression}"
-                         if compression is not None else "",
-                         partition_wait=f"\n      partition-wait: {partition_wait}"
-                         if partition_wait is not None else "",
-                         bootstrap=bootstrap, max_messages=max_messages, max_bytes=max_bytes,
-                         live_topics=live,
-                         http_options="\n    options: {health: {details: true}}"
-                         if health else "",
-                         prometheus=(f"\n    prometheus:\n      type: prometheus\n"
-                                     f"      options: {{endpoints: [{{port: {prometheus_port}}}]}}"
-                                     if prometheus_port else ""),
-                         engine=f"engine: {engine}\n" if engine else "")
+    text = zc.dump(config(bootstrap, port, idle, retry, max_messages, max_bytes, live_topics,
+                          health, prometheus_port, engine, bootstrap_topics, compression,
+                          partition_wait, tcp_options, www))
     path = tmp / f"zilla-{port}.yaml"
     path.write_text(text)
     return path

@@ -5,7 +5,6 @@ own headers ask), and a small HTTP client."""
 from __future__ import annotations
 
 import http.client
-import json
 import threading
 import time
 from collections import Counter
@@ -15,99 +14,8 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
+from tests.support import zilla_config as zc
 from tests.support.jwt import AUDIENCE, ISSUER
-
-CONFIG = """\
-name: writes
-guards:
-  jwt0:
-    type: jwt
-    options:
-      issuer: {issuer}
-      audience: {audience}
-      keys: {keys}
-bindings:
-  tcp0:
-    type: tcp
-    kind: server
-    options: {{host: 127.0.0.1, port: {port}}}
-    exit: http0
-  http0:
-    type: http
-    kind: server
-    options:
-      limits: {{body-bytes: {body_bytes}}}
-      authorization:
-        jwt0:
-          credentials:
-            headers: {{authorization: "Bearer {{credentials}}"}}
-            query: {{access_token: "{{credentials}}"}}
-    exit: hk0
-  hk0:
-    type: http-kafka
-    kind: proxy
-    options: {{max-wait: {max_wait}, ack-timeout: {ack_timeout}}}
-    routes:
-      - when: [{{method: POST, path: /oneway}}]
-        exit: cc
-        with: {{capability: produce, topic: {oneway}, key: "${{idempotencyKey}}",
-                overrides: {{origin: tests}}}}
-      - when: [{{method: POST, path: /commands}}]
-        exit: cc
-        with: {{capability: produce, topic: {commands}, key: "${{idempotencyKey}}",
-                reply-to: {replies}}}
-      - when: [{{method: PUT, path: "/items/{{id}}"}},
-               {{method: GET, path: "/items/{{id}};{{correlationId}}"}}]
-        exit: cc
-        with:
-          capability: produce
-          topic: {commands}
-          key: "${{params.id}}"
-          reply-to: {replies}
-          async: {{location: "/items/${{params.id}};${{correlationId}}"}}
-      - when: [{{method: POST, path: /guarded}}]
-        exit: cc
-        guarded: {{jwt0: [write]}}
-        with:
-          capability: produce
-          topic: {commands}
-          reply-to: {replies}
-          overrides: {{owner: "${{guarded['jwt0'].identity}}"}}
-      - when: [{{method: GET, path: /items}}]
-        exit: cc
-        with: {{capability: fetch, topic: {snapshots},
-                merge: {{content-type: application/json}}}}
-      - when: [{{method: GET, path: "/items/{{id}}"}}]
-        exit: cc
-        with: {{capability: fetch, topic: {snapshots}, filters: [{{key: "${{params.id}}"}}]}}
-      - when: [{{method: GET, path: /mine}}]
-        exit: cc
-        guarded: {{jwt0: [read]}}
-        with:
-          capability: fetch
-          topic: {snapshots}
-          filters: [{{headers: {{owner: "${{guarded['jwt0'].identity}}"}}}}]
-          merge: {{content-type: application/json}}
-  cc:
-    type: kafka
-    kind: cache_client
-    exit: cs
-  cs:
-    type: kafka
-    kind: cache_server
-    options: {{bootstrap: [{replies}, {snapshots}]}}
-    exit: kc
-  kc:
-    type: kafka
-    kind: client
-    options:
-      servers: ["{bootstrap}"]
-      properties: {{fetch.wait.max.ms: 10, reconnect.backoff.max.ms: 500}}
-telemetry:
-  exporters:
-    stdout:
-      type: stdout
-"""
 
 
 @dataclass
@@ -118,16 +26,58 @@ class Topics:
     snapshots: str
 
 
+def config(port: int, bootstrap: str, topics: Topics, keys: list[dict[str, Any]],
+           max_wait: float = 3, ack_timeout: float = 2, body_bytes: int = 4096) -> zc.Node:
+    """tcp -> http (guarded by jwt0) -> http-kafka with a route of every kind -> kafka."""
+    identity = "${guarded['jwt0'].identity}"
+    produce = {"capability": "produce", "topic": topics.commands}
+    fetch = {"capability": "fetch", "topic": topics.snapshots}
+    json_merge = {"merge": {"content-type": "application/json"}}
+
+    def route(when: list[tuple[str, str]], with_: zc.Node, guarded: str | None = None) -> zc.Node:
+        r: zc.Node = {"when": [{"method": m, "path": p} for m, p in when], "exit": "cc"}
+        if guarded:
+            r["guarded"] = {"jwt0": [guarded]}
+        r["with"] = with_
+        return r
+
+    http_kafka = {"type": "http-kafka", "kind": "proxy",
+                  "options": {"max-wait": max_wait, "ack-timeout": ack_timeout},
+                  "routes": [
+                      route([("POST", "/oneway")],
+                            {**produce, "topic": topics.oneway, "key": "${idempotencyKey}",
+                             "overrides": {"origin": "tests"}}),
+                      route([("POST", "/commands")],
+                            {**produce, "key": "${idempotencyKey}", "reply-to": topics.replies}),
+                      route([("PUT", "/items/{id}"), ("GET", "/items/{id};{correlationId}")],
+                            {**produce, "key": "${params.id}", "reply-to": topics.replies,
+                             "async": {"location": "/items/${params.id};${correlationId}"}}),
+                      route([("POST", "/guarded")],
+                            {**produce, "reply-to": topics.replies,
+                             "overrides": {"owner": identity}}, "write"),
+                      route([("GET", "/items")], {**fetch, **json_merge}),
+                      route([("GET", "/items/{id}")],
+                            {**fetch, "filters": [{"key": "${params.id}"}]}),
+                      route([("GET", "/mine")],
+                            {**fetch, "filters": [{"headers": {"owner": identity}}],
+                             **json_merge}, "read")]}
+    bindings = {"tcp0": zc.tcp_server(port, "http0"),
+                "http0": zc.http_server("hk0", limits={"body-bytes": body_bytes},
+                                        authorization=zc.authorization()),
+                "hk0": http_kafka,
+                **zc.kafka(bootstrap, cache={"bootstrap": [topics.replies, topics.snapshots]},
+                           properties=zc.FAST_RECONNECT, cache_client="cc", cache_server="cs",
+                           client="kc")}
+    return zc.zilla("writes", bindings,
+                    guards={"jwt0": zc.jwt_guard(ISSUER, AUDIENCE, keys)},
+                    telemetry=zc.stdout_telemetry())
+
+
 def write_config(folder: Path, port: int, bootstrap: str, topics: Topics,
                  keys: list[dict[str, Any]], max_wait: float = 3, ack_timeout: float = 2,
                  body_bytes: int = 4096) -> Path:
-    path = folder / f"zilla-writes-{port}.yaml"
-    path.write_text(CONFIG.format(issuer=ISSUER, audience=AUDIENCE, keys=json.dumps(keys),
-                                  port=port, bootstrap=bootstrap, max_wait=max_wait,
-                                  ack_timeout=ack_timeout, body_bytes=body_bytes,
-                                  oneway=topics.oneway, commands=topics.commands,
-                                  replies=topics.replies, snapshots=topics.snapshots))
-    return path
+    return zc.write(folder / f"zilla-writes-{port}.yaml",
+                    config(port, bootstrap, topics, keys, max_wait, ack_timeout, body_bytes))
 
 
 @dataclass
