@@ -24,6 +24,7 @@ from ssekd.spi.plugins import discover
 from ssekd.telemetry.events import EventLog
 from tests.support import faults as harness
 from tests.support import fuzzing
+from tests.support import zilla_config as zc
 from tests.support.faults import time_limit
 
 pytestmark = pytest.mark.timeout(time_limit())
@@ -114,9 +115,9 @@ def test_random_zilla_shaped_documents(tmp_path: Path) -> None:
 
 
 WORKING = [
-    harness.CONFIG.format(port=7114, bootstrap="127.0.0.1:9092", idle=5, header_timeout=10,
-                          cache_messages=1000),
-    fuzzing.CONFIG.format(port=7114, bootstrap="127.0.0.1:9092", www=str(fuzzing.WWW)),
+    zc.dump(harness.config("127.0.0.1:9092", 7114, idle=5, header_timeout=10,
+                           cache_messages=1000)),
+    zc.dump(fuzzing.config("127.0.0.1:9092", 7114)),
 ]
 
 
