@@ -147,7 +147,7 @@ test-compat: $(COMPAT_STAMP) system-deps asyncapi-specs
 # minutes); `make bench FULL=1`: every benchmark in full (fan-out to 10,000 clients, 1M-record
 # topic, 50,000 idle streams, ...).
 bench: setup system-deps
-	FULL=$(FULL) $(BIN)/python bench/run.py $(if $(FULL),,--quick)
+	FULL=$(FULL) $(BIN)/python -m bench.run $(if $(FULL),,--quick)
 
 image: $(RUN_STAMP) system-deps
 	PODMAN="$(PODMAN)" PIP=$(BIN)/pip deploy/container/build-image.sh $(IMAGE)

@@ -15,13 +15,12 @@ from typing import Any, Self
 
 import psutil
 
+from ssekd.dev.broker import free_port, port_open, stop_process
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 BIN = Path(sys.executable).parent
 
-sys.path.insert(0, str(ROOT))
-
-from ssekd.dev.broker import free_port, port_open, stop_process  # noqa: E402 - after the sys.path line above
 
 
 def wait_port(port: int, process: subprocess.Popen[bytes] | None = None,

@@ -15,8 +15,8 @@ and per event (process time, all 1,000 streams written in turn with the same dat
 group is), and the memory a stream's compressor holds (tracemalloc, against zlib's formula).
 `plain` is the same path without gzip.
 
-    python bench/compression.py            # 200 writes per stream and shape
-    python bench/compression.py --quick    # 40
+    python -m bench.compression            # 200 writes per stream and shape
+    python -m bench.compression --quick    # 40
 """
 
 from __future__ import annotations
@@ -25,23 +25,19 @@ import argparse
 import gc
 import json
 import random
-import sys
 import time
 import tracemalloc
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from twisted.internet.defer import Deferred
+from twisted.internet.testing import MemoryReactorClock
 
-from common import table, write_result  # noqa: E402
-from twisted.internet.defer import Deferred  # noqa: E402
-from twisted.internet.testing import MemoryReactorClock  # noqa: E402
-
+from bench.common import table, write_result
 from ssekd.bindings.http.roles import HttpContext
-from ssekd.bindings.sse.compression import Compression  # noqa: E402
-from ssekd.bindings.sse.server import SseServer  # noqa: E402
-from ssekd.event_ids import ProgressId  # noqa: E402
-from ssekd.telemetry.events import EventLog  # noqa: E402
+from ssekd.bindings.sse.compression import Compression
+from ssekd.bindings.sse.server import SseServer
+from ssekd.event_ids import ProgressId
+from ssekd.telemetry.events import EventLog
 
 STREAMS = 1_000
 #: (name, compression): plain, then gzip settings from the fastest to zlib's own defaults.

@@ -32,8 +32,8 @@ workers: each process stays under this machine's open-file limit) on free ports.
 
 Prints a table and writes bench/results/filtered.json.
 
-    python bench/filtered.py            # 2,000 / 1,000 streams, 30 s: a few minutes
-    FULL=1 python bench/filtered.py     # the issue's sizes: 20,000 / 10,000 streams, 5 minutes
+    python -m bench.filtered            # 2,000 / 1,000 streams, 30 s: a few minutes
+    FULL=1 python -m bench.filtered     # the issue's sizes: 20,000 / 10,000 streams, 5 minutes
 """
 
 from __future__ import annotations
@@ -49,18 +49,15 @@ import socket
 import sys
 import time
 import tracemalloc
-from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import NewTopic
 from cryptography.hazmat.primitives.asymmetric import ec
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import fanout  # noqa: E402 - after the sys.path line above
-from common import table, write_result  # noqa: E402
-from jwt_guard import AUDIENCE, ISSUER, _jwk, _token  # noqa: E402
+from bench.common import table, write_result
+from bench.fanout import rig as fanout
+from bench.jwt_guard import AUDIENCE, ISSUER, _jwk, _token
 
 #: Streams per load-client process (each stream is a socket: well under the fd limit).
 PER_CLIENT = 5_000
@@ -276,8 +273,8 @@ def run_streams(rig: fanout.Rig, paths: list[str], names: list[str], snapshot: b
         "events": sum(r["events"] for r in results),
         "produce_seconds": round(seconds, 1),
         "settle_seconds": round(settled, 1),
-        "p50_ms": round(fanout._pct(lat, 0.5) * 1000, 1),
-        "p99_ms": round(fanout._pct(lat, 0.99) * 1000, 1),
+        "p50_ms": round(fanout.percentile(lat, 0.5) * 1000, 1),
+        "p99_ms": round(fanout.percentile(lat, 0.99) * 1000, 1),
         "max_ms": round(max(lat, default=float("nan")) * 1000, 1),
         "daemon_cpu_pct": round(100 * cpu / seconds, 1),
         "rss_mib": round(rig.rss() / 2**20, 1),
@@ -559,7 +556,7 @@ def broker_alone(rate: float, seconds: float, every: float = 15.0) -> list[dict[
                 lat.sort()
                 rows.append({"seconds": round(mark - t0), "received": got,
                              "written": min(int((mark - t0) * rate), int(seconds * rate)),
-                             "p99_ms": round(fanout._pct(lat, 0.99) * 1000, 1) if lat else None})
+                             "p99_ms": round(fanout.percentile(lat, 0.99) * 1000, 1) if lat else None})
                 lat = []
         producer.join(60)
         consumer.close()

@@ -1,8 +1,8 @@
 """The first minutes of a newcomer: from `make run` in a fresh clone (no `.venv` yet) to the first
 event on the demo stream.
 
-    .venv/bin/python bench/first_event.py           # warm: pip's cache as this machine has it
-    .venv/bin/python bench/first_event.py --cold    # cold: an empty pip cache, every wheel
+    .venv/bin/python -m bench.first_event           # warm: pip's cache as this machine has it
+    .venv/bin/python -m bench.first_event --cold    # cold: an empty pip cache, every wheel
                                                     # fetched from the package index
 
 The clone holds what `git clone` of the working tree would (tracked files and new ones not
@@ -28,12 +28,9 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from common import ROOT, table, write_result  # noqa: E402 - after bench's own sys.path line
-
-from ssekd.dev.broker import port_open  # noqa: E402
-from tests.support.checkout import Ports, tracked_files  # noqa: E402
+from bench.common import ROOT, table, write_result
+from ssekd.dev.broker import port_open
+from tests.support.checkout import Ports, tracked_files
 
 
 def first_event(port: int, deadline: float) -> float | None:

@@ -1,16 +1,16 @@
-"""JWT guard benchmark: what a guard costs. (Not `bench/jwt.py`: `bench/run.py` imports each
-benchmark by module name with bench/ first on sys.path, where `jwt` would hide PyJWT.)
+"""JWT guard benchmark: what a guard costs. (Not `bench/jwt.py`: a module named `jwt` beside the
+others would read as PyJWT to anyone skimming `import jwt`.)
 
 1. Token verification per connect, in-process: verifications/s of `JwtGuard.verify` for RS256
    (2048-bit RSA), ES256 (P-256) and EdDSA (Ed25519) tokens - everything a connect pays for its
    token (parse, key lookup, signature, claims).
 2. Fan-out with every stream guarded against the same fan-out unguarded: `clients` SSE streams
    (each authorized with its own `?access_token=`, each holding a lease with its expiry timer)
-   on one topic while a producer writes at a fixed rate, with `bench/fanout.py`'s rig and
+   on one topic while a producer writes at a fixed rate, with `bench/fanout`'s rig and
    counting clients; delivered events/s compared (the goal: within 10%).
 
-    python bench/jwt_guard.py            # 1,000 streams, 10 s per fan-out run
-    python bench/jwt_guard.py --quick    # shorter runs, fewer verifications
+    python -m bench.jwt_guard            # 1,000 streams, 10 s per fan-out run
+    python -m bench.jwt_guard --quick    # shorter runs, fewer verifications
 """
 
 from __future__ import annotations
@@ -25,46 +25,17 @@ from typing import Any
 
 import jwt as pyjwt
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+from twisted.internet.testing import MemoryReactorClock
+
+from bench.fanout import rig as fanout
+from bench.fanout.scenarios import fanout as run_fanout
+from ssekd.guards.jwt import JwtGuard, JwtSession, parse_jwk
+from ssekd.telemetry.events import EventLog
+from tests.support import zilla_config as zc
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-
-import fanout  # noqa: E402 - after the sys.path lines above
-from twisted.internet.testing import MemoryReactorClock  # noqa: E402
-
-from ssekd.guards.jwt import JwtGuard, JwtSession, parse_jwk  # noqa: E402
-from ssekd.telemetry.events import EventLog  # noqa: E402
 
 ISSUER, AUDIENCE = "https://issuer.bench", "ssekd-bench"
-
-GUARDED = """\
-name: bench
-guards:
-  jwt0:
-    type: jwt
-    options:
-      issuer: {issuer}
-      audience: {audience}
-      challenge: 30
-      keys: [{jwk}]
-bindings:
-  tcp: {{{{type: tcp, kind: server, options: {{{{host: 127.0.0.1, port: {{port}}}}}}, exit: http}}}}
-  http:
-    type: http
-    kind: server
-    options:
-      authorization:
-        jwt0:
-          credentials:
-            query: {{{{access_token: "{{{{credentials}}}}"}}}}
-    routes:
-      - when: [{{{{headers: {{{{":path": "/events/*"}}}}}}}}]
-        exit: sse
-        guarded: {{{{jwt0: [read]}}}}
-  sse: {{{{type: sse, kind: server, exit: sse_kafka}}}}
-"""
-
 
 def _keys() -> dict[str, tuple[Any, str]]:
     return {"RS256": (rsa.generate_private_key(public_exponent=65537, key_size=2048), "RS256"),
@@ -103,14 +74,27 @@ def verifications(count: int) -> dict[str, Any]:
     return out
 
 
-def guarded_template() -> tuple[str, str]:
+def guarded_config(jwk: dict[str, Any]) -> fanout.Config:
+    """The fan-out config with the stream route guarded by a jwt guard that trusts `jwk`; the
+    rest of the graph (sse-kafka, kafka, telemetry) is the unguarded benchmark's, unchanged."""
+    def config(port: int, bootstrap: str, metrics_port: int) -> zc.Node:
+        built = fanout.config(port, bootstrap, metrics_port)
+        built["guards"] = {"jwt0": zc.jwt_guard(ISSUER, AUDIENCE, [jwk], challenge=30)}
+        built["bindings"]["tcp"] = zc.tcp_server(port)
+        built["bindings"]["http"] = zc.http_server(
+            authorization=zc.authorization(
+                credentials={"query": {"access_token": "{credentials}"}}),
+            routes=[zc.header_route("/events/*", "sse", guarded={"jwt0": ["read"]})])
+        del built["bindings"]["http"]["exit"]
+        return built
+    return config
+
+
+def guarded_template() -> tuple[fanout.Config, str]:
     """The fan-out config with the stream route guarded, and a token for it."""
     private = ec.generate_private_key(ec.SECP256R1())
-    jwk = json.dumps(_jwk(private, "ES256", "bench")).replace("{", "{{").replace("}", "}}")
-    head = GUARDED.format(issuer=ISSUER, audience=AUDIENCE, jwk=jwk)
-    # the rest of the graph (sse-kafka, kafka) is the unguarded benchmark's, unchanged
-    rest = fanout.CONFIG[fanout.CONFIG.index("  sse_kafka:"):]
-    return head + rest, _token(private, "ES256", "bench", 3600)
+    return (guarded_config(_jwk(private, "ES256", "bench")),
+            _token(private, "ES256", "bench", 3600))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -126,12 +110,12 @@ def main(argv: list[str] | None = None) -> int:
     results["verify"] = verifications(500 if q else 3000)
     runs: dict[str, Any] = {}
     template, token = guarded_template()
-    for name, config, query in (("unguarded", fanout.CONFIG, ""),
+    for name, config, query in (("unguarded", fanout.config, ""),
                                 ("guarded", template, f"?access_token={token}")):
         rig = fanout.Rig(config)
         try:
-            fanout.fanout(rig, 50, args.rate, 2, query=query)  # warm the cache and consumer
-            runs[name] = fanout.fanout(rig, args.clients, args.rate, seconds, query=query)
+            run_fanout(rig, 50, args.rate, 2, query=query)  # warm the cache and consumer
+            runs[name] = run_fanout(rig, args.clients, args.rate, seconds, query=query)
         finally:
             rig.close()
     results["fanout"] = runs

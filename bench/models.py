@@ -6,12 +6,12 @@
    shape (a timestamp and 100 bytes of padding).
 2. Fan-out with a JSON model on the topic against the same fan-out without: `clients` SSE
    streams on one topic while a producer writes JSON records at a fixed rate, with
-   `bench/fanout.py`'s rig and counting clients; delivered events/s compared (the goal: within
+   `bench/fanout`'s rig and counting clients; delivered events/s compared (the goal: within
    10%, since each record is checked once at the cache, not once per stream). The runs
    alternate (without, with, without, with) so a change in the machine's load shows.
 
-    python bench/models.py            # 1,000 streams, 10 s per fan-out run
-    python bench/models.py --quick    # shorter runs, fewer records
+    python -m bench.models            # 1,000 streams, 10 s per fan-out run
+    python -m bench.models --quick    # shorter runs, fewer records
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import argparse
 import io
 import json
 import os
-import re
 import sys
 import time
 from pathlib import Path
@@ -29,15 +28,14 @@ from typing import Any
 import fastavro
 from twisted.internet.task import Clock
 
+from bench.fanout import rig as fanout
+from bench.fanout.scenarios import fanout as run_fanout
+from ssekd.catalogs.catalog import Schema
+from ssekd.catalogs.local import LocalCatalog
+from ssekd.catalogs.models import FieldModel, ModelConfig
+from tests.support import zilla_config as zc
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-
-import fanout  # noqa: E402 - after the sys.path lines above
-
-from ssekd.catalogs.catalog import Schema  # noqa: E402
-from ssekd.catalogs.local import LocalCatalog  # noqa: E402
-from ssekd.catalogs.models import FieldModel, ModelConfig  # noqa: E402
 
 TOPIC = "bench-models"
 JSON_SCHEMA = {"type": "object", "required": ["at", "pad"], "additionalProperties": False,
@@ -102,21 +100,19 @@ def validation(n: int) -> dict[str, Any]:
     return results
 
 
-def _config(model: bool) -> str:
+def _config(model: bool) -> fanout.Config:
     """The fan-out config with the benchmark topic listed (live, so every run starts at the
     end), with or without a JSON model on its values."""
-    value = ("\n          value: {{model: json, catalog: {{bench: [{{subject: tick}}]}}}}"
-             if model else "")
-    cache = re.search(r"^    options: \{\{cache: (\{\{.*\}\})\}\}\n", fanout.CONFIG, re.M)
-    # the run counts on a live topic and on the model being there: fail, not measure without
-    assert cache is not None, "fanout.CONFIG's cache_server options changed shape"
-    config = fanout.CONFIG.replace(
-        cache.group(0),
-        f"    options:\n      cache: {cache.group(1)}\n"
-        f"      topics:\n        - name: {TOPIC}\n          defaultOffset: live{value}\n")
-    schema = json.dumps(JSON_SCHEMA).replace("{", "{{").replace("}", "}}")
-    return config + ("catalogs:\n  bench:\n    type: inline\n    options:\n"
-                     f"      subjects:\n        tick: {{{{schema: '{schema}'}}}}\n")
+    def config(port: int, bootstrap: str, metrics_port: int) -> zc.Node:
+        built = fanout.config(port, bootstrap, metrics_port)
+        topic: zc.Node = {"name": TOPIC, "defaultOffset": "live"}
+        if model:
+            topic["value"] = {"model": "json", "catalog": {"bench": [{"subject": "tick"}]}}
+        built["bindings"]["cache_server"]["options"]["topics"] = [topic]
+        built["catalogs"] = {"bench": {"type": "inline", "options": {
+            "subjects": {"tick": {"schema": json.dumps(JSON_SCHEMA)}}}}}
+        return built
+    return config
 
 
 class _Rig(fanout.Rig):
@@ -162,8 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     for model in (False, True, False, True):
         rig = _Rig(_config(model))
         try:
-            fanout.fanout(rig, 20, args.rate, 2)  # warm the cache and consumer
-            run = fanout.fanout(rig, clients, args.rate, seconds)
+            run_fanout(rig, 20, args.rate, 2)  # warm the cache and consumer
+            run = run_fanout(rig, clients, args.rate, seconds)
             run["model"] = "json" if model else "none"
             runs.append(run)
         finally:

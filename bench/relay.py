@@ -1,14 +1,14 @@
 """Relay cost benchmark: the same fan-out served by ssekd from Kafka, and relayed by a second
 ssekd (sse server -> sse client) reading ONE stream of the first.
 
-Starts its own broker (tansu), the upstream daemon (bench/fanout.py's config) and the relay
-daemon on free ports. For each side it runs bench/fanout.py's measurement - every stream drained
+Starts its own broker (tansu), the upstream daemon (bench/fanout's config) and the relay
+daemon on free ports. For each side it runs bench/fanout's measurement - every stream drained
 and counted, latency (produce -> receive) on a sample - with the same clients and rate, and
 reports the serving daemon's CPU and RSS; for the relayed run also the upstream's CPU and how
 many streams it served (its own metrics), which is the point of a relay: one.
 
-    python bench/relay.py            # 200 clients x 100 events/s for 5 s (`make bench`)
-    FULL=1 python bench/relay.py     # 1,000 clients x 100 events/s for 15 s
+    python -m bench.relay            # 200 clients x 100 events/s for 5 s (`make bench`)
+    FULL=1 python -m bench.relay     # 1,000 clients x 100 events/s for 15 s
 """
 
 from __future__ import annotations
@@ -20,28 +20,27 @@ import re
 import sys
 import time
 import urllib.request
-from pathlib import Path
 from typing import Any
 
 import psutil
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench.common import RESULTS, spawn, wait_port
+from bench.fanout.rig import TWISTD, Rig
+from bench.fanout.scenarios import fanout
+from ssekd.dev.broker import free_port
+from tests.support import zilla_config as zc
 
-from common import RESULTS, spawn, wait_port  # noqa: E402 - after the sys.path line above
-from fanout import TWISTD, Rig, fanout  # noqa: E402
 
-from ssekd.dev.broker import free_port  # noqa: E402
-
-RELAY = """\
-name: relay
-bindings:
-  tcp: {{type: tcp, kind: server, options: {{host: 127.0.0.1, port: {port}}}, exit: http}}
-  http: {{type: http, kind: server, exit: sse}}
-  sse: {{type: sse, kind: server, exit: relay}}
-  relay: {{type: sse, kind: client, exit: upstream_http}}
-  upstream_http: {{type: http, kind: client, exit: upstream_tcp}}
-  upstream_tcp: {{type: tcp, kind: client, options: {{host: 127.0.0.1, port: {upstream}}}}}
-"""
+def relay_config(port: int, upstream: int) -> zc.Node:
+    """The relay daemon: streams read from the upstream ssekd on `upstream`."""
+    return zc.zilla("relay", {
+        "tcp": zc.tcp_server(port),
+        "http": zc.http_server(),
+        "sse": zc.sse_server("relay"),
+        "relay": {"type": "sse", "kind": "client", "exit": "upstream_http"},
+        "upstream_http": {"type": "http", "kind": "client", "exit": "upstream_tcp"},
+        "upstream_tcp": {"type": "tcp", "kind": "client",
+                         "options": {"host": "127.0.0.1", "port": upstream}}})
 
 
 class RelaySide:
@@ -53,8 +52,7 @@ class RelaySide:
     def __init__(self, rig: Rig) -> None:
         self.rig = rig
         self.port = free_port()
-        config = rig.tmp / "relay.yaml"
-        config.write_text(RELAY.format(port=self.port, upstream=rig.port))
+        config = zc.write(rig.tmp / "relay.yaml", relay_config(self.port, rig.port))
         self.daemon = spawn([TWISTD, "-n", "--pidfile=", "ssekd", "--config", str(config)],
                             cwd=rig.tmp, log=rig.tmp / "relay.log")
         wait_port(self.port, self.daemon)

@@ -1,23 +1,21 @@
 """`make bench`: every benchmark in turn, each printing its table and writing
 bench/results/<name>.json; a summary of all of them goes to bench/results/all.json.
 
-Run one alone with `.venv/bin/python bench/<name>.py`; choose some with
-`bench/run.py static fanout`; `--quick` (`make bench`, as opposed to `make bench FULL=1`) runs
+Run one alone with `.venv/bin/python -m bench.<name>` from the checkout's root; choose some
+with `python -m bench.run static fanout`; `--quick` (`make bench`, as opposed to `make bench FULL=1`) runs
 only the benchmarks that have a short mode, in that mode.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import sys
 import time
 import traceback
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from common import RESULTS
+from bench.common import RESULTS
 
 #: In the order they run. Each module has `main() -> dict`.
 BENCHES = ["static", "fanout", "filtered", "slow_clients", "tls", "spark_snapshot", "jwt_guard",
@@ -32,7 +30,7 @@ SHORT = QUICK | {"slow_clients", "first_event"}
 def main(argv: list[str]) -> int:
     quick = "--quick" in argv
     argv = [a for a in argv if a != "--quick"]
-    chosen = argv or [b for b in BENCHES if (Path(__file__).parent / f"{b}.py").exists()
+    chosen = argv or [b for b in BENCHES if importlib.util.find_spec(f"bench.{b}") is not None
                       and (not quick or b in SHORT)]
     summary: dict[str, object] = {}
     failed = []
@@ -41,8 +39,8 @@ def main(argv: list[str]) -> int:
         started = time.monotonic()
         try:
             # a bench that parses options sees none of ours but --quick
-            sys.argv = [f"bench/{name}.py"] + (["--quick"] if quick and name in QUICK else [])
-            result = importlib.import_module(name).main()
+            sys.argv = [f"bench.{name}"] + (["--quick"] if quick and name in QUICK else [])
+            result = importlib.import_module(f"bench.{name}").main()
             summary[name] = {"seconds": round(time.monotonic() - started, 1), "result": result}
         except Exception:
             traceback.print_exc()

@@ -18,8 +18,8 @@ Reported: the daemon's RSS before, its peak while it runs (sampled every 20 ms),
 growth per silent stream; the readers' completeness and latency. Quick by default (`make
 bench`); `FULL=1` for the full size (1,000 silent, 100 readers).
 
-    python bench/slow_clients.py            # quick: 100 + 100 silent, 20 readers
-    FULL=1 python bench/slow_clients.py     # full: 500 + 500 silent, 100 readers
+    python -m bench.slow_clients            # quick: 100 + 100 silent, 20 readers
+    FULL=1 python -m bench.slow_clients     # full: 500 + 500 silent, 100 readers
 """
 
 from __future__ import annotations
@@ -28,19 +28,15 @@ import json
 import multiprocessing as mp
 import os
 import socket
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import h2.config
 import h2.connection
 import h2.settings
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from common import RESULTS, PeakRss, table
-from fanout import Rig, _pct, _Reader
+from bench.common import RESULTS, PeakRss, table
+from bench.fanout.rig import Reader, Rig, percentile
 
 HISTORY = 2000
 VALUE = b"h " + b"v" * 1000  # "h" is no timestamp: the reader times live events only
@@ -87,7 +83,7 @@ def _readers(port: int, path: str, n: int, ready: Any, expected: Any, deadline: 
         s = socket.create_connection(("127.0.0.1", port))
         s.sendall(f"GET {path} HTTP/1.1\r\nHost: b\r\n\r\n".encode())
         socks.append(s)
-    reader = _Reader(socks, set(range(n)))
+    reader = Reader(socks, set(range(n)))
     ready.set()
     started = time.time()
     caught_up: list[float] = []
@@ -161,7 +157,7 @@ def run(rig: Rig, silent_h1_n: int, silent_h2_n: int, readers: int, rate: float,
         "readers_over": sum(1 for c in counts if c > HISTORY + sent),
         "reader_catch_up_s": round(caught_up, 2) if caught_up is not None else None,
         "live_latency_samples": len(lat),
-        "p50_ms": round(_pct(lat, 0.5) * 1000, 2), "p99_ms": round(_pct(lat, 0.99) * 1000, 2),
+        "p50_ms": round(percentile(lat, 0.5) * 1000, 2), "p99_ms": round(percentile(lat, 0.99) * 1000, 2),
         "daemon_alive": alive, "load_avg": round(os.getloadavg()[0], 2),
     }
 

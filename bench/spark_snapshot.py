@@ -11,7 +11,7 @@ job again into a fresh topic (warm, `--repeat` times, median). The baseline also
 times into fresh topics. A rerun, which writes nothing, is timed for both. The machine's load
 average is printed with the table: figures taken beside other work are not comparable.
 
-    .venv/bin/python bench/spark_snapshot.py [--changes N] [--master local[2]] [--repeat 3]
+    .venv/bin/python -m bench.spark_snapshot [--changes N] [--master local[2]] [--repeat 3]
 """
 
 from __future__ import annotations
@@ -21,19 +21,15 @@ import os
 import platform
 import random
 import statistics
-import sys
 import time
 import uuid
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from common import table, write_result
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
+from bench.common import table, write_result
 from ssekd.dev.broker import start_broker
 
 Key = tuple[int, bytes]

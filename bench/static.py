@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import BIN, PeakRss, free_port, spawn, stop, table, wait_port, write_result
+from bench.common import BIN, PeakRss, free_port, spawn, stop, table, wait_port, write_result
 
 CONFIG = """\
 name: bench

@@ -10,7 +10,7 @@ at a steady `rate`, as on a live topic. Reported per protocol: time until every 
 event, latency from produce to receipt (p50/p99), and ssekd's CPU time per 1,000 deliveries
 (the fair figure on a small machine, where clients and server share the cores).
 
-    .venv/bin/python bench/tls.py            # prints tables, writes bench/results/tls.json
+    .venv/bin/python -m bench.tls            # prints tables, writes bench/results/tls.json
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from common import BIN, ROOT, free_port, spawn, stop, table, wait_port, write_result
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
 
+from bench.common import BIN, ROOT, free_port, spawn, stop, table, wait_port, write_result
 from ssekd.dev.broker import start_broker
 from ssekd.dev.certs import DEV_PASSWORD, issue, make_ca, write_store
 
@@ -131,7 +131,6 @@ def _record(stream_events: list[int], payload: bytes, now_ns: int) -> None:
 
 def client_h2(port: int, ca: Path, topic: str, streams: int, expect: int,
               timeout: float) -> dict[str, Any]:
-    sys.path.insert(0, str(ROOT))
     from tests.support.h2client import H2SseClient
 
     latencies: list[int] = []
@@ -254,9 +253,9 @@ def fanout(port: int, ca: Path, bootstrap: str, pid: int, protocol: str, subscri
         f.result(10)
     per_process = subscribers // processes
     clients = [subprocess.Popen(
-        [sys.executable, __file__, "--client", protocol, "--port", str(port), "--ca", str(ca),
+        [sys.executable, "-m", "bench.tls", "--client", protocol, "--port", str(port), "--ca", str(ca),
          "--topic", topic, "--streams", str(per_process), "--expect", str(messages)],
-        stdout=subprocess.PIPE, text=True) for _ in range(processes)]
+        stdout=subprocess.PIPE, text=True, cwd=ROOT) for _ in range(processes)]
     for c in clients:
         assert c.stdout is not None
         line = c.stdout.readline()

@@ -1,7 +1,7 @@
 """Scale-out benchmark: what `--workers` buys on this machine, and how many idle streams one
 machine holds.
 
-1. The fan-out scenario 1,000 clients x 250 events/s (bench/fanout.py), and 2,000 x 250/s,
+1. The fan-out scenario 1,000 clients x 250 events/s (bench/fanout), and 2,000 x 250/s,
    each with 1 worker and with one per core, in the same run: events delivered while the
    producer ran (what a daemon that falls behind cannot deliver in time) and in all,
    completeness (every stream counted), latency, the daemon's CPU summed over its processes.
@@ -14,9 +14,9 @@ machine holds.
 Each worker and each load client stays under this machine's open-file limit: the stream count
 is split over enough of both.
 
-    python bench/workers.py            # the 1 vs N workers fan-out
-    python bench/workers.py --quick    # smaller numbers
-    FULL=1 python bench/workers.py     # and the 50,000 idle streams
+    python -m bench.workers            # the 1 vs N workers fan-out
+    python -m bench.workers --quick    # smaller numbers
+    FULL=1 python -m bench.workers     # and the 50,000 idle streams
 """
 
 from __future__ import annotations
@@ -30,25 +30,23 @@ import select
 import socket
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from common import table, write_result  # noqa: E402 - after the sys.path line above
-from fanout import CONFIG, Rig, fanout  # noqa: E402
+from bench.common import table, write_result
+from bench.fanout.rig import Rig, config
+from bench.fanout.scenarios import fanout
+from tests.support import zilla_config as zc
 
 #: Streams per process at most (daemon workers and load clients): below the open-file limit.
 PER_PROCESS = 12_500
 #: Bytes of each broadcast event's payload.
 PAD = 64
-#: The fan-out config with room for many streams per process and per client address (the
-#: defaults keep one address to 1,000 connections and one process to 10,000 streams).
-IDLE_CONFIG = CONFIG.replace(
-    "options: {{host: 127.0.0.1, port: {port}}}",
-    "options: {{host: 127.0.0.1, port: {port}, limits: {{connections-per-ip: 20000}}}}").replace(
-    "sse: {{type: sse, kind: server, exit: sse_kafka}}",
-    "sse: {{type: sse, kind: server, exit: sse_kafka, options: {{limits: {{streams: 20000}}}}}}")
+def idle_config(port: int, bootstrap: str, metrics_port: int) -> zc.Node:
+    """The fan-out config with room for many streams per process (the default keeps one
+    process to 10,000 streams; the fan-out config already lets one address open 19,000)."""
+    built = config(port, bootstrap, metrics_port)
+    built["bindings"]["sse"]["options"] = {"limits": {"streams": 20000}}
+    return built
 
 
 def cores() -> int:
@@ -63,7 +61,7 @@ def compare_workers(quick: bool) -> dict[str, Any]:
     runs = []
     for clients, rate, seconds in scenarios:
         for workers in sorted({1, max(2, cores())}):
-            rig = Rig(IDLE_CONFIG, workers=workers)
+            rig = Rig(idle_config, workers=workers)
             try:
                 run = fanout(rig, clients, rate, seconds, procs=max(1, clients // 1000))
             finally:
@@ -134,7 +132,7 @@ def _hold(port: int, path: str, source: str, n: int, ready: Any, go: Any, expect
 def idle_streams(total: int) -> dict[str, Any]:
     workers = max(cores(), math.ceil(total / PER_PROCESS))
     loaders = math.ceil(total / PER_PROCESS)
-    rig = Rig(IDLE_CONFIG, workers=workers)
+    rig = Rig(idle_config, workers=workers)
     try:
         topic = rig.topic(f"broadcast-{time.monotonic_ns()}", 1)
         ctx = mp.get_context("fork")

@@ -2,7 +2,7 @@
 (`produce` with `reply-to`) beside the REST handler a team would write
 (bench/baseline/rest.py), on the same broker, responder and load client.
 
-    .venv/bin/python bench/write_path.py [--quick] [--seconds S] [--connections C ...]
+    .venv/bin/python -m bench.write_path [--quick] [--seconds S] [--connections C ...]
 
 `wrk` (`--latency`, a Lua script giving each request an idempotency key of its own) keeps C
 connections busy for S seconds against each server in turn, alternating which goes first. The
@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import BIN, ROOT, free_port, spawn, stop, table, wait_port, write_result
+from bench.common import BIN, ROOT, free_port, spawn, stop, table, wait_port, write_result
 
 CONFIG = """\
 name: bench
@@ -145,7 +145,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     seconds = args.seconds or (5 if args.quick else 15)
     connections = args.connections or ([16] if args.quick else [16, 64])
     rounds = 1 if args.quick else 2
-    sys.path.insert(0, str(ROOT))
     from ssekd.dev.broker import start_broker
     from ssekd.todo_service import ensure_topics
 
@@ -155,8 +154,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         procs = []
         try:
             ensure_topics(broker.bootstrap, {"commands": {}, "replies": {}})
-            service = spawn([sys.executable, __file__, "--responder", broker.bootstrap,
-                             "commands"], log=root / "responder.log")
+            service = spawn([sys.executable, "-m", "bench.write_path", "--responder",
+                             broker.bootstrap, "commands"], cwd=ROOT, log=root / "responder.log")
             procs.append(service)
             deadline = time.monotonic() + 20
             while "ready" not in (root / "responder.log").read_text():

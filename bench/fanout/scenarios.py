@@ -1,31 +1,5 @@
-"""Fan-out benchmark: many SSE clients (HTTP/1.1) on one topic while a producer writes at a
-fixed rate. Starts its own broker (tansu) and daemon (`twistd -n ssekd`) on free ports.
-
-Reports, per scenario: delivered events/s in aggregate, produce->receive latency p50/p99, the
-daemon's CPU and RSS per connection; and one client's catch-up rate against a bare
-confluent-kafka consumer on the same topic. Prints a table and writes bench/results/fanout.json.
-
-How the clients are measured (they share the daemon's cores, so they must stay cheap):
-
-- one process reads all the streams of a scenario with `recv_into` into one preallocated buffer
-  and counts events with `bytearray.count(b"id:")` (plus a 4-byte check for an `id:` split
-  across reads): C-level work per read, no per-event Python;
-- every stream is drained and counted; `complete` is how many streams got exactly every event
-  produced (`over` counts streams that got more: a duplicate), so a miss anywhere shows;
-- latency (receive time minus the producer's timestamp in the payload) is parsed on a fixed
-  sample of 50 streams spread over the clients, so its cost does not grow with the client count;
-- the reader's own CPU share is reported next to the daemon's, to show it is not the bottleneck;
-- the single-client comparison runs the bare consumer (cold), the SSE stream while the daemon's
-  cache loads the topic from Kafka (cold), the SSE stream served from the cache, then the bare
-  consumer again, and compares each SSE rate with the faster bare run.
-
-The machine's load average is recorded with each scenario: run it more than once on a shared
-machine and compare ranges.
-
-    python bench/fanout.py                 # all scenarios (a few minutes)
-    python bench/fanout.py --quick         # smaller numbers, for development
-    python bench/fanout.py --only latency --only single
-"""
+"""The fan-out benchmark's scenarios: fan-out at fixed rates, idle streams, connection and resume
+storms, scraping overhead, one client against a bare consumer; and `main`, which runs them."""
 
 from __future__ import annotations
 
@@ -33,319 +7,17 @@ import argparse
 import json
 import multiprocessing as mp
 import os
-import select
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-import psutil
-from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import Consumer, TopicPartition
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from ssekd.dev.broker import free_port, port_open, start_broker  # noqa: E402 - after the sys.path line above
-
-TWISTD = str(Path(sys.executable).with_name("twistd"))
-BASELINE = ROOT / "bench" / "baseline" / "app.py"
-#: Records ssekd's cache and the baseline's ring keep per topic: the whole single-client topic.
-CACHE_MESSAGES = 1_100_000
-
-CONFIG = """\
-name: bench
-bindings:
-  tcp:
-    type: tcp
-    kind: server
-    # every benchmark client comes from 127.0.0.1: 10,000 streams and the storms need room
-    options: {{host: 127.0.0.1, port: {port}, limits: {{connections-per-ip: 19000}}}}
-    exit: http
-  http: {{type: http, kind: server, exit: sse}}
-  sse: {{type: sse, kind: server, exit: sse_kafka}}
-  sse_kafka:
-    type: sse-kafka
-    kind: proxy
-    routes:
-      - when: [{{path: "/events/{{topic}}"}}]
-        exit: cache_client
-        with: {{topic: "${{params.topic}}"}}
-  cache_client: {{type: kafka, kind: cache_client, exit: cache_server}}
-  cache_server:
-    type: kafka
-    kind: cache_server
-    options: {{cache: {{max-messages: 1100000, max-bytes: 536870912}}}}
-    exit: kafka_client
-  kafka_client:
-    type: kafka
-    kind: client
-    options:
-      servers: ["{bootstrap}"]
-      properties: {{fetch.wait.max.ms: 10}}
-telemetry:
-  exporters:
-    prom: {{type: prometheus, options: {{endpoints: [{{port: {metrics_port}}}]}}}}
-"""
-
-
-# -- client processes -----------------------------------------------------------------------
-
-class _Reader:
-    """Counts the events of many SSE streams cheaply, and times a fixed sample of them.
-
-    The counting is C-level work per `recv_into`: `bytearray.count(b"id:")` over a preallocated
-    buffer, plus a 4-byte check for an `id:` split across two reads. Only the sampled streams
-    pay for finding `data:` and parsing the producer's timestamp, so one Python process can
-    drain a thousand sockets without becoming what the benchmark measures.
-    """
-
-    def __init__(self, socks: list[socket.socket], sampled: set[int]) -> None:
-        self.socks = socks
-        self.sampled = sampled
-        self.counts = [0] * len(socks)
-        self.latencies: list[float] = []
-        self._tails = [b""] * len(socks)  # last 2 bytes of each stream's previous read
-        self._text = [b""] * len(socks)  # unparsed end of a sampled stream's previous read
-        self._buf = bytearray(1 << 18)
-        self._view = memoryview(self._buf)
-        self._poll = select.epoll()
-        self._by_fd: dict[int, int] = {}
-        for i, s in enumerate(socks):
-            s.setblocking(False)
-            self._by_fd[s.fileno()] = i
-            self._poll.register(s.fileno(), select.EPOLLIN)
-        self.open = len(socks)
-
-    def run(self, until: Any) -> None:
-        """Read until `until()` is true or every stream ended."""
-        buf, view, counts, tails = self._buf, self._view, self.counts, self._tails
-        while self.open and not until():
-            # a short wait: `until` is asked between polls, and the time it turns true ends the
-            # run's clock (with 0.1 s, a server whose last event came just after a poll began was
-            # charged up to 100 ms more, 2% of a 5 s run's delivered/s)
-            for fd, _ in self._poll.poll(0.005):
-                i = self._by_fd[fd]
-                try:
-                    n = self.socks[i].recv_into(buf)
-                except BlockingIOError:
-                    continue
-                if not n:
-                    self._poll.unregister(fd)
-                    self.open -= 1
-                    continue
-                head = bytes(view[:2])
-                counts[i] += buf.count(b"id:", 0, n) + (tails[i] + head).count(b"id:")
-                tails[i] = bytes(view[max(0, n - 2):n])
-                if i in self.sampled:
-                    self._times(i, bytes(view[:n]))
-
-    def _times(self, i: int, data: bytes) -> None:
-        now = time.time()
-        text = self._text[i] + data
-        pos = 0
-        while True:
-            a = text.find(b"data:", pos)
-            if a < 0:
-                break
-            b = text.find(b" ", a)
-            if b < 0:
-                break
-            try:
-                self.latencies.append(now - float(text[a + 5:b]))
-            except ValueError:
-                pass
-            pos = b
-        self._text[i] = text[pos:][-64:]
-
-
-def _clients(port: int, path: str, n: int, sample: int, ready: Any, go: Any, expected: Any,
-             deadline: Any, out: Any) -> None:
-    """Open `n` SSE streams; count every event on all of them, time `sample` of them.
-
-    Reads until each stream has the `expected` count (set by the producer once it is done) or
-    the `deadline` passes, then reports per-stream counts, latencies and its own CPU time.
-    """
-    socks = []
-    for _ in range(n):
-        s = socket.create_connection(("127.0.0.1", port))
-        s.sendall(f"GET {path} HTTP/1.1\r\nHost: b\r\n\r\n".encode())
-        socks.append(s)
-    step = max(1, n // sample) if sample else n + 1
-    reader = _Reader(socks, set(range(0, n, step)))
-    ready.set()
-    go.wait()
-    cpu0 = time.process_time()
-    t0 = time.time()
-
-    on_time: list[int] = []  # events counted when the producer finished (before catching up)
-
-    def done() -> bool:
-        want = expected.value
-        if want >= 0 and not on_time:
-            on_time.append(sum(reader.counts))
-        if want >= 0 and min(reader.counts) >= want:
-            return True
-        return deadline.value > 0 and time.time() > deadline.value
-
-    reader.run(done)
-    out.put((reader.counts, reader.latencies, time.process_time() - cpu0, time.time() - t0,
-             on_time[0] if on_time else sum(reader.counts)))
-    for s in socks:
-        s.close()
-
-
-def _hold_idle(port: int, path: str, n: int, ready: Any, done: Any) -> None:
-    socks = []
-    for _ in range(n):
-        s = socket.create_connection(("127.0.0.1", port))
-        s.sendall(f"GET {path} HTTP/1.1\r\nHost: b\r\n\r\n".encode())
-        socks.append(s)
-    for s in socks:  # wait for every response's headers
-        s.settimeout(30)
-        s.recv(4096)
-    ready.set()
-    done.wait()
-    for s in socks:
-        s.close()
-
-
-# -- helpers ---------------------------------------------------------------------------------
-
-class Server:
-    """One SSE server under test, its process and port: ssekd or the baseline bridge."""
-
-    def __init__(self, name: str, process: subprocess.Popen[bytes], port: int,
-                 log: Path) -> None:
-        self.name = name
-        self.process = process
-        self.port = port
-        deadline = time.monotonic() + 30
-        while not port_open("127.0.0.1", port):
-            if time.monotonic() > deadline or process.poll() is not None:
-                raise SystemExit(f"{name} did not start: {log}")
-            time.sleep(0.05)
-        self.proc = psutil.Process(process.pid)
-
-    def processes(self) -> list[psutil.Process]:
-        """The server's process and its children (ssekd's workers), whose CPU and memory count."""
-        return [self.proc, *self.proc.children(recursive=True)]
-
-    def cpu(self) -> float:
-        return sum(t.user + t.system for t in (p.cpu_times() for p in self.processes()))
-
-    def rss(self) -> int:
-        return sum(int(p.memory_info().rss) for p in self.processes())
-
-    def close(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(20)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-
-
-class Rig:
-    """A broker, ssekd on it, and (with `baseline`) the baseline bridge on the same broker; with
-    `workers` above 1, ssekd is a parent and its workers, its CPU and memory summed over them."""
-
-    def __init__(self, template: str = CONFIG, baseline: bool = False, workers: int = 1) -> None:
-        self.tmp = Path(tempfile.mkdtemp(prefix="ssekd-bench-"))
-        self.broker = start_broker(log_path=self.tmp / "tansu.log")
-        self.admin = AdminClient({"bootstrap.servers": self.broker.bootstrap})
-        self.port = free_port()
-        self.metrics_port = free_port()
-        config = self.tmp / "zilla.yaml"
-        config.write_text(template.format(port=self.port, bootstrap=self.broker.bootstrap,
-                                          metrics_port=self.metrics_port))
-        self.log = open(self.tmp / "daemon.log", "wb")  # noqa: SIM115 - lives as long as the daemon
-        daemon = subprocess.Popen([TWISTD, "-n", "--pidfile=", "ssekd", "--config", str(config),
-                                   "--workers", str(workers)],
-                                  stdout=self.log, stderr=subprocess.STDOUT, cwd=self.tmp)
-        self.servers: list[Server] = []
-        try:
-            self.ssekd = Server("ssekd", daemon, self.port, self.tmp / "daemon.log")
-            deadline = time.monotonic() + 20
-            while len(self.ssekd.proc.children()) < (workers if workers > 1 else 0):
-                if time.monotonic() > deadline:
-                    raise SystemExit(f"workers did not start: {self.tmp / 'daemon.log'}")
-                time.sleep(0.05)
-            self.servers.append(self.ssekd)
-            if baseline:
-                self._start_baseline()
-        except BaseException:
-            daemon.kill()
-            self.close()
-            raise
-        self.daemon, self.proc = daemon, self.ssekd.proc
-        self.producer = Producer({"bootstrap.servers": self.broker.bootstrap, "linger.ms": 2})
-
-    def _start_baseline(self) -> None:
-        port = free_port()
-        self.baseline_log = open(self.tmp / "baseline.log", "wb")  # noqa: SIM115
-        app = subprocess.Popen([sys.executable, str(BASELINE), "--bootstrap",
-                                self.broker.bootstrap, "--port", str(port),
-                                "--ring", str(CACHE_MESSAGES)],
-                               stdout=self.baseline_log, stderr=subprocess.STDOUT)
-        try:
-            self.servers.append(Server("baseline", app, port, self.tmp / "baseline.log"))
-        except BaseException:
-            app.kill()
-            raise
-
-    def topic(self, name: str, partitions: int = 3) -> str:
-        self.admin.create_topics([NewTopic(name, partitions, 1)])[name].result(10)
-        return name
-
-    def produce_at(self, topic: str, rate: float, seconds: float, pad: int = 100) -> int:
-        """Produce `rate`/s for `seconds`, each value "<epoch> <pad>"; return how many."""
-        padding = b"x" * pad
-        sent = 0
-        start = time.time()
-        while (elapsed := time.time() - start) < seconds:
-            due = int(elapsed * rate) + 1
-            while sent < due:
-                self.producer.produce(topic, b"%.6f " % time.time() + padding)
-                sent += 1
-            self.producer.poll(0)
-            time.sleep(0.002)
-        self.producer.flush(10)
-        return sent
-
-    def fill(self, topic: str, count: int) -> None:
-        """Produce `count` records "<n> <100 bytes>" as fast as the producer's queue allows."""
-        pad = b"x" * 100
-        for i in range(count):
-            while True:
-                try:
-                    self.producer.produce(topic, b"%d " % i + pad)
-                    break
-                except BufferError:  # the local queue is full: let it drain
-                    self.producer.poll(0.05)
-            if i % 10000 == 0:
-                self.producer.poll(0)
-        self.producer.flush(120)
-
-    def cpu(self) -> float:
-        return self.ssekd.cpu()
-
-    def rss(self) -> int:
-        return self.ssekd.rss()
-
-    def close(self) -> None:
-        for server in self.servers:
-            server.close()
-        self.broker.stop()
-
-
-def _pct(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    values = sorted(values)
-    return values[min(len(values) - 1, int(len(values) * q))]
+from bench.fanout.report import plot, print_table
+from bench.fanout.rig import ROOT, Reader, Rig, Server, hold_idle, percentile, run_clients
 
 
 def fanout(rig: Rig, clients: int, rate: float, seconds: float, procs: int | None = None,
@@ -369,7 +41,7 @@ def fanout(rig: Rig, clients: int, rate: float, seconds: float, procs: int | Non
     out: Any = ctx.Queue()
     per = clients // procs
     rss0 = server.rss()
-    ps = [ctx.Process(target=_clients, args=(server.port, f"/events/{topic}{query}", per,
+    ps = [ctx.Process(target=run_clients, args=(server.port, f"/events/{topic}{query}", per,
                                              max(1, sample // procs), ready[i], go, expected,
                                              deadline, out))
           for i in range(procs)]
@@ -416,8 +88,8 @@ def fanout(rig: Rig, clients: int, rate: float, seconds: float, procs: int | Non
         "on_time_per_s": round(sum(r[4] for r in results) / produce_time),
         "latency_streams": sum(max(1, sample // procs) for _ in ps),
         "latency_samples": len(lat),
-        "p50_ms": round(_pct(lat, 0.5) * 1000, 2), "p99_ms": round(_pct(lat, 0.99) * 1000, 2),
-        "p999_ms": round(_pct(lat, 0.999) * 1000, 2),
+        "p50_ms": round(percentile(lat, 0.5) * 1000, 2), "p99_ms": round(percentile(lat, 0.99) * 1000, 2),
+        "p999_ms": round(percentile(lat, 0.999) * 1000, 2),
         "max_ms": round(max(lat, default=float("nan")) * 1000, 2),
         "daemon_cpu_pct": round(100 * cpu / produce_time, 1),
         "cpu_us_per_event": round(cpu * 1e6 / max(1, delivered), 2),
@@ -541,7 +213,7 @@ def _resumers(port: int, path: str, last_id: bytes, n: int, want: int, out: Any)
         s.sendall(f"GET {path} HTTP/1.1\r\nHost: b\r\nLast-Event-ID: ".encode() + last_id
                   + b"\r\n\r\n")
         socks.append(s)
-    reader = _Reader(socks, set())
+    reader = Reader(socks, set())
     deadline = time.time() + 60
     reader.run(lambda: min(reader.counts) >= want or time.time() > deadline)
     out.put((reader.counts, time.time() - t0))
@@ -617,7 +289,7 @@ def scrape_overhead(rig: Rig, clients: int, rate: float, seconds: float,
                 stop.set()
                 times, size = out.get(timeout=30)
                 scraper.join(10)
-                run.update(scrapes=len(times), scrape_p50_ms=round(_pct(times, 0.5) * 1000, 2),
+                run.update(scrapes=len(times), scrape_p50_ms=round(percentile(times, 0.5) * 1000, 2),
                            scrape_max_ms=round(max(times, default=0.0) * 1000, 2),
                            page_bytes=size)
             run["scraping"] = scraping
@@ -648,7 +320,7 @@ def idle(rig: Rig, n: int, server: Server | None = None) -> dict[str, Any]:
     ctx = mp.get_context("fork")
     # open one stream first so the cache and consumer exist before measuring
     warm_ready, warm_done = ctx.Event(), ctx.Event()
-    w = ctx.Process(target=_hold_idle, args=(server.port, f"/events/{topic}", 1, warm_ready,
+    w = ctx.Process(target=hold_idle, args=(server.port, f"/events/{topic}", 1, warm_ready,
                                              warm_done))
     w.start()
     warm_ready.wait(30)
@@ -657,7 +329,7 @@ def idle(rig: Rig, n: int, server: Server | None = None) -> dict[str, Any]:
     done = ctx.Event()
     procs = 4 if n > 2000 else 1
     ready = [ctx.Event() for _ in range(procs)]
-    ps = [ctx.Process(target=_hold_idle, args=(server.port, f"/events/{topic}", n // procs,
+    ps = [ctx.Process(target=hold_idle, args=(server.port, f"/events/{topic}", n // procs,
                                                ready[i], done))
           for i in range(procs)]
     for p in ps:
@@ -768,7 +440,9 @@ FULL_SCENARIOS = [(100, 50), (100, 250), (1000, 20), (1000, 50), (1000, 100), (1
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.fanout",
+                                     description="Fan-out benchmark: many SSE clients (HTTP/1.1) "
+                                     "on one topic while a producer writes at a fixed rate.")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--only", choices=["fanout", "idle", "single", "storm", "resume",
                                            "scrape"], action="append")
@@ -826,106 +500,3 @@ def main(argv: list[str] | None = None) -> int:
     if "fanout" in results:
         plot(results, out / "fanout.png")
     return 0
-
-
-def _ratio(a: float, b: float) -> str:
-    return f"{a / b:.2f}" if b else "-"
-
-
-def print_table(r: dict[str, Any]) -> None:
-    print(f"\nfan-out benchmark, ssekd beside the baseline bridge ({r['machine']['cpus']} cpus, "
-          f"one server process each, {r.get('mode', '')})\n")
-    rows = r.get("fanout", [])
-    pairs: dict[tuple[int, float], dict[str, Any]] = {}
-    for x in rows:
-        pairs.setdefault((x["clients"], x["rate"]), {})[x["server"]] = x
-    if pairs:
-        print("every stream counted; latency over ~100 sampled streams (recv time - produce time)")
-        print("| clients x ev/s | server | delivered/s | lost | dup | p50 ms | p99 ms | p999 ms "
-              "| CPU us/event | KiB/stream | reader % | delivered ratio | p99 ratio |")
-        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-        for (clients, rate), by in pairs.items():
-            s, b = by.get("ssekd"), by.get("baseline")
-            for x in (s, b):
-                if x is None:
-                    continue
-                ratios = ""
-                if x is s and b is not None:
-                    ratios = (f"{_ratio(s['delivered_per_s'], b['delivered_per_s'])} | "
-                              f"{_ratio(s['p99_ms'], b['p99_ms'])}")
-                else:
-                    ratios = " | "
-                print(f"| {clients:,} x {rate:.0f} | {x['server']} | {x['delivered_per_s']:,} | "
-                      f"{x['lost']:,} | {x['duplicated']:,} | {x['p50_ms']} | {x['p99_ms']} | "
-                      f"{x['p999_ms']} | {x['cpu_us_per_event']} | {x['kib_per_stream']} | "
-                      f"{x['client_cpu_pct']} | {ratios} |")
-    for i in r.get("idle", []):
-        print(f"\nidle streams ({i['server']}): {i['streams']:,} held={i['held']}  "
-              f"{i['kib_per_stream']} KiB RSS each (RSS {i['rss_before_mib']} -> "
-              f"{i['rss_after_mib']} MiB), idle cpu {i['idle_cpu_pct']}%")
-    if "single_client" in r:
-        s = r["single_client"]
-        print(f"\none client, {s['messages']:,} records: bare consumer "
-              f"{s['bare_consumer_per_s']:,}/s (before {s['bare_cold_per_s']:,}, after "
-              f"{s['bare_again_per_s']:,}); load {s['load_avg']}")
-        for name in ("ssekd", "baseline"):
-            if name in s:
-                x = s[name]
-                print(f"  {name:>8}: cold {x['cold_per_s']:,}/s ({x['ratio_cold']:.0%}, got "
-                      f"{x['cold_got']:,}, server {x['cold_daemon_cpu_pct']}% cpu), cached "
-                      f"{x['cached_per_s']:,}/s ({x['ratio_cached']:.0%}, got "
-                      f"{x['cached_got']:,}, server {x['cached_daemon_cpu_pct']}% cpu)")
-    for x in r.get("connection_storm", []):
-        print(f"\nconnection storm ({x['server']}): {x['opened']:,}/{x['attempted']:,} streams "
-              f"opened, {x['connects_per_s']:,} connects/s, {x['cpu_ms_per_connect']} ms CPU "
-              f"each; first error: {x['first_error'] or 'none'}")
-    for x in r.get("resume_storm", []):
-        print(f"\nresume storm ({x['server']}): {x['clients']:,} streams resuming at once, "
-              f"{x['events_each']:,} events each in {x['seconds']} s, complete "
-              f"{x['complete']:,}, lost {x['lost']:,}, dup {x['duplicated']:,}, "
-              f"{x['cpu_us_per_event']} us CPU/event")
-    if "scrape_overhead" in r:
-        s = r["scrape_overhead"]
-        print(f"\nscraping /metrics every 100 ms, {s['clients']:,} x {s['rate']:.0f}/s: "
-              f"delivered {s['delivered_per_s_without']:,}/s without, "
-              f"{s['delivered_per_s_with']:,}/s with ({s['throughput_cost_pct']}% cost); "
-              f"daemon CPU {s['cpu_ms_per_1000_without']} -> {s['cpu_ms_per_1000_with']} ms per "
-              f"1,000 deliveries ({s['cpu_cost_pct']}%); every stream complete: {s['complete']}")
-
-
-def plot(r: dict[str, Any], path: Path) -> None:
-    """Delivered events/s and p99 per scenario (client count x rate), ssekd beside the
-    baseline, as grouped bars."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rows = r["fanout"]
-    labels = list(dict.fromkeys(f"{x['clients']:,}x{x['rate']:.0f}" for x in rows))
-    names = list(dict.fromkeys(x["server"] for x in rows))
-    fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
-    width = 0.8 / len(names)
-    for k, (key, title) in enumerate((("delivered_per_s", "delivered events/s"),
-                                      ("p99_ms", "p99 latency, ms (produce -> receive)"))):
-        ax = axes[k]
-        for j, name in enumerate(names):
-            by = {f"{x['clients']:,}x{x['rate']:.0f}": x[key] for x in rows
-                  if x["server"] == name}
-            ax.bar([i + j * width for i in range(len(labels))],
-                   [by.get(lab, 0) for lab in labels], width, label=name)
-        ax.set_xticks([i + width * (len(names) - 1) / 2 for i in range(len(labels))], labels,
-                      rotation=30)
-        ax.set_xlabel("clients x events/s per client")
-        ax.set_title(title)
-        if key == "p99_ms":
-            ax.set_yscale("log")
-        ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    print(f"plot written to {path}")
-
-
-if __name__ == "__main__":
-    sys.exit(main())

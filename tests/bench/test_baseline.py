@@ -1,6 +1,6 @@
 """The benchmarks' baseline bridge (bench/baseline/app.py) is a working SSE server: it streams a
 topic, resumes after `Last-Event-ID` from its ring buffer, and follows new records live. A
-baseline that served nothing would make every comparison in bench/fanout.py meaningless."""
+baseline that served nothing would make every comparison in bench/fanout meaningless."""
 
 from __future__ import annotations
 
