@@ -36,51 +36,17 @@ from ssekd.bindings.tcp import TcpServer
 from ssekd.dev.broker import Broker, free_port
 from ssekd.spi.connection import ConnectionInfo
 from ssekd.telemetry.events import EventLog
+from tests.support import zilla_config as zc
 from tests.support.daemon import Daemon, start_daemon
 
-CONFIG = """\
-name: rel
-bindings:
-  tcp0:
-    type: tcp
-    kind: server
-    options: {{host: 127.0.0.1, port: {port}{limits}}}
-    exit: http0
-  http0:
-    type: http
-    kind: server
-    routes:
-      - when: [{{headers: {{":path": "/www/*"}}}}]
-        exit: files_map
-    exit: sse0
-  files_map:
-    type: http-filesystem
-    kind: proxy
-    routes:
-      - when: [{{path: "/www/{{path}}"}}]
-        exit: files
-        with: {{path: "${{params.path}}"}}
-  files: {{type: filesystem, kind: server, options: {{location: www}}}}
-  sse0: {{type: sse, kind: server, exit: sse_kafka}}
-  sse_kafka:
-    type: sse-kafka
-    kind: proxy
-    routes:
-      - when: [{{path: "/events/{{topic}}"}}]
-        exit: cache_client
-        with: {{topic: "${{params.topic}}"}}
-  cache_client: {{type: kafka, kind: cache_client, exit: cache_server}}
-  cache_server: {{type: kafka, kind: cache_server, exit: kafka_client}}
-  kafka_client:
-    type: kafka
-    kind: client
-    options:
-      servers: ["{bootstrap}"]
-      properties: {{fetch.wait.max.ms: 10}}
-telemetry:
-  exporters:
-    stdout: {{type: stdout}}
-"""
+
+def daemon_config(port: int, bootstrap: str, limits: str = "") -> zc.Node:
+    """Files under /www/, streams at /events/{topic}; `limits` adds to the tcp server's options
+    (`, limits: {connections: 1}`)."""
+    return zc.sse_stack(port, bootstrap, name="rel", www="www",
+                        routes=[zc.sse_route("/events/{topic}")],
+                        tcp_options=zc.flow("{" + limits.lstrip(", ") + "}") if limits else None,
+                        names={"tcp": "tcp0", "http": "http0", "sse": "sse0"})
 
 INDEX = b"<!doctype html><title>ok</title>\n"
 
@@ -99,7 +65,7 @@ def start(tmp: Path, bootstrap: str, limits: str = "", nofile: int | None = None
     (tmp / "www").mkdir(exist_ok=True)
     (tmp / "www" / "index.html").write_bytes(INDEX)
     config = tmp / "zilla.yaml"
-    config.write_text(CONFIG.format(port=port, limits=limits, bootstrap=bootstrap))
+    zc.write(config, daemon_config(port, bootstrap, limits))
     daemon = start_daemon(config, nofile=nofile, wait_output="ENGINE_STARTED",
                           extra_args=ONE_PROCESS)
     daemon.ports.append(port)

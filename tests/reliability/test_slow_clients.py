@@ -41,6 +41,7 @@ from ssekd.bindings.sse.server import SseServer
 from ssekd.bindings.sse_kafka.encoder import KafkaEventEncoder
 from ssekd.dev.broker import Broker, free_port
 from ssekd.telemetry.events import EventLog
+from tests.support import zilla_config as zc
 from tests.support.broker import Kafka
 from tests.support.daemon import Daemon, start_daemon
 from tests.support.sse import SseClient
@@ -362,28 +363,11 @@ def test_a_stream_paused_for_max_lag_is_reset_and_one_that_resumes_is_not() -> N
 
 # -- the real daemon: clients that never read beside clients that read everything --------------
 
-CONFIG = """\
-name: slow
-bindings:
-  tcp: {{type: tcp, kind: server, options: {{host: 127.0.0.1, port: {port}}}, exit: http}}
-  http: {{type: http, kind: server, exit: sse}}
-  sse: {{type: sse, kind: server, exit: sse_kafka}}
-  sse_kafka:
-    type: sse-kafka
-    kind: proxy
-    routes:
-      - when: [{{path: "/events/{{topic}}"}}]
-        exit: cache_client
-  cache_client: {{type: kafka, kind: cache_client, exit: cache_server}}
-  cache_server: {{type: kafka, kind: cache_server, exit: kafka_client}}
-  kafka_client:
-    type: kafka
-    kind: client
-    options:
-      servers: ["{bootstrap}"]
-      properties: {{fetch.wait.max.ms: 10}}
-telemetry: {{exporters: {{stdout: {{type: stdout}}}}}}
-"""
+def daemon_config(port: int, bootstrap: str, sse: zc.Node | None = None) -> zc.Node:
+    """Streams at /events/{topic}; `sse` the sse server's options."""
+    return zc.sse_stack(port, bootstrap, name="slow",
+                        routes=[zc.sse_route("/events/{topic}", None)],
+                        sse=zc.sse_server(options=sse))
 
 #: Clients that never read, and clients that read everything, in the functional version.
 SILENT_H1 = 50
@@ -458,7 +442,7 @@ def test_clients_that_never_read_cost_bounded_memory_and_readers_lose_nothing(
     kafka.flush()
     port = free_port()
     config = tmp_path / "zilla.yaml"
-    config.write_text(CONFIG.format(port=port, bootstrap=kafka_broker.bootstrap))
+    zc.write(config, daemon_config(port, kafka_broker.bootstrap))
     daemon: Daemon = start_daemon(config, wait_ports=[port])
     path = f"/events/{topic}"
     try:
@@ -505,9 +489,8 @@ def test_clients_that_never_read_cost_bounded_memory_and_readers_lose_nothing(
         daemon.stop()
 
 
-LIMITED = CONFIG.replace("sse: {{type: sse, kind: server, exit: sse_kafka}}",
-                         "sse: {{type: sse, kind: server, exit: sse_kafka,\n"
-                         "        options: {{retry: 900, limits: {{streams: 4, max-lag: 1}}}}}}")
+#: The sse server's options of the test below: four streams, resets after one event of lag.
+LIMITED = {"retry": 900, "limits": {"streams": 4, "max-lag": 1}}
 
 
 @pytest.mark.broker
@@ -520,7 +503,7 @@ def test_on_the_wire_streams_beyond_the_limit_retry_and_silent_streams_are_reset
     kafka.flush()
     port = free_port()
     config = tmp_path / "zilla.yaml"
-    config.write_text(LIMITED.format(port=port, bootstrap=kafka_broker.bootstrap))
+    zc.write(config, daemon_config(port, kafka_broker.bootstrap, LIMITED))
     # limits.streams is counted per process (docs/operations.md, Workers)
     daemon: Daemon = start_daemon(config, wait_ports=[port], extra_args=["--workers", "1"])
     path = f"/events/{topic}"

@@ -25,6 +25,7 @@ from ssekd.dev.broker import Broker, free_port
 from ssekd.patterns import Pattern
 from ssekd.telemetry.events import EventLog
 from ssekd.telemetry.metrics import Metrics
+from tests.support import zilla_config as zc
 from tests.support.broker import Kafka
 from tests.support.daemon import Daemon, start_daemon
 from tests.support.sse import SseClient
@@ -219,36 +220,13 @@ def test_a_topic_given_up_ends_its_streams_and_is_no_longer_followed() -> None:
 
 # -- the wire -------------------------------------------------------------------------------------
 
-CONFIG = """\
-name: topics
-bindings:
-  tcp: {{type: tcp, kind: server, options: {{host: 127.0.0.1, port: {port}}}, exit: http}}
-  http: {{type: http, kind: server, exit: sse}}
-  sse: {{type: sse, kind: server, options: {{retry: 700}}, exit: sse_kafka}}
-  sse_kafka:
-    type: sse-kafka
-    kind: proxy
-    options: {{internal-topics: [audit]}}
-    routes:
-      - when: [{{path: "/events/{{topic}}"}}]
-        exit: cache_client
-  cache_client: {{type: kafka, kind: cache_client, exit: cache_server}}
-  cache_server:
-    type: kafka
-    kind: cache_server
-    options: {{max-topics: 2, idle-timeout: 1, missing-topic-retries: 3}}
-    exit: kafka_client
-  kafka_client:
-    type: kafka
-    kind: client
-    options:
-      servers: ["{bootstrap}"]
-      properties: {{fetch.wait.max.ms: 10}}
-telemetry:
-  exporters:
-    stdout:
-      type: stdout
-"""
+def daemon_config(port: int, bootstrap: str) -> zc.Node:
+    """Streams at /events/{topic}, `audit` internal, a cache of two topics at most that drops an
+    idle one after a second and gives up on a missing one after three tries."""
+    return zc.sse_stack(port, bootstrap, name="topics", sse=zc.sse_server(retry=700),
+                        sse_kafka_binding=zc.sse_kafka([zc.sse_route("/events/{topic}", None)],
+                                                       internal_topics=["audit"]),
+                        cache={"max-topics": 2, "idle-timeout": 1, "missing-topic-retries": 3})
 
 
 def _get(port: int, path: str) -> tuple[int, str, bytes]:
@@ -264,7 +242,7 @@ def _get(port: int, path: str) -> tuple[int, str, bytes]:
 def topics_daemon(kafka_broker: Broker, tmp_path: Path) -> Any:
     port = free_port()
     config = tmp_path / "zilla.yaml"
-    config.write_text(CONFIG.format(port=port, bootstrap=kafka_broker.bootstrap))
+    zc.write(config, daemon_config(port, kafka_broker.bootstrap))
     # the topics one cache follows (max-topics, idle drops) are one process's: with workers each
     # has its own cache, and the kernel picks the worker a connection reaches
     daemon: Daemon = start_daemon(config, wait_ports=[port], extra_args=["--workers", "1"])

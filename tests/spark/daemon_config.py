@@ -5,54 +5,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tests.support import zilla_config as zc
+
 
 def daemon_config(folder: Path, topics: str, catalogs: str) -> Path:
-    """A daemon config that serves topics from a cache_server with `topics` (its models)."""
-    text = f"""\
-name: pipeline
-bindings:
-  tcp0:
-    type: tcp
-    kind: server
-    options: {{host: 127.0.0.1, port: 8080}}
-    exit: http0
-  http0:
-    type: http
-    kind: server
-    exit: sse0
-  sse0:
-    type: sse
-    kind: server
-    exit: sk
-  sk:
-    type: sse-kafka
-    kind: proxy
-    routes:
-      - when: [{{path: "/{{topic}}"}}]
-        exit: cc
-        with: {{topic: "${{params.topic}}"}}
-  cc:
-    type: kafka
-    kind: cache_client
-    exit: cs
-  cs:
-    type: kafka
-    kind: cache_server
-    options:
-      topics:
-{topics}
-    exit: kc
-  kc:
-    type: kafka
-    kind: client
-    options: {{servers: ["127.0.0.1:9092"]}}
-    exit: tcp1
-  tcp1:
-    type: tcp
-    kind: client
-catalogs:
-{catalogs}
-"""
-    path = folder / "zilla.yaml"
-    path.write_text(text)
-    return path
+    """A daemon config that serves topics from a cache_server with `topics` (its models); both
+    arguments are YAML text, the entries under `topics:` and under `catalogs:`."""
+    bindings = zc.sse_stack(8080, "127.0.0.1:9092", properties={},
+                            cache={"topics": zc.flow(topics)},
+                            names={"tcp": "tcp0", "http": "http0", "sse": "sse0",
+                                   "sse_kafka": "sk", "cache_client": "cc",
+                                   "cache_server": "cs", "kafka_client": "kc"})["bindings"]
+    del bindings["kc"]["options"]["properties"]
+    bindings["kc"]["exit"] = "tcp1"
+    bindings["tcp1"] = {"type": "tcp", "kind": "client"}
+    config = zc.zilla("pipeline", bindings, catalogs=zc.flow(catalogs))
+    return zc.write(folder / "zilla.yaml", config)

@@ -214,7 +214,7 @@ def zilla(name: str, bindings: Node, *, vaults: Node | None = None,
 def sse_stack(port: int | Sequence[int], bootstrap: str | Sequence[str], *,
               name: str = "test", routes: Sequence[Node] | None = None,
               http: Node | None = None, sse: Node | None = None,
-              www: str | Path | None = None, tls: Node | None = None,
+              sse_kafka_binding: Node | None = None, www: str | Path | None = None, tls: Node | None = None,
               cache: Node | None = None, properties: Node | None = None,
               tcp_options: Node | None = None, vaults: Node | None = None,
               guards: Node | None = None, catalogs: Node | None = None,
@@ -223,12 +223,13 @@ def sse_stack(port: int | Sequence[int], bootstrap: str | Sequence[str], *,
               extra: Node | None = None) -> Node:
     """The usual chain: tcp -> (tls ->) http -> sse -> sse-kafka -> kafka cache -> kafka client.
 
-    `routes` are sse-kafka's (default: `/{topic}` to that topic); `http` is the http binding
-    (default a plain server), `sse` the sse binding, `www` adds /www/* files (and the http
-    route to them), `tls` the tls binding (the tcp server then takes port[0] to it, port[1] to
-    http in clear), `cache` the cache server's options, `properties` the kafka client's,
-    `tcp_options` more tcp options, `extra` more bindings, `names` renames bindings (`{"tcp":
-    "tcp_in"}`) with every exit that names them. `telemetry` defaults to the stdout exporter."""
+    `routes` are sse-kafka's (default: `/{topic}` to that topic), `sse_kafka_binding` the whole
+    binding instead; `http` is the http binding (default a plain server), `sse` the sse
+    binding, `www` adds /www/* files (and the http route to them), `tls` the tls binding (the
+    tcp server then takes port[0] to it, port[1] to http in clear), `cache` the cache server's
+    options, `properties` the kafka client's, `tcp_options` more tcp options, `extra` more
+    bindings, `names` renames bindings (`{"tcp": "tcp_in"}`) with every exit that names them.
+    `telemetry` defaults to the stdout exporter."""
     bindings: Node = {}
     ports = [port] if isinstance(port, int) else list(port)
     if tls is not None:
@@ -248,7 +249,8 @@ def sse_stack(port: int | Sequence[int], bootstrap: str | Sequence[str], *,
     if www is not None:
         bindings.update(files(www))
     bindings["sse"] = sse if sse is not None else sse_server()
-    bindings["sse_kafka"] = sse_kafka(routes if routes is not None else [sse_route("/{topic}")])
+    bindings["sse_kafka"] = sse_kafka_binding or sse_kafka(
+        routes if routes is not None else [sse_route("/{topic}")])
     bindings.update(kafka(bootstrap, cache=cache, properties=properties))
     bindings.update(extra or {})
     if names:
