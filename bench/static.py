@@ -11,31 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import BIN, PeakRss, free_port, spawn, stop, table, wait_port, write_result
+from tests.support import zilla_config as zc
 
-CONFIG = """\
-name: bench
-bindings:
-  tcp0:
-    type: tcp
-    kind: server
-    options: {{host: 127.0.0.1, port: {port}}}
-    exit: http0
-  http0:
-    type: http
-    kind: server
-    exit: files_map
-  files_map:
-    type: http-filesystem
-    kind: proxy
-    routes:
-      - when: [{{path: "/{{path}}"}}]
-        exit: files
-        with: {{path: "${{params.path}}"}}
-  files:
-    type: filesystem
-    kind: server
-    options: {{location: www}}
-"""
+
+def daemon_config(port: int) -> zc.Node:
+    """tcp -> http -> the files of `www/`, at every path."""
+    return zc.zilla("bench", {"tcp0": zc.tcp_server(port, "http0"),
+                              "http0": zc.http_server("files_map"),
+                              **zc.files("www", prefix="/")})
 
 
 def wrk(url: str, seconds: int, connections: int) -> float:
@@ -68,7 +51,7 @@ def main(seconds: int = 5, connections: int = 50, rounds: int = 2) -> dict[str, 
         with open(big, "wb") as f:
             f.truncate(size)
         ssekd_port, web_port = free_port(), free_port()
-        (root / "zilla.yaml").write_text(CONFIG.format(port=ssekd_port))
+        zc.write(root / "zilla.yaml", daemon_config(ssekd_port))
         ssekd = spawn([str(BIN / "twistd"), "-n", "--pidfile=", "ssekd", "--config",
                        "zilla.yaml"], cwd=root)
         web = spawn([str(BIN / "twistd"), "-n", "--pidfile=", "--logfile=/dev/null", "web",

@@ -34,70 +34,16 @@ from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption,
 from bench.common import BIN, ROOT, free_port, spawn, stop, table, wait_port, write_result
 from ssekd.dev.broker import start_broker
 from ssekd.dev.certs import DEV_PASSWORD, issue, make_ca, write_store
+from tests.support import zilla_config as zc
 
-CONFIG = """\
-name: bench
-vaults:
-  server:
-    type: filesystem
-    options:
-      keys: {{store: localhost.p12, type: pkcs12, password: "${{{{env.KEYSTORE_PASSWORD}}}}"}}
-bindings:
-  tcp_in:
-    type: tcp
-    kind: server
-    options: {{host: 127.0.0.1, port: {port}}}
-    exit: tls_in
-  tls_in:
-    type: tls
-    kind: server
-    vault: server
-    options: {{keys: [localhost], sni: [localhost], alpn: [http/1.1, h2]}}
-    exit: http_in
-  http_in:
-    type: http
-    kind: server
-    routes:
-      - when: [{{headers: {{":path": "/www/*"}}}}]
-        exit: files_map
-    exit: sse
-  files_map:
-    type: http-filesystem
-    kind: proxy
-    routes:
-      - when: [{{path: "/www/{{path}}"}}]
-        exit: files
-        with: {{path: "${{params.path}}"}}
-  files:
-    type: filesystem
-    kind: server
-    options: {{location: www}}
-  sse:
-    type: sse
-    kind: server
-    exit: sse_kafka
-  sse_kafka:
-    type: sse-kafka
-    kind: proxy
-    routes:
-      - when: [{{path: "/{{topic}}"}}]
-        exit: cache_client
-        with: {{topic: "${{params.topic}}"}}
-  cache_client:
-    type: kafka
-    kind: cache_client
-    exit: cache_server
-  cache_server:
-    type: kafka
-    kind: cache_server
-    exit: kafka_client
-  kafka_client:
-    type: kafka
-    kind: client
-    options:
-      servers: ["{bootstrap}"]
-      properties: {{fetch.wait.max.ms: 10}}
-"""
+
+def daemon_config(port: int, bootstrap: str) -> zc.Node:
+    """tcp -> tls (h2, http/1.1) -> http -> files under /www/ and sse -> sse-kafka -> kafka."""
+    return zc.sse_stack(
+        port, bootstrap, name="bench", www="www", telemetry={},
+        tls=zc.tls_server("server", sni=["localhost"], alpn=["http/1.1", "h2"]),
+        vaults={"server": zc.keys_vault("localhost.p12", "${{env.KEYSTORE_PASSWORD}}")},
+        names={"tcp": "tcp_in", "tls": "tls_in", "http": "http_in"})
 
 
 # -- handshakes ------------------------------------------------------------------------------
@@ -310,7 +256,7 @@ def main(seconds: int = 5, subscribers: int = 200, seconds_of_events: int = 5,
         (root / "cert.pem").write_bytes(leaf.cert.public_bytes(Encoding.PEM))
         broker = start_broker(log_path=root / "tansu.log")
         port, web_port = free_port(), free_port()
-        (root / "zilla.yaml").write_text(CONFIG.format(port=port, bootstrap=broker.bootstrap))
+        zc.write(root / "zilla.yaml", daemon_config(port, broker.bootstrap))
         ssekd = spawn([str(BIN / "twistd"), "-n", "--pidfile=", "ssekd", "--config",
                        "zilla.yaml"], cwd=root, env={"KEYSTORE_PASSWORD": DEV_PASSWORD},
                       log=root / "ssekd.log")

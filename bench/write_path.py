@@ -24,43 +24,21 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import BIN, ROOT, free_port, spawn, stop, table, wait_port, write_result
+from tests.support import zilla_config as zc
 
-CONFIG = """\
-name: bench
-bindings:
-  tcp0:
-    type: tcp
-    kind: server
-    options: {{host: 127.0.0.1, port: {port}}}
-    exit: http0
-  http0:
-    type: http
-    kind: server
-    exit: hk0
-  hk0:
-    type: http-kafka
-    kind: proxy
-    routes:
-      - when: [{{method: POST, path: /commands}}]
-        exit: cc
-        with: {{capability: produce, topic: commands, key: "${{idempotencyKey}}",
-                reply-to: replies}}
-  cc:
-    type: kafka
-    kind: cache_client
-    exit: cs
-  cs:
-    type: kafka
-    kind: cache_server
-    options: {{bootstrap: [replies]}}
-    exit: kc
-  kc:
-    type: kafka
-    kind: client
-    options:
-      servers: ["{bootstrap}"]
-      properties: {{fetch.wait.max.ms: 10}}
-"""
+
+def daemon_config(port: int, bootstrap: str) -> zc.Node:
+    """tcp -> http -> http-kafka: POST /commands produced to `commands`, answered from
+    `replies`."""
+    route = {"when": [{"method": "POST", "path": "/commands"}], "exit": "cc",
+             "with": {"capability": "produce", "topic": "commands", "key": "${idempotencyKey}",
+                      "reply-to": "replies"}}
+    return zc.zilla("bench", {
+        "tcp0": zc.tcp_server(port, "http0"),
+        "http0": zc.http_server("hk0"),
+        "hk0": {"type": "http-kafka", "kind": "proxy", "routes": [route]},
+        **zc.kafka(bootstrap, cache={"bootstrap": ["replies"]}, cache_client="cc",
+                   cache_server="cs", client="kc")})
 
 LUA = """\
 local counter = 0
@@ -163,8 +141,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     raise RuntimeError((root / "responder.log").read_text())
                 time.sleep(0.05)
             ssekd_port, rest_port = free_port(), free_port()
-            (root / "zilla.yaml").write_text(CONFIG.format(port=ssekd_port,
-                                                           bootstrap=broker.bootstrap))
+            zc.write(root / "zilla.yaml", daemon_config(ssekd_port, broker.bootstrap))
             ssekd = spawn([str(BIN / "twistd"), "-n", "--pidfile=", "ssekd", "--config",
                            "zilla.yaml"], cwd=root, log=root / "ssekd.log")
             procs.append(ssekd)

@@ -97,12 +97,13 @@ def make_pki(folder: Path) -> Pki:
 
 def tls_config(folder: Path, pki: Pki, tls_options: str, *, store: Path | None = None,
                trust: bool = False, http_options: str = "{}", tls_extra: str = "",
-               password: str = "${{env.KEYSTORE_PASSWORD}}") -> tuple[Path, int, int]:
+               password: str = "${{env.KEYSTORE_PASSWORD}}",
+               metrics_port: int | None = None) -> tuple[Path, int, int]:
     """A config serving `folder/www` over TLS and cleartext; returns (path, tls port, h2c port).
 
     `tls_options` is the YAML flow mapping of the tls binding's options; `tls_extra` is YAML as
     it would stand after the tls binding: its keys indented by 4 (e.g. routes), more bindings
-    by 2.
+    by 2. `metrics_port` adds a prometheus exporter (`prom`) on that port.
     """
     www = folder / "www"
     www.mkdir(exist_ok=True)
@@ -123,6 +124,9 @@ def tls_config(folder: Path, pki: Pki, tls_options: str, *, store: Path | None =
                       vaults={"server": zc.keys_vault(store or pki.keys, password,
                                                       trust=trust_store if trust else None)},
                       telemetry=zc.stdout_telemetry("out"))
+    if metrics_port is not None:
+        config["telemetry"]["exporters"]["prom"] = {
+            "type": "prometheus", "options": {"endpoints": [{"port": metrics_port}]}}
     return zc.write(folder / "zilla.yaml", config), tls_port, clear_port
 
 

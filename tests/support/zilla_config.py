@@ -226,17 +226,19 @@ def sse_stack(port: int | Sequence[int], bootstrap: str | Sequence[str], *,
     `routes` are sse-kafka's (default: `/{topic}` to that topic), `sse_kafka_binding` the whole
     binding instead; `http` is the http binding (default a plain server), `sse` the sse
     binding, `www` adds /www/* files (and the http route to them), `tls` the tls binding (the
-    tcp server then takes port[0] to it, port[1] to http in clear), `cache` the cache server's
-    options, `properties` the kafka client's, `tcp_options` more tcp options, `extra` more
+    tcp server then sends the port, or port[0], to it, and port[1] to http in clear), `cache`
+    the cache server's options, `properties` the kafka client's, `tcp_options` more tcp options, `extra` more
     bindings, `names` renames bindings (`{"tcp": "tcp_in"}`) with every exit that names them.
-    `telemetry` defaults to the stdout exporter."""
+    `telemetry` defaults to the stdout exporter (`{}`: no telemetry section)."""
     bindings: Node = {}
     ports = [port] if isinstance(port, int) else list(port)
-    if tls is not None:
+    if tls is not None and len(ports) > 1:
         bindings["tcp"] = tcp_server(ports, None, routes=[port_route(ports[0], "tls"),
-                                                          *([port_route(ports[1], "http")]
-                                                            if len(ports) > 1 else [])],
+                                                          port_route(ports[1], "http")],
                                      **(tcp_options or {}))
+        bindings["tls"] = tls
+    elif tls is not None:
+        bindings["tcp"] = tcp_server(port, "tls", **(tcp_options or {}))
         bindings["tls"] = tls
     else:
         bindings["tcp"] = tcp_server(port, "http", **(tcp_options or {}))

@@ -145,13 +145,8 @@ def test_reload_failure_broker_outage_and_unreadable_id(tmp_path: Path, launch: 
 def test_tls_handshake_failure_is_an_event_and_counted(tmp_path: Path, pki: Pki,
                                                        launch: Any) -> None:
     metrics_port = free_port()
-    config, tls_port, _ = tls_config(tmp_path, pki, "{keys: [localhost], alpn: [h2, http/1.1]}")
-    text = config.read_text()
-    assert "    out: {type: stdout}\n" in text
-    config.write_text(text.replace(
-        "    out: {type: stdout}\n",
-        "    out: {type: stdout}\n    prom: {type: prometheus, options: {endpoints: "
-        f"[{{port: {metrics_port}}}]}}}}\n"))
+    config, tls_port, _ = tls_config(tmp_path, pki, "{keys: [localhost], alpn: [h2, http/1.1]}",
+                                     metrics_port=metrics_port)
     run = launch(config, [tls_port, metrics_port], ENV)
     with socket.create_connection(("127.0.0.1", tls_port), timeout=5) as garbage:
         garbage.sendall(b"\x16\x03\x01\x00\x05garbage that is not a ClientHello\r\n\r\n")
