@@ -58,76 +58,39 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from bench.common import table, write_result
 from bench.fanout import rig as fanout
 from bench.jwt_guard import AUDIENCE, ISSUER, _jwk, _token
+from tests.support import zilla_config as zc
 
 #: Streams per load-client process (each stream is a socket: well under the fd limit).
 PER_CLIENT = 5_000
 #: Streams per daemon worker at most.
 PER_WORKER = 12_000
 
-CONFIG = """\
-name: bench
-@GUARDS@bindings:
-  tcp:
-    type: tcp
-    kind: server
-    options: {host: 127.0.0.1, port: @PORT@, limits: {connections-per-ip: 20000}}
-    exit: http
-  http:
-    type: http
-    kind: server
-@AUTHORIZATION@    routes:
-      - when: [{headers: {":path": "/mine"}}]
-        exit: sse
-@GUARDED@      - when: [{headers: {":path": "/*"}}]
-        exit: sse
-  sse: {type: sse, kind: server, exit: sse_kafka, options: {limits: {streams: 20000}}}
-  sse_kafka:
-    type: sse-kafka
-    kind: proxy
-    routes:
-      - when: [{path: "/items/{id}"}]
-        exit: cache_client
-        with: {topic: items, filters: [{key: "${params.id}"}]}
-      - when: [{path: "/keyed/{topic}/{id}"}]
-        exit: cache_client
-        with: {topic: "${params.topic}", filters: [{key: "${params.id}"}]}
-      - when: [{path: "/mine"}]
-        exit: cache_client
-        with: {topic: activity, filters: [{headers: {user: "${guarded['jwt0'].identity}"}}]}
-@GUARDED@      - when: [{path: "/events/{topic}"}]
-        exit: cache_client
-        with: {topic: "${params.topic}"}
-  cache_client: {type: kafka, kind: cache_client, exit: cache_server}
-  cache_server:
-    type: kafka
-    kind: cache_server
-    options: {cache: {max-messages: 1100000, max-bytes: 536870912}}
-    exit: kafka_client
-  kafka_client:
-    type: kafka
-    kind: client
-    options:
-      servers: ["@BOOTSTRAP@"]
-      properties: {fetch.wait.max.ms: 10}
-telemetry:
-  exporters:
-    prom: {type: prometheus, options: {endpoints: [{port: @METRICS@}]}}
-"""
+def config(jwk: dict[str, Any]) -> fanout.Config:
+    """The bench's zilla.yaml for `fanout.Rig`: the fan-out config with room for 20,000 streams
+    (from one address), the filtered routes, and `/mine` behind a JWT guard with the key
+    `jwk`."""
+    guarded = {"jwt0": ["read"]}
 
-
-def config(jwk: dict[str, Any]) -> str:
-    """The bench's zilla.yaml as a template for `fanout.Rig` (which fills `{port}`,
-    `{bootstrap}` and `{metrics_port}`): `/mine` is behind a JWT guard with the key `jwk`."""
-    guards = (f"guards:\n  jwt0:\n    type: jwt\n    options:\n      issuer: {ISSUER}\n"
-              f"      audience: {AUDIENCE}\n      challenge: 30\n"
-              f"      keys: [{json.dumps(jwk)}]\n")
-    authorization = ("    options:\n      authorization:\n        jwt0:\n          credentials:\n"
-                     "            query: {access_token: \"{credentials}\"}\n")
-    text = CONFIG.replace("@GUARDS@", guards).replace("@AUTHORIZATION@", authorization)
-    text = text.replace("@GUARDED@", "        guarded: {jwt0: [read]}\n")
-    text = text.replace("{", "{{").replace("}", "}}")
-    return (text.replace("@PORT@", "{port}").replace("@BOOTSTRAP@", "{bootstrap}")
-            .replace("@METRICS@", "{metrics_port}"))
+    def built(port: int, bootstrap: str, metrics_port: int) -> zc.Node:
+        config = fanout.config(port, bootstrap, metrics_port)
+        config["guards"] = {"jwt0": zc.jwt_guard(ISSUER, AUDIENCE, [jwk], challenge=30)}
+        bindings = config["bindings"]
+        bindings["tcp"]["options"]["limits"] = {"connections-per-ip": 20000}
+        bindings["http"] = zc.http_server(
+            authorization=zc.authorization(
+                credentials={"query": {"access_token": "{credentials}"}}),
+            routes=[zc.header_route("/mine", "sse", guarded=guarded),
+                    zc.header_route("/*", "sse")])
+        del bindings["http"]["exit"]
+        bindings["sse"]["options"] = {"limits": {"streams": 20000}}
+        bindings["sse_kafka"] = zc.sse_kafka([
+            zc.sse_route("/items/{id}", "items", filters=[{"key": "${params.id}"}]),
+            zc.sse_route("/keyed/{topic}/{id}", filters=[{"key": "${params.id}"}]),
+            zc.sse_route("/mine", "activity", guarded=guarded,
+                         filters=[{"headers": {"user": "${guarded['jwt0'].identity}"}}]),
+            zc.sse_route("/events/{topic}")])
+        return config
+    return built
 
 
 # -- load clients ---------------------------------------------------------------------------
