@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from ssekd.dev.broker import free_port
+from tests.support import zilla_config as zc
 from tests.support.broker import Kafka
 from tests.support.daemon import Daemon, start_daemon
 from tests.support.wait import wait_until
@@ -20,45 +21,31 @@ from tests.support.writes import Responder, header, read_records, request
 
 pytestmark = [pytest.mark.daemon, pytest.mark.broker]
 
-CONFIG = """\
-name: options
-bindings:
-  tcp0: {{type: tcp, kind: server, options: {{host: 127.0.0.1, port: {port}}}, exit: http0}}
-  http0: {{type: http, kind: server, exit: hk0}}
-  hk0:
-    type: http-kafka
-    kind: proxy
-    options:
-      idempotency: {{header: x-request-id, window: 1}}
-      correlation: {{headers: {{reply-to: app:reply-to, correlation-id: app:correlation}}}}
-      max-wait: 5
-      ack-timeout: 3
-    routes:
-      - when: [{{method: POST, path: /leader}}]
-        exit: cc
-        with: {{capability: produce, topic: {commands}, acks: leader_only, reply-to: {replies},
-                key: "${{idempotencyKey}}"}}
-      - when: [{{method: POST, path: /fire}}]
-        exit: cc
-        with: {{capability: produce, topic: {fire}, acks: none}}
-      - when: [{{method: POST, path: /named}}]
-        exit: cc
-        with: {{capability: produce, topic: {named}, reply-to: {replies},
-                correlation-id: requestId}}
-      - when: [{{method: GET, path: /merged}}]
-        exit: cc
-        with:
-          capability: fetch
-          topic: {snapshots}
-          merge: {{content-type: application/json, patch: {{initial: "[]", path: /-}}}}
-  cc: {{type: kafka, kind: cache_client, exit: cs}}
-  cs: {{type: kafka, kind: cache_server, options: {{bootstrap: [{replies}]}}, exit: kc}}
-  kc:
-    type: kafka
-    kind: client
-    options: {{servers: ["{bootstrap}"], properties: {{fetch.wait.max.ms: 10}}}}
-telemetry: {{exporters: {{stdout: {{type: stdout}}}}}}
-"""
+def daemon_config(port: int, bootstrap: str, commands: str, fire: str, named: str,
+                  replies: str, snapshots: str) -> zc.Node:
+    """http-kafka with other idempotency and correlation header names, acks other than all,
+    a named correlation id, and a merged fetch that patches."""
+    def route(method: str, path: str, **with_: object) -> zc.Node:
+        return {"when": [{"method": method, "path": path}], "exit": "cc", "with": with_}
+
+    hk0 = {"type": "http-kafka", "kind": "proxy",
+           "options": {"idempotency": {"header": "x-request-id", "window": 1},
+                       "correlation": {"headers": {"reply-to": "app:reply-to",
+                                                   "correlation-id": "app:correlation"}},
+                       "max-wait": 5, "ack-timeout": 3},
+           "routes": [
+               route("POST", "/leader", capability="produce", topic=commands,
+                     acks="leader_only", **{"reply-to": replies}, key="${idempotencyKey}"),
+               route("POST", "/fire", capability="produce", topic=fire, acks="none"),
+               route("POST", "/named", capability="produce", topic=named,
+                     **{"reply-to": replies, "correlation-id": "requestId"}),
+               route("GET", "/merged", capability="fetch", topic=snapshots,
+                     merge={"content-type": "application/json",
+                            "patch": {"initial": "[]", "path": "/-"}})]}
+    return zc.zilla("options", {
+        "tcp0": zc.tcp_server(port, "http0"), "http0": zc.http_server("hk0"), "hk0": hk0,
+        **zc.kafka(bootstrap, cache={"bootstrap": [replies]}, cache_client="cc",
+                   cache_server="cs", client="kc")}, telemetry=zc.stdout_telemetry())
 
 
 def test_other_header_names_acks_window_and_patch_merge(kafka: Kafka, tmp_path: Path,
@@ -67,9 +54,8 @@ def test_other_header_names_acks_window_and_patch_merge(kafka: Kafka, tmp_path: 
     replies, snapshots = kafka.topic(1, prefix="replies"), kafka.topic(1, compact=True)
     port = free_port()
     config = tmp_path / "zilla.yaml"
-    config.write_text(CONFIG.format(port=port, bootstrap=kafka.bootstrap, commands=commands,
-                                    fire=fire, named=named, replies=replies,
-                                    snapshots=snapshots))
+    zc.write(config, daemon_config(port, kafka.bootstrap, commands, fire, named, replies,
+                                   snapshots))
     leader = Responder(kafka.bootstrap, commands, "app:correlation", "app:reply-to").start()
     by_name = Responder(kafka.bootstrap, named, "requestId", "app:reply-to").start()
     daemon = start_daemon(config, wait_ports=[port], extra_args=["--workers", "1"])
