@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import itertools
+import subprocess
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+
+from ssekd.dev.broker import broker_binary, port_open, stop_process
+from tests.support.wait import wait_until
 
 _names = itertools.count()
 _markers = itertools.count()
@@ -71,3 +76,26 @@ class Kafka:
             values.append(value)
         self.flush()
         return values
+
+
+def start_tansu(folder: Path, port: int, advertised_port: int) -> tuple[subprocess.Popen[bytes], Path]:
+    """A memory-only tansu listening on `port` that tells its clients to reach it at
+    `advertised_port`, where a test's proxy stands (to cut, switch or rewrite what they say);
+    (process, its log in `folder`)."""
+    log = folder / "tansu.log"
+    out = open(log, "wb")  # noqa: SIM115 - handed to the child, closed just below
+    process = subprocess.Popen(
+        [broker_binary(), "broker", "--listener-url", f"tcp://127.0.0.1:{port}",
+         "--advertised-listener-url", f"tcp://127.0.0.1:{advertised_port}",
+         "--storage-engine", "memory://tansu/", "--cluster-id", "dev"],
+        stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    out.close()
+    wait_until(lambda: port_open("127.0.0.1", port), 10,
+               what=lambda: f"tansu did not start:\n{log.read_text()}")
+    return process, log
+
+
+def stop_tansu(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.kill()  # memory only: nothing to lose, and SIGTERM takes it seconds
+    stop_process(process, 5)

@@ -23,8 +23,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ssekd.dev.broker import broker_binary, free_port, port_open, stop_process
-from tests.support.wait import wait_until
+from ssekd.dev.broker import free_port
+from tests.support.broker import start_tansu, stop_tansu
 
 METADATA = 3
 LEADER_NOT_AVAILABLE = 5
@@ -243,22 +243,11 @@ class LeaderlessBroker:
 
     def stop(self) -> None:
         self.proxy.close()
-        if self.process.poll() is None:
-            self.process.kill()  # memory only: nothing to lose
-        stop_process(self.process, 5)
+        stop_tansu(self.process)
 
 
 def start_leaderless_broker(folder: Path) -> LeaderlessBroker:
     port = free_port()
     proxy = Leaderless(port)
-    log = folder / "tansu.log"
-    out = open(log, "wb")  # noqa: SIM115 - handed to the child, closed just below
-    process = subprocess.Popen(
-        [broker_binary(), "broker", "--listener-url", f"tcp://127.0.0.1:{port}",
-         "--advertised-listener-url", f"tcp://127.0.0.1:{proxy.port}",
-         "--storage-engine", "memory://tansu/", "--cluster-id", "dev"],
-        stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-    out.close()
-    wait_until(lambda: port_open("127.0.0.1", port), 10,
-               what=lambda: f"tansu did not start:\n{log.read_text()}")
+    process, _ = start_tansu(folder, port, proxy.port)
     return LeaderlessBroker(process, proxy)

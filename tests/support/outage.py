@@ -16,8 +16,8 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from ssekd.dev.broker import broker_binary, free_port, port_open, stop_process
-from tests.support.wait import wait_until
+from ssekd.dev.broker import free_port
+from tests.support.broker import start_tansu, stop_tansu
 
 
 class TcpSwitch:
@@ -112,22 +112,11 @@ class SwitchedBroker:
 
     def stop(self) -> None:
         self.switch.down()
-        if self.process.poll() is None:
-            self.process.kill()  # memory only: nothing to lose, and SIGTERM takes it seconds
-        stop_process(self.process, 5)
+        stop_tansu(self.process)
 
 
 def start_switched_broker(folder: Path) -> SwitchedBroker:
     port = free_port()
     switch_port = free_port()
-    log = folder / "tansu.log"
-    out = open(log, "wb")  # noqa: SIM115 - handed to the child, closed just below
-    process = subprocess.Popen(
-        [broker_binary(), "broker", "--listener-url", f"tcp://127.0.0.1:{port}",
-         "--advertised-listener-url", f"tcp://127.0.0.1:{switch_port}",
-         "--storage-engine", "memory://tansu/", "--cluster-id", "dev"],
-        stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-    out.close()
-    wait_until(lambda: port_open("127.0.0.1", port), 10,
-               what=lambda: f"tansu did not start:\n{log.read_text()}")
+    process, log = start_tansu(folder, port, switch_port)
     return SwitchedBroker(process, TcpSwitch(port, switch_port), log)
