@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Self
+from typing import Any, Self
 
 import h2.config
 import h2.connection
@@ -22,6 +22,23 @@ import h2.settings
 
 #: Big windows, so that flow control never throttles what the test measures.
 WINDOW = 2**30 - 1
+
+
+class ReceivedH2Events:
+    """What an `h2` client received (`events`, in order), looked up by kind and stream: shared
+    by the tests' raw clients, which differ in how they send, not in what they read back."""
+
+    events: list[h2.events.Event]
+
+    def of(self, kind: type[Any], stream_id: int | None = None) -> list[Any]:
+        return [e for e in self.events if isinstance(e, kind)
+                and (stream_id is None or getattr(e, "stream_id", None) == stream_id)]
+
+    def status(self, stream_id: int) -> str | None:
+        """The `:status` of the response on `stream_id`, once its headers arrived."""
+        for event in self.of(h2.events.ResponseReceived, stream_id):
+            return str(dict(event.headers)[":status"])
+        return None
 
 
 @dataclass

@@ -19,6 +19,7 @@ from ssekd.bindings.http.h2c import h2_connection
 from ssekd.bindings.http.roles import HttpContext
 from ssekd.bindings.http.server import HttpRoot, HttpSite
 from ssekd.telemetry.events import EventLog
+from tests.support.h2client import ReceivedH2Events
 
 
 class Upload:
@@ -72,7 +73,7 @@ def chunk(data: bytes) -> bytes:
     return b"%x\r\n%s\r\n" % (len(data), data)
 
 
-class H2Peer:
+class H2Peer(ReceivedH2Events):
     """A client `h2` connection whose bytes go straight into the HTTP/2 connection of `site`."""
 
     def __init__(self, site: Any) -> None:
@@ -113,15 +114,6 @@ class H2Peer:
         self.events += events
         self.send()  # the client's acks
         return events
-
-    def of(self, kind: type[Any], stream_id: int | None = None) -> list[Any]:
-        return [e for e in self.events if isinstance(e, kind)
-                and (stream_id is None or getattr(e, "stream_id", None) == stream_id)]
-
-    def status(self, stream_id: int) -> str | None:
-        for event in self.of(h2.events.ResponseReceived, stream_id):
-            return str(dict(event.headers)[":status"])
-        return None
 
     def goaway(self) -> h2.events.ConnectionTerminated | None:
         found = self.of(h2.events.ConnectionTerminated)

@@ -10,7 +10,6 @@ import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import h2.config
 import h2.connection
@@ -18,6 +17,7 @@ import h2.events
 
 from tests.support import zilla_config as zc
 from tests.support.daemon import Daemon
+from tests.support.h2client import ReceivedH2Events
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
@@ -41,7 +41,7 @@ def tracebacks(daemon: Daemon) -> list[str]:
             if "Traceback" in line or "Unhandled Error" in line]
 
 
-class RawH2:
+class RawH2(ReceivedH2Events):
     """A blocking cleartext HTTP/2 client on the `h2` state machine that sends what it is told,
     including what a well-behaved client never would, and records every event it receives."""
 
@@ -97,15 +97,6 @@ class RawH2:
                 return done()
             self.pump()
         return True
-
-    def of(self, kind: type[Any], stream_id: int | None = None) -> list[Any]:
-        return [e for e in self.events if isinstance(e, kind)
-                and (stream_id is None or getattr(e, "stream_id", None) == stream_id)]
-
-    def status(self, stream_id: int) -> str | None:
-        for event in self.of(h2.events.ResponseReceived, stream_id):
-            return str(dict(event.headers)[":status"])
-        return None
 
     def close(self) -> None:
         self.sock.close()
