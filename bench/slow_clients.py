@@ -31,12 +31,9 @@ import socket
 import time
 from typing import Any
 
-import h2.config
-import h2.connection
-import h2.settings
-
 from bench.common import RESULTS, PeakRss, table
 from bench.fanout.rig import Reader, Rig, percentile
+from tests.support.silent_clients import silent_h1, silent_h2
 
 HISTORY = 2000
 VALUE = b"h " + b"v" * 1000  # "h" is no timestamp: the reader times live events only
@@ -47,31 +44,6 @@ def sizes() -> dict[str, int]:
     full = os.environ.get("FULL") == "1"
     return {"silent_h1": 500 if full else 100, "silent_h2": 500 if full else 100,
             "readers": 100 if full else 20, "rate": 100, "seconds": 20 if full else 10}
-
-
-def silent_h1(port: int, path: str) -> socket.socket:
-    sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)
-    sock.connect(("127.0.0.1", port))
-    sock.sendall(f"GET {path} HTTP/1.1\r\nHost: b\r\n\r\n".encode())
-    return sock
-
-
-def silent_h2(port: int, path: str, streams: int) -> socket.socket:
-    sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)
-    sock.connect(("127.0.0.1", port))
-    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
-    conn.local_settings = h2.settings.Settings(
-        client=True, initial_values={h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 0,
-                                     h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: 1000})
-    conn.initiate_connection()
-    for _ in range(streams):
-        conn.send_headers(conn.get_next_available_stream_id(),
-                          [(":method", "GET"), (":scheme", "http"), (":authority", "b"),
-                           (":path", path)], end_stream=True)
-    sock.sendall(conn.data_to_send())
-    return sock
 
 
 def _readers(port: int, path: str, n: int, ready: Any, expected: Any, deadline: Any,
@@ -122,7 +94,7 @@ def run(rig: Rig, silent_h1_n: int, silent_h2_n: int, readers: int, rate: float,
     time.sleep(1.0)
     with PeakRss(rig.daemon.pid) as rss:
         silent = [silent_h1(rig.port, path) for _ in range(silent_h1_n)]
-        silent += [silent_h2(rig.port, path, H2_STREAMS)
+        silent += [silent_h2(rig.port, path, H2_STREAMS)[0]
                    for _ in range(silent_h2_n // H2_STREAMS)]
         time.sleep(2.0)  # every silent stream opened and got what it will get
         settled = rig.rss()
