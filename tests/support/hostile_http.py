@@ -6,12 +6,13 @@ how much of their answer each client took before going away."""
 from __future__ import annotations
 
 import socket
-import socketserver
 import ssl
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+from tests.support.head_server import serve_heads
 
 #: How a connection is answered, once its request head is read: (socket, request line).
 Answer = Callable[[socket.socket, str], None]
@@ -66,38 +67,13 @@ class HostileServer:
     port: int = 0
 
     def __post_init__(self) -> None:
-        server = self
+        def handle(sock: socket.socket, head: bytes, _alpn: str | None) -> None:
+            line = head.split(b"\r\n", 1)[0].decode("latin-1")
+            self.requests.append(line)
+            self.answer(sock, line)
 
-        class Handler(socketserver.BaseRequestHandler):
-            def handle(self) -> None:
-                sock: socket.socket = self.request
-                sock.settimeout(30)
-                if server.tls is not None:
-                    try:
-                        sock = server.tls.wrap_socket(sock, server_side=True)
-                    except (ssl.SSLError, OSError):
-                        return
-                head = b""
-                while b"\r\n\r\n" not in head:
-                    try:
-                        chunk = sock.recv(4096)
-                    except OSError:
-                        return
-                    if not chunk:
-                        return
-                    head += chunk
-                line = head.split(b"\r\n", 1)[0].decode("latin-1")
-                server.requests.append(line)
-                try:
-                    server.answer(sock, line)
-                except OSError:
-                    pass
-
-        socketserver.ThreadingTCPServer.allow_reuse_address = True
-        self._server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
+        self._server = serve_heads(handle, self.tls)
         self.port = self._server.server_address[1]
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
 
     def url(self, path: str = "/jwks.json") -> str:
         scheme = "https" if self.tls is not None else "http"

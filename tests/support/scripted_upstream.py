@@ -9,7 +9,6 @@ the client goes away.
 from __future__ import annotations
 
 import socket
-import socketserver
 import ssl
 import threading
 from collections.abc import Callable
@@ -22,6 +21,8 @@ from cryptography.hazmat.primitives.serialization import (
     PrivateFormat,
     pkcs12,
 )
+
+from tests.support.head_server import serve_heads
 
 SSE_HEAD = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
             b"Cache-Control: no-store\r\nConnection: close\r\n\r\n")
@@ -63,47 +64,22 @@ class ScriptedUpstream:
     port: int = 0
 
     def __post_init__(self) -> None:
-        upstream = self
+        def handle(sock: socket.socket, head: bytes, alpn: str | None) -> None:
+            lines = head.split(b"\r\n\r\n")[0].decode("latin-1").split("\r\n")
+            path = lines[0].split(" ")[1]
+            headers = {}
+            for line in lines[1:]:
+                name, _, value = line.partition(":")
+                headers[name.strip().lower()] = value.strip()
+            self.seen.append(Seen(path, headers, alpn))
+            script = self.scripts.get(path.split("?")[0])
+            if script is None:
+                sock.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+            else:
+                script(sock)
 
-        class Handler(socketserver.BaseRequestHandler):
-            def handle(self) -> None:
-                sock: socket.socket = self.request
-                sock.settimeout(30)
-                alpn = None
-                if upstream.tls is not None:
-                    try:
-                        sock = upstream.tls.wrap_socket(sock, server_side=True)
-                    except (ssl.SSLError, OSError):
-                        return  # the client refused our certificate: what a test may want
-                    alpn = sock.selected_alpn_protocol()
-                head = b""
-                while b"\r\n\r\n" not in head:
-                    chunk = sock.recv(4096)
-                    if not chunk:
-                        return
-                    head += chunk
-                lines = head.split(b"\r\n\r\n")[0].decode("latin-1").split("\r\n")
-                path = lines[0].split(" ")[1]
-                headers = {}
-                for line in lines[1:]:
-                    name, _, value = line.partition(":")
-                    headers[name.strip().lower()] = value.strip()
-                upstream.seen.append(Seen(path, headers, alpn))
-                script = upstream.scripts.get(path.split("?")[0])
-                try:
-                    if script is None:
-                        sock.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
-                    else:
-                        script(sock)
-                except OSError:
-                    pass
-
-        socketserver.ThreadingTCPServer.allow_reuse_address = True
-        self._server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
+        self._server = serve_heads(handle, self.tls)
         self.port = self._server.server_address[1]
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        self._thread.start()
 
     def requests(self, path: str) -> list[Seen]:
         return [s for s in self.seen if s.path.split("?")[0] == path]
