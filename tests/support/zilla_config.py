@@ -276,10 +276,18 @@ def renamed(bindings: Node, names: Mapping[str, str]) -> Node:
 
 # -- output -----------------------------------------------------------------------------------
 
+class _Dumper(yaml.SafeDumper):
+    """Block YAML with sequences indented under their key (`routes:` then `  - when:`), the way
+    zilla.yaml files are written by hand: the lines a test patches read as they always did."""
+
+    def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:
+        super().increase_indent(flow, False)
+
+
 def dump(config: Node) -> str:
     """The config as YAML text (keys in the order built, paths as text)."""
-    return yaml.safe_dump(_plain(config), sort_keys=False, default_flow_style=False,
-                          allow_unicode=True, width=1000)
+    return yaml.dump(_plain(config), Dumper=_Dumper, sort_keys=False, default_flow_style=False,
+                     allow_unicode=True, width=1000)
 
 
 def write(path: Path, config: Node) -> Path:
