@@ -41,7 +41,7 @@ def config(bootstrap: str, port: int, idle: float = 15, retry: int | None = None
            prometheus_port: int | None = None, engine: str = "",
            bootstrap_topics: tuple[str, ...] = (), compression: str | None = None,
            partition_wait: float | None = None, tcp_options: str = "",
-           www: Path = WWW) -> zc.Node:
+           www: Path = WWW, properties: zc.Node | None = None) -> zc.Node:
     """The streaming tests' config as data (the arguments as `write_config` says)."""
     sse: dict[str, object] = {"max-idle-time": idle}
     if retry is not None:
@@ -57,10 +57,10 @@ def config(bootstrap: str, port: int, idle: float = 15, retry: int | None = None
                         cache_client="tiny_cache_client", cache_server="tiny_cache_server"),
              **zc.kafka(bootstrap, cache={"topics": zc.topics_live(live_topics)},
                         cache_client="live_cache_client", cache_server="live_cache_server",
-                        client="live_kafka_client")}
+                        client="live_kafka_client", properties=properties)}
     del extra["kafka_client"]
     return zc.sse_stack(
-        port, bootstrap, routes=ROUTES, www=www, cache=cache, extra=extra,
+        port, bootstrap, routes=ROUTES, www=www, cache=cache, extra=extra, properties=properties,
         http=zc.http_server(health={"details": True}) if health else None,
         sse=zc.sse_server(options=sse),
         tcp_options=zc.flow("{" + tcp_options.lstrip(", ") + "}") if tcp_options else None,
@@ -98,17 +98,18 @@ def write_config(tmp: Path, bootstrap: str, port: int, idle: float = 15, retry: 
                  health: bool = False, prometheus_port: int | None = None,
                  engine: str = "", bootstrap_topics: tuple[str, ...] = (),
                  compression: str | None = None, partition_wait: float | None = None,
-                 tcp_options: str = "", www: Path = WWW) -> Path:
+                 tcp_options: str = "", www: Path = WWW,
+                 properties: zc.Node | None = None) -> Path:
     """`tcp_options` adds to the tcp server's options (`, proxy-protocol: {...}`), `health`
     adds the http binding's health endpoints (default paths, with the `details` a test reads
     what readiness waits for from), `prometheus_port` a prometheus exporter, `engine` the
     `engine` section (YAML flow mapping such as `{workers: 2, drain: 3}`), `bootstrap_topics`
     the cache's bootstrap list, `compression` the sse server's `compression` (a YAML flow
     mapping such as `{}`), `partition_wait` the cache's `partition-wait`, `www` the folder
-    served at /www/."""
+    served at /www/, `properties` the kafka clients' (librdkafka's) instead of the fast fetch."""
     text = zc.dump(config(bootstrap, port, idle, retry, max_messages, max_bytes, live_topics,
                           health, prometheus_port, engine, bootstrap_topics, compression,
-                          partition_wait, tcp_options, www))
+                          partition_wait, tcp_options, www, properties))
     path = tmp / f"zilla-{port}.yaml"
     path.write_text(text)
     return path

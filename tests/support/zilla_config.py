@@ -15,6 +15,7 @@ as text where callers pass them: `flow` reads such a fragment into the value it 
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -198,7 +199,8 @@ def stdout_telemetry(name: str = "stdout", *, prometheus_port: int | None = None
 def zilla(name: str, bindings: Node, *, vaults: Node | None = None,
           guards: Node | None = None, catalogs: Node | None = None,
           telemetry: Node | None = None, engine: Node | str | None = None) -> Node:
-    """A whole config, its sections in the order zilla.yaml files usually have them."""
+    """A whole config, its sections in the order zilla.yaml files usually have them: a deep
+    copy, so a test may edit it without touching the shared constants (`FAST_FETCH` ...)."""
     config: Node = {"name": name}
     for key, value in (("vaults", vaults), ("guards", guards), ("catalogs", catalogs)):
         if value:
@@ -208,7 +210,7 @@ def zilla(name: str, bindings: Node, *, vaults: Node | None = None,
         config["telemetry"] = telemetry
     if engine:
         config["engine"] = flow(engine)
-    return config
+    return copy.deepcopy(config)
 
 
 def sse_stack(port: int | Sequence[int], bootstrap: str | Sequence[str], *,

@@ -15,16 +15,14 @@ from tests.support.broker import Kafka
 from tests.support.telemetry import Telemetryd, run_telemetryd
 
 #: A consumer that takes about 1 KiB per fetch: a burst is consumed over seconds, not at once.
-THROTTLED = ("properties: {fetch.wait.max.ms: 10}",
-             "properties: {fetch.wait.max.ms: 10, fetch.message.max.bytes: 1024, "
-             "fetch.max.bytes: 1024, message.max.bytes: 1000, queued.min.messages: 1, "
-             "fetch.queue.backoff.ms: 200}")
+THROTTLED = {"fetch.wait.max.ms": 10, "fetch.message.max.bytes": 1024, "fetch.max.bytes": 1024,
+             "message.max.bytes": 1000, "queued.min.messages": 1, "fetch.queue.backoff.ms": 200}
 
 
 @pytest.fixture(scope="module")
 def slowd(kafka_broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Telemetryd]:
     t = run_telemetryd(tmp_path_factory.mktemp("slowd"), kafka_broker.bootstrap,
-                       replace=THROTTLED)
+                       properties=THROTTLED)
     yield t
     t.daemon.stop()
 

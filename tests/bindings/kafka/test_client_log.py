@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from ssekd.bindings.kafka.librdkafka import LibrdkafkaLog
-from ssekd.bindings.kafka.settings import ClientSettings
+from ssekd.bindings.kafka.client import ClientSettings, LibrdkafkaLog
 from ssekd.dev.broker import Broker, free_port, start_broker
+from tests.support import faults
+from tests.support import zilla_config as zc
 from tests.support.daemon import start_daemon
-from tests.support.faults import write_config
 
 FAIL = ("FAIL", "rdkafka#consumer-1", "localhost:9/bootstrap: Connect to ipv4#127.0.0.1:9 "
                                       "failed: Connection refused (after 0ms in state CONNECT)")
@@ -99,13 +99,12 @@ def test_no_broker_one_line_and_attempts_further_apart_then_connected(tmp_path: 
     daemon = None
     broker: Broker | None = None
     try:
-        config = write_config(tmp_path, f"127.0.0.1:{broker_port}", free_port())
-        text = config.read_text().replace("reconnect.backoff.max.ms: 500",
-                                          "reconnect.backoff.max.ms: 8000")
-        text = text.replace("options: {cache: {", "options: {bootstrap: [early], cache: {")
-        assert "bootstrap: [early]" in text
-        config.write_text(text)
-        port = int(text.split("port: ")[1].split("}")[0])
+        port = free_port()
+        built = faults.config(f"127.0.0.1:{broker_port}", port)
+        built["bindings"]["kafka_client"]["options"]["properties"][
+            "reconnect.backoff.max.ms"] = 8000
+        built["bindings"]["cache_server"]["options"]["bootstrap"] = ["early"]
+        config = zc.write(tmp_path / f"zilla-{port}.yaml", built)
         start = time.monotonic()
         daemon = start_daemon(config, wait_ports=[port])
         daemon.wait_output("BINDING_KAFKA_BROKER_UNAVAILABLE", timeout=15)
