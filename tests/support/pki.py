@@ -116,7 +116,7 @@ def tls_config(folder: Path, pki: Pki, tls_options: str, *, store: Path | None =
                                 routes=[zc.port_route(tls_port, "tls_in"),
                                         zc.port_route(clear_port, "http_in")]),
         "tls_in": {"type": "tls", "kind": "server", "vault": "server",
-                   "options": zc.flow(tls_options), "exit": "http_in", **tls_more},
+                   "options": zc.Flow(zc.flow(tls_options)), "exit": "http_in", **tls_more},
         **more_bindings,
         "http_in": zc.http_server("files_map", options=http_options),
         **zc.files("www/", prefix="/")}
