@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from ssekd.bindings.kafka.client import ClientSettings, LibrdkafkaLog
+from ssekd.bindings.kafka.librdkafka import LibrdkafkaLog
+from ssekd.bindings.kafka.settings import ClientSettings
 from ssekd.dev.broker import Broker, free_port, start_broker
 from tests.support import faults
 from tests.support import zilla_config as zc
