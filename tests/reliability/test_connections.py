@@ -13,7 +13,6 @@ import resource
 import socket
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -70,14 +69,6 @@ def start(tmp: Path, bootstrap: str, limits: str = "", nofile: int | None = None
                           extra_args=ONE_PROCESS)
     daemon.ports.append(port)
     return daemon
-
-
-@pytest.fixture
-def daemons() -> Iterator[list[Daemon]]:
-    started: list[Daemon] = []
-    yield started
-    for d in started:
-        d.stop()
 
 
 def connect(port: int, source: str = "127.0.0.1") -> socket.socket:
