@@ -162,13 +162,13 @@ def _storm(port: int, path: str, n: int, out: Any) -> None:
         s.close()
 
 
-def connection_storm(rig: Rig, server: Server, n: int, procs: int = 4) -> dict[str, Any]:
-    """Connects/s: `procs` processes open `n` streams in all as fast as they can."""
-    topic = rig.topic(f"storm-{server.name}-{time.monotonic_ns()}", 1)
+def _in_processes(server: Server, target: Any, args: tuple[Any, ...],
+                  procs: int) -> tuple[list[Any], float]:
+    """`target(*args, out)` in `procs` forked processes at once: what each put on `out`, and
+    the server's CPU seconds meanwhile."""
     ctx = mp.get_context("fork")
     out: Any = ctx.Queue()
-    ps = [ctx.Process(target=_storm, args=(server.port, f"/events/{topic}", n // procs, out))
-          for _ in range(procs)]
+    ps = [ctx.Process(target=target, args=(*args, out)) for _ in range(procs)]
     cpu0 = server.cpu()
     for p in ps:
         p.start()
@@ -176,6 +176,14 @@ def connection_storm(rig: Rig, server: Server, n: int, procs: int = 4) -> dict[s
     cpu = server.cpu() - cpu0
     for p in ps:
         p.join(30)
+    return results, cpu
+
+
+def connection_storm(rig: Rig, server: Server, n: int, procs: int = 4) -> dict[str, Any]:
+    """Connects/s: `procs` processes open `n` streams in all as fast as they can."""
+    topic = rig.topic(f"storm-{server.name}-{time.monotonic_ns()}", 1)
+    results, cpu = _in_processes(server, _storm, (server.port, f"/events/{topic}", n // procs),
+                                 procs)
     opened = sum(r[0] for r in results)
     seconds = max(r[1] for r in results)
     errors = [r[2] for r in results if r[2]]
@@ -230,18 +238,8 @@ def resume_storm(rig: Rig, server: Server, clients: int, events: int,
     ids = _event_ids(server.port, f"/events/{topic}", events)
     half = events // 2
     want = events - half
-    ctx = mp.get_context("fork")
-    out: Any = ctx.Queue()
-    cpu0 = server.cpu()
-    ps = [ctx.Process(target=_resumers, args=(server.port, f"/events/{topic}", ids[half - 1],
-                                              clients // procs, want, out))
-          for _ in range(procs)]
-    for p in ps:
-        p.start()
-    results = [out.get(timeout=300) for _ in ps]
-    cpu = server.cpu() - cpu0
-    for p in ps:
-        p.join(30)
+    results, cpu = _in_processes(server, _resumers, (server.port, f"/events/{topic}",
+                                                     ids[half - 1], clients // procs, want), procs)
     counts = [c for r in results for c in r[0]]
     seconds = max(r[1] for r in results)
     return {"server": server.name, "clients": len(counts), "events_each": want,
