@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import streamd
+from tests.support import zilla_config as zc
 from tests.support.broker import Kafka
-from tests.support.streamd import run_streamd
+from tests.support.streamd import WWW, run_streamd
 
 pytestmark = [pytest.mark.daemon, pytest.mark.broker]
 
@@ -24,17 +26,12 @@ def test_open_stream_survives_a_reload_that_adds_a_route(kafka: Kafka, tmp_path:
             (first,) = stream.events(1)
             assert first.data == "before"
             assert s.status("/extra/index.html") == 404  # no such route yet
-            config = s.daemon.config
-            text = config.read_text()
-            config.write_text(text.replace(
-                '    routes:\n      - when: [{headers: {":path": "/www/*"}}]\n',
-                '    routes:\n      - when: [{headers: {":path": "/extra/*"}}]\n'
-                '        exit: extra_map\n'
-                '      - when: [{headers: {":path": "/www/*"}}]\n', 1).replace(
-                "  files_map:\n",
-                "  extra_map:\n    type: http-filesystem\n    kind: proxy\n    routes:\n"
-                '      - when: [{path: "/extra/{path}"}]\n        exit: files\n'
-                '        with: {path: "${params.path}"}\n  files_map:\n', 1))
+            # the same config with /extra/* served from the same folder as /www/*
+            changed = streamd.config(kafka.bootstrap, s.port)
+            bindings = changed["bindings"]
+            bindings["http"]["routes"].insert(0, zc.header_route("/extra/*", "extra_map"))
+            bindings["extra_map"] = zc.files(WWW, prefix="/extra/", mapper="extra_map")["extra_map"]
+            zc.write(s.daemon.config, changed)
             s.daemon.signal(signal.SIGHUP)
             s.daemon.wait_output("CONFIG_RELOADED")
             kafka.produce(topic, b"after", key=b"a")
