@@ -43,7 +43,7 @@ aborts the connection, which carries only this response.
 from __future__ import annotations
 
 import socket
-from typing import Any, ClassVar, Protocol
+from typing import Any, Protocol
 
 from twisted.internet import tcp
 from twisted.web.server import Request
@@ -81,6 +81,21 @@ def start_stream(request: Request, first: bytes, shared: bool = True) -> StreamW
     return RequestWriter(req)
 
 
+#: The last data framed, and its chunk: at the tail the same bytes go to a whole group of streams
+#: in a row, so the framing (a copy of the data) happens once per group batch. One for the
+#: process: there is one reactor thread. Held by an instance, not set on a class: setting an
+#: attribute of a class invalidates the interpreter's attribute caches for its instances, once
+#: per batch on the hottest path there is.
+class _LastFramed:
+    __slots__ = ("pair",)
+
+    def __init__(self) -> None:
+        self.pair: tuple[bytes, bytes] = (b"", b"")
+
+
+_FRAMED = _LastFramed()
+
+
 def http_chunk(data: bytes) -> bytes:
     """`data` as one HTTP/1.1 chunk (size line, data, CRLF), one bytes object to send as is."""
     return b"%x\r\n%b\r\n" % (len(data), data)
@@ -93,11 +108,6 @@ class ChunkedWriter:
 
     __slots__ = ("eager", "request", "transport")
 
-    #: The last data framed, and its chunk: at the tail the same bytes go to a whole group of
-    #: streams in a row, so the framing (a copy of the data) happens once per group batch. One
-    #: for the process: there is one reactor thread.
-    framed: ClassVar[tuple[bytes, bytes]] = (b"", b"")
-
     def __init__(self, request: Any, transport: Any, eager: bool) -> None:
         self.request = request
         self.transport = transport
@@ -106,10 +116,10 @@ class ChunkedWriter:
 
     def write(self, data: bytes) -> None:
         self.request.sentLength += len(data)  # what Request.write counts, for the access log
-        last, chunk = ChunkedWriter.framed
+        last, chunk = _FRAMED.pair
         if data is not last:
             chunk = http_chunk(data)
-            ChunkedWriter.framed = (data, chunk)
+            _FRAMED.pair = (data, chunk)
         if self.eager:
             send_now(self.transport, chunk)
         else:

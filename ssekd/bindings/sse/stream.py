@@ -158,7 +158,7 @@ class SseStream:
             deliveries = server.deliveries
             if deliveries.active:
                 deliveries.wrote(data, events, server.stats.latency)
-        self.last_write = self.server.clock.seconds()
+        self.last_write = server.clock.seconds()
         gzip = self._gzip
         if gzip is not None:
             server.gzip_input.value += len(data)

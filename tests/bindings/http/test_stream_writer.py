@@ -14,6 +14,7 @@ from twisted.internet.protocol import Protocol
 from twisted.internet.testing import MemoryReactorClock, StringTransport
 from twisted.web.server import NOT_DONE_YET, Request
 
+from ssekd.bindings.http import stream_writer
 from ssekd.bindings.http.roles import HttpContext
 from ssekd.bindings.http.stream_writer import (
     ChunkedWriter,
@@ -121,9 +122,9 @@ def test_http11_chunks_go_to_the_transport_framed_once_for_a_group() -> None:
     two.clear()
     batch = b"id:1\ndata:x\n\n"
     exit.writers[0].write(batch)
-    framed = ChunkedWriter.framed[1]
+    framed = stream_writer._FRAMED.pair[1]
     exit.writers[1].write(batch)
-    assert ChunkedWriter.framed[1] is framed, "the second stream reuses the first's chunk"
+    assert stream_writer._FRAMED.pair[1] is framed, "the second stream reuses the first's chunk"
     assert one.value() == two.value() == b"%x\r\n%b\r\n" % (len(batch), batch)
 
 
@@ -133,10 +134,10 @@ def test_a_streams_own_bytes_leave_the_shared_chunk_alone() -> None:
     (_, t_own), _ = _http11_stream(clock, own), _http11_stream(clock, shared)
     batch = b"data:y\n\n"
     shared.writers[0].write(batch)
-    cached = ChunkedWriter.framed
+    cached = stream_writer._FRAMED.pair
     t_own.clear()
     own.writers[0].write(b"gzip bytes")
-    assert ChunkedWriter.framed is cached
+    assert stream_writer._FRAMED.pair is cached
     assert t_own.value() == b"a\r\ngzip bytes\r\n"
 
 
