@@ -149,28 +149,28 @@ class LimitedHTTPChannel(HTTPChannel):
 
     def __init__(self, limits: Limits, routes: BodyRoutes | None = None) -> None:
         super().__init__()
-        self.bounds = _Bounds(limits, routes)
+        self.state = _ChannelState(limits, routes)
 
     # CPython shares one key table among the instances of a class while, over all of them, at
     # most 30 attribute names are set; HTTPChannel sets 28 over a request that streams. Seven
     # names of ours (and Twisted's limits copied onto each channel) made every channel's
     # attribute dict a private table: 1.3 KB more per connection, measured with tracemalloc, a
     # sixth of an idle SSE stream. So our per-connection state is one slotted object, and
-    # Twisted's limits are read from it: add fields to `_Bounds`, not names to the channel.
+    # Twisted's limits are read from it: add fields to `_ChannelState`, not names to the channel.
     @property
     def maxHeaders(self) -> int:  # type: ignore[override]
-        return self.bounds.limits.header_count
+        return self.state.limits.header_count
 
     @property
     def totalHeadersSize(self) -> int:  # type: ignore[override]
-        return self.bounds.limits.header_bytes
+        return self.state.limits.header_bytes
 
     @property
     def MAX_LENGTH(self) -> int:  # type: ignore[override]
-        return self.bounds.limits.header_bytes
+        return self.state.limits.header_bytes
 
     def dataReceived(self, data: bytes) -> None:
-        b = self.bounds
+        b = self.state
         if b.answered:
             return  # refused with a status of our own: ignore whatever arrives before the close
         if b.awaiting_head and b.head_deadline is None:
@@ -178,7 +178,7 @@ class LimitedHTTPChannel(HTTPChannel):
         super().dataReceived(data)
 
     def allHeadersReceived(self) -> None:
-        b = self.bounds
+        b = self.state
         self._disarm()
         b.awaiting_head = False
         request = self.requests[-1]
@@ -203,7 +203,7 @@ class LimitedHTTPChannel(HTTPChannel):
 
     def admit_body(self, size: int) -> bool:
         """Count `size` more body bytes; False (after answering `413`) once over the limit."""
-        b = self.bounds
+        b = self.state
         if b.answered:
             return False
         b.body_left -= size
@@ -213,14 +213,14 @@ class LimitedHTTPChannel(HTTPChannel):
         return False
 
     def allContentReceived(self) -> None:
-        if self.bounds.answered:
+        if self.state.answered:
             return  # the decoder finished a body we refused while it was still parsing
         self._disarm_body()
         super().allContentReceived()
 
     def requestDone(self, request: Any) -> None:
         super().requestDone(request)
-        self.bounds.awaiting_head = True
+        self.state.awaiting_head = True
 
     def headerReceived(self, line: bytes) -> bool:
         """A field value holding NUL, CR or LF is refused (RFC 9110 §5.5), as newer Twisted does
@@ -249,32 +249,32 @@ class LimitedHTTPChannel(HTTPChannel):
         super().connectionLost(reason)
 
     def _disarm(self) -> None:
-        b = self.bounds
+        b = self.state
         if b.head_deadline is not None:
             if b.head_deadline.active():
                 b.head_deadline.cancel()
             b.head_deadline = None
 
     def _disarm_body(self) -> None:
-        b = self.bounds
+        b = self.state
         if b.body_deadline is not None:
             if b.body_deadline.active():
                 b.body_deadline.cancel()
             b.body_deadline = None
 
     def _head_too_slow(self) -> None:
-        self.bounds.head_deadline = None
-        if self.transport is not None and self.bounds.awaiting_head:
+        self.state.head_deadline = None
+        if self.transport is not None and self.state.awaiting_head:
             self._respond_and_close(b"408 Request Timeout")
 
     def _body_too_slow(self) -> None:
-        self.bounds.body_deadline = None
-        if self.transport is not None and not self.bounds.answered:
+        self.state.body_deadline = None
+        if self.transport is not None and not self.state.answered:
             self._respond_and_close(b"408 Request Timeout")
 
     def _respond_and_close(self, status: bytes) -> None:
         assert self.transport is not None
-        self.bounds.answered = True
+        self.state.answered = True
         self._disarm_body()
         self.transport.write(b"HTTP/1.1 " + status +
                              b"\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
@@ -282,7 +282,7 @@ class LimitedHTTPChannel(HTTPChannel):
         self.setRawMode()  # the rest of this read goes nowhere (`dataReceived` ignores later ones)
 
 
-class _Bounds:
+class _ChannelState:
     """A `LimitedHTTPChannel`'s own state, in one slotted object (see the note on key tables
     in the channel)."""
 
