@@ -319,7 +319,13 @@ class Subscription:
         stream of one topic)."""
         if self.at_tail:
             return self.cache.tail_positions(self)
-        return dict(self.progress.offsets)
+        positions = dict(self.progress.offsets)
+        resume = self.start.resume
+        if resume:
+            # partitions not placed yet (the cache is loading): where the id said
+            for p, at in resume.items():
+                positions.setdefault(p, at)
+        return positions
 
     def schedule(self) -> None:
         """Take a catch-up step soon (on a later reactor turn, so writes interleave fairly)."""
