@@ -58,7 +58,7 @@ def topic_list_problems(with_: Mapping[str, Any] | None
     seen: set[str] = set()
     for name in literal:
         if name in seen:
-            out.append((("topic",), f"{name} listed twice"))
+            out.append((("topic",), f"topic {name!r} listed twice"))
         seen.add(name)
         if not TOPIC_NAME.fullmatch(name):
             out.append((("topic",), f"{name!r} is not a topic name ([A-Za-z0-9._-], 1-249 "
