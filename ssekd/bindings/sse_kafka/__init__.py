@@ -2,8 +2,9 @@
 
 `with: {topic, filters: [{key, headers}], event: {id}}`; the id format is `${etag}` (default)
 or `["${base64(key)}","${etag}"]`. `topic` may be a list (several topics on one stream, an ssekd
-addition: `ssekd.bindings.sse_kafka.topics`), with `event.topic` saying how events name theirs. Query parameter `since` (epoch ms or ISO-8601) starts a
-stream at a time when it has no last event id. Option `internal-topics` adds names a topic
+addition: `ssekd.bindings.sse_kafka.topics`), with `event.topic` saying how events name theirs.
+Query parameter `since` (epoch ms or ISO-8601) starts a stream at a time when it has no last
+event id. Option `internal-topics` adds names a topic
 taken from the request may not be (besides those starting with `_` and Kafka Connect's).
 """
 
