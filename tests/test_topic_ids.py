@@ -169,3 +169,16 @@ def test_pause_resume_close_and_end_reach_every_topic() -> None:
     assert not stream.closed
     stream.sinks["audit"].end()  # one topic's cache ends its stream: all of it ends
     assert stream.closed
+
+
+def test_an_id_too_long_to_come_back_is_left_out() -> None:
+    """Many partitions in many topics: the event goes without an id (the client keeps the last
+    one that fitted, and resumes from there with repeats) rather than with one it could not
+    send back."""
+    sink = Sink()
+    stream = TopicsSubscription([f"t{i}" for i in range(MAX_STREAM_TOPICS)], sink)
+    for i in range(MAX_STREAM_TOPICS):
+        stream.add(f"t{i}", Handle({p: 10**6 for p in range(6)}))
+    stream.sinks["t0"].write(f"id:{ProgressId.encode({p: 10**6 for p in range(6)})}\n"
+                             "data:x\n\n".encode())
+    assert b"".join(sink.writes) == b"event:t0\ndata:x\n\n"

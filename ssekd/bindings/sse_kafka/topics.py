@@ -112,7 +112,10 @@ class TopicsSubscription:
                 event_id = left + token.rstrip(b"=") + right
                 if slash and len(event_id) + 1 + len(etag) <= MAX_ID_LENGTH:
                     event_id += b"/" + etag  # else left out, as for one topic: resumable
-                out.append(_ID + event_id)
+                if len(event_id) <= MAX_ID_LENGTH:
+                    out.append(_ID + event_id)
+                # else no id: one the client could not send back (400, and a browser gives
+                # up) is worse than the last id that fitted, which resumes with repeats
                 if self.topic_as == TOPIC_AS_FIELD:
                     out.append(b"topic:" + name)
                 elif not typed:
