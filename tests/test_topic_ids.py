@@ -182,3 +182,23 @@ def test_an_id_too_long_to_come_back_is_left_out() -> None:
     stream.sinks["t0"].write(f"id:{ProgressId.encode({p: 10**6 for p in range(6)})}\n"
                              "data:x\n\n".encode())
     assert b"".join(sink.writes) == b"event:t0\ndata:x\n\n"
+
+
+def test_streams_at_one_place_share_the_rewritten_bytes_and_others_do_not() -> None:
+    """The tail writes one batch to each stream of a group in turn: a stream of the same
+    topics at the same place gets the same bytes; one elsewhere (another position in the other
+    topic, or the field form) gets its own."""
+    batch = f"id:{ProgressId.encode({0: 1, 1: 0})}\ndata:x\n\n".encode()
+    made = []
+    for audit_at, topic_as in [(7, TOPIC_AS_EVENT), (7, TOPIC_AS_EVENT), (9, TOPIC_AS_EVENT),
+                               (9, TOPIC_AS_FIELD)]:
+        sink = Sink()
+        stream = TopicsSubscription(["orders", "audit"], sink, topic_as)
+        stream.add("audit", Handle({0: audit_at}))
+        stream.add("orders", Handle({0: 0, 1: 0}))
+        stream.sinks["orders"].write(batch)
+        made.append(b"".join(sink.writes))
+    assert made[0] is made[1]
+    assert len({made[0], made[2], made[3]}) == 3
+    assert made[2].startswith(("id:" + format_topics_token(
+        {"audit": ProgressId.encode({0: 9}), "orders": ProgressId.encode({0: 1, 1: 0})})).encode())

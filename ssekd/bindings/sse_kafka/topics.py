@@ -18,7 +18,7 @@ The rewriting costs a split and a join per event, paid only by streams of severa
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from ssekd.event_ids import MAX_ID_LENGTH, TOPICS_SEPARATOR, ProgressId, topic_part, topic_tag
 from ssekd.spi.stream import EventSink
@@ -30,6 +30,8 @@ TOPIC_AS_FIELD = "field"
 _ID = b"id:"
 _EVENT = b"event:"
 _END = b"\n\n"
+#: The last write rewritten: [what a topic wrote, where and how, the bytes made of it].
+_LAST: list[Any] = [None, None, b""]
 
 
 class TopicHandle(Protocol):
@@ -96,11 +98,19 @@ class TopicsSubscription:
         right = b"".join(sep + self.part(t).encode("ascii") for t in self.topics[i + 1:])
         tag = topic_tag(topic).encode("ascii")
         name = topic.encode("ascii")  # topic names are [A-Za-z0-9._-]
+        # The tail writes one bytes object to every stream of a group in turn: streams of the
+        # same topics at the same place make the same bytes of it, once.
+        place = (left + tag, right, name, self.topic_as)
+        if _LAST[0] is data and _LAST[1] == place:
+            self.sink.write(_LAST[2])
+            return
         out: list[bytes] = []
         for event in data.split(_END):
             if event:
                 out.append(self._event(event, left + tag, right, name))
-        self.sink.write(b"".join(out))
+        written = b"".join(out)
+        _LAST[:] = [data, place, written]
+        self.sink.write(written)
 
     def _event(self, event: bytes, left: bytes, right: bytes, name: bytes) -> bytes:
         lines = event.split(b"\n")
