@@ -192,3 +192,22 @@ def test_compression_settings_reach_the_sse_server(tmp_path: Path) -> None:
         assert isinstance(sse, SseServer)
         assert sse.compression == expected, options
         built.append(sse)
+
+
+def test_a_topic_list_on_an_http_kafka_route_is_refused(tmp_path: Path) -> None:
+    """Only sse-kafka routes take a topic list: one on the write path (http-kafka) is refused
+    at its line."""
+    root = Path(__file__).resolve().parents[2]
+    text = (root / "etc" / "zilla-todo.yaml").read_text()
+    old = "          topic: task-commands\n"
+    assert old in text
+    broken_text = text.replace(old, "          topic: [task-commands, audit]\n", 1)
+    config = tmp_path / "zilla.yaml"
+    config.write_text(broken_text)
+    line = broken_text.splitlines().index("          topic: [task-commands, audit]") + 1
+    with pytest.raises(ConfigError) as caught:
+        load_config(config, discover())
+    found = [i for i in caught.value.issues if i.path.endswith(".with.topic")]
+    assert found, str(caught.value)
+    assert found[0].line == line and "expected" in found[0].message, str(caught.value)
+    assert f"{config}:{line}: " in str(caught.value)
