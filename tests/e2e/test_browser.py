@@ -108,7 +108,7 @@ def test_one_event_source_reads_two_topics_and_resumes_both(kafka: Kafka, kafka_
             es.onmessage = e => (window.unnamed = (window.unnamed || 0) + 1);
             return true;
         }})()""")
-        total = "window.got['%s'].length + window.got['%s'].length" % (a, b)
+        total = f"window.got['{a}'].length + window.got['{b}'].length"
         _wait(browser, total, 10)
         for _ in range(2):
             daemon.stop()  # ends the stream: the page reconnects with its last id
