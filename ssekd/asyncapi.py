@@ -52,6 +52,7 @@ from ssekd.catalogs.catalog import Catalog, Schema
 from ssekd.catalogs.models import ModelConfig
 from ssekd.config.model import Binding, Config, Route
 from ssekd.config.origin import OperationOrigin, Origin, ServerOrigin
+from ssekd.event_ids import MAX_STREAM_TOPICS
 from ssekd.patterns import (
     Pattern,
     RequestValues,
@@ -156,9 +157,12 @@ def channels(config: Config) -> list[Channel]:
                 slot = (sse_kafka, i, address)
                 channel = found.get(slot)
                 if channel is None:
-                    template = str((route.with_ or {}).get("topic", DEFAULT_TOPIC))
-                    topic = _expand(template, route, address)
-                    literal = None if "${" in template else template
+                    spec = (route.with_ or {}).get("topic", DEFAULT_TOPIC)
+                    template = ",".join(map(str, spec)) if isinstance(spec, list) else str(spec)
+                    topic = ",".join(_expand(str(t), route, address) for t in spec) \
+                        if isinstance(spec, list) else _expand(template, route, address)
+                    # a model is looked up for one topic: a list has none
+                    literal = None if "${" in template or isinstance(spec, list) else template
                     if literal is None and not _PARAM.search(topic) \
                             and request_references(template) == (set(), set()):
                         literal = topic  # every capture the topic uses is fixed by the path
@@ -441,7 +445,8 @@ def request_values(route: Route) -> tuple[list[str], list[str]]:
     """The request headers and query parameters a route's `with` reads (`${headers.name}`,
     `${query.name}`, sse-kafka's additions): a client must send them, or gets a `404`."""
     w = route.with_ or {}
-    texts = [str(w.get("topic", DEFAULT_TOPIC))]
+    topic = w.get("topic", DEFAULT_TOPIC)
+    texts = [str(t) for t in topic] if isinstance(topic, list) else [str(topic)]
     for f in w.get("filters") or ():
         texts += [str(f["key"])] if "key" in f else []
         texts += [str(v) for v in (f.get("headers") or {}).values()]
@@ -525,6 +530,8 @@ def document(config: Config, catalogs: Mapping[str, Catalog],
             "action": "receive", "channel": {"$ref": f"#/channels/{c.key}"},
             "summary": f"Stream {c.topic}",
             "messages": [{"$ref": f"#/channels/{c.key}/messages/{m}"} for m in messages]}
+        if isinstance((route.with_ or {}).get("topic"), list):
+            _several_topics(channel, messages, route.with_ or {})
         headers, query = request_values(route)
         if headers or query:
             asked = [f"the header `{h}`" for h in headers] \
@@ -779,6 +786,31 @@ _DELETE = {"name": "delete", "title": "Tombstone",
            "contentType": "text/plain",
            "payload": {"type": "string", "description": "The key, base64url-encoded; no data "
                                                         "when the key is null."}}
+
+
+def _several_topics(channel: dict[str, Any], messages: dict[str, Any],
+                    with_: Mapping[str, Any]) -> None:
+    """What a client of a stream of several topics (an ssekd addition) sees differently: which
+    topic an event is of, and an id that carries every topic's progress."""
+    by_field = (with_.get("event") or {}).get("topic") == "field"
+    channel["title"] = f"{channel['title'].removesuffix(' as Server-Sent Events')} " \
+                       "(several topics) as Server-Sent Events"
+    channel["description"] += (
+        f" The stream carries several topics (at most {MAX_STREAM_TOPICS}; an item from the "
+        "path is a comma list of them, more is 400): each event's `id` carries the progress "
+        "of every topic, so a resume loses nothing in any of them (docs/protocol.md, an ssekd "
+        "addition). ")
+    if by_field:
+        channel["description"] += "Each event names its topic in a `topic:` field."
+        messages["record"]["summary"] = "One Kafka record's value (event type `message`, a " \
+                                        "`topic:` field names its topic)."
+        messages["delete"]["summary"] += " A `topic:` field names its topic."
+    else:
+        channel["description"] += "Each event's type is its topic's name."
+        messages["record"].update(name="<topic>", summary="One Kafka record's value (event "
+                                                          "type: the name of its topic).")
+        messages["delete"]["name"] = "<topic>:delete"
+        messages["delete"]["summary"] += " Event type `<topic>:delete`."
 
 
 def _challenge(seconds: Any) -> dict[str, Any]:

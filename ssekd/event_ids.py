@@ -386,3 +386,65 @@ def parse_last_event_id(text: str) -> dict[int, int]:
         text = value[1]
     token = text.split("/", 1)[0]
     return ProgressId.decode(token)
+
+
+# -- several topics on one stream (an ssekd addition) --------------------------------------------
+
+#: Topics one stream may name at most: every topic's progress goes in each id, and an id longer
+#: than `MAX_ID_LENGTH` cannot come back.
+MAX_STREAM_TOPICS = 8
+
+#: Separates the topics' parts of a several-topic token; not in the base64url alphabet.
+TOPICS_SEPARATOR = "."
+_TAG_LENGTH = 4
+_TAG = re.compile(r"[A-Za-z0-9_-]{4}")
+
+
+def topic_tag(topic: str) -> str:
+    """Four base64url characters (24 bits of the CRC-32 of the name) that say which topic a part
+    of a several-topic token is of, so a resume never gives one topic another's offsets."""
+    crc = binascii.crc32(topic.encode("utf-8")) & 0xFFFFFF
+    return base64.urlsafe_b64encode(crc.to_bytes(3, "big")).decode("ascii")
+
+
+def topic_part(topic: str, token: str) -> str:
+    """One topic's part of a several-topic token: its tag and its `progress` token unpadded."""
+    return topic_tag(topic) + token.rstrip("=")
+
+
+def format_topics_token(tokens: Mapping[str, str]) -> str:
+    """The token of a stream of several topics: each topic's part (`topic_part`), in the order
+    of the topics' names, joined by `.` (docs/protocol.md)."""
+    return TOPICS_SEPARATOR.join(topic_part(t, tokens[t]) for t in sorted(tokens))
+
+
+def parse_topics_id(text: str, topics: list[str] | tuple[str, ...]
+                    ) -> dict[str, dict[int, int]]:
+    """Each topic's resume map in the last event id of a several-topic stream (the `${etag}`
+    form: the token, then optionally `/` and an etag). A topic of `topics` the id has no part
+    for is left out (it starts like a new stream's); a part whose tag no topic has is ignored
+    (the route's topics changed). Raises UndecodableId, never anything else."""
+    if len(text) > MAX_ID_LENGTH:
+        raise UndecodableId("longer than 254 characters")
+    token = text.split("/", 1)[0]
+    if not token:
+        raise UndecodableId("empty")
+    raw_parts = token.split(TOPICS_SEPARATOR)
+    if len(raw_parts) > MAX_STREAM_TOPICS:
+        raise UndecodableId(f"more than {MAX_STREAM_TOPICS} topics")
+    parts: list[tuple[str, dict[int, int]]] = []
+    for raw in raw_parts:
+        tag = raw[:_TAG_LENGTH]
+        if not _TAG.fullmatch(tag):
+            raise UndecodableId("not a several-topic token")
+        parts.append((tag, ProgressId.decode(raw[_TAG_LENGTH:])))
+    out: dict[str, dict[int, int]] = {}
+    used: set[int] = set()
+    for topic in sorted(topics):
+        tag = topic_tag(topic)
+        for i, (part_tag, positions) in enumerate(parts):
+            if i not in used and part_tag == tag:
+                used.add(i)
+                out[topic] = positions
+                break
+    return out

@@ -335,3 +335,38 @@ def test_a_route_reading_request_values_says_what_a_client_must_send(
     assert binding["query"]["required"] == ["region", "stream"]
     assert set(binding["query"]["properties"]) == {"region", "stream"}
     assert "${" not in yaml.safe_dump(doc)
+
+
+@pytest.mark.parametrize("topic_as", ["event", "field"])
+def test_a_route_of_several_topics_says_how_events_name_their_topic(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], topic_as: str) -> None:
+    """A topic list (an ssekd addition): the channel names every topic (a path list as its
+    parameter), says that the id carries every topic's progress, and how an event says its
+    topic - its type, or a `topic:` field."""
+    text = (ROOT / "etc" / "zilla.yaml").read_text()
+    old = """        with:
+          topic: ${params.topic}
+"""
+    assert old in text
+    shutil.copytree(ROOT / "etc" / "schemas", tmp_path / "schemas")
+    config = tmp_path / "zilla.yaml"
+    config.write_text(text.replace(old, f"""        with:
+          topic: [audit, "${{params.topic}}"]
+          event: {{id: "${{etag}}", topic: {topic_as}}}
+"""))
+    doc = yaml.safe_load(_asyncapi(config, capsys)[0])
+    assert problems(doc) == []
+    [(key, events)] = doc["channels"].items()
+    assert events["title"].startswith("audit,")
+    assert events["title"].endswith("(several topics) as Server-Sent Events")
+    assert "each event's `id` carries the progress of every topic" in events["description"]
+    record, delete = events["messages"]["record"], events["messages"]["delete"]
+    if topic_as == "event":
+        assert "Each event's type is its topic's name." in events["description"]
+        assert (record["name"], delete["name"]) == ("<topic>", "<topic>:delete")
+        assert "event type: the name of its topic" in record["summary"]
+    else:
+        assert "Each event names its topic in a `topic:` field." in events["description"]
+        assert (record["name"], delete["name"]) == ("record", "delete")
+        assert "`topic:` field" in record["summary"] and "`topic:` field" in delete["summary"]
+    assert "${" not in yaml.safe_dump(doc)

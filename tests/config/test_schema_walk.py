@@ -219,6 +219,8 @@ COVERAGE: dict[str, str] = {
         "bindings/sse_kafka/test_event_ids.py::test_resume_with_key_form_id",
     "bindings.sse-kafka/proxy.routes[].with.event.id":
         "bindings/sse_kafka/test_event_ids.py::test_resume_with_key_form_id",
+    "bindings.sse-kafka/proxy.routes[].with.event.topic":
+        "bindings/sse_kafka/test_topics_stream.py::test_the_field_form_and_filters_per_topic",
     "bindings.filesystem/server.options.location": SITE,
     "bindings.filesystem/server.options.symlinks":
         "bindings/filesystem/test_static_files.py::test_filesystem_symlinks_follow",

@@ -102,6 +102,26 @@ CASES = [
     ("unknown-id-form", "value: {{/status: open}}",
      "value: {{/status: open}}\n          event: {{id: '[\"${{key}}\"]'}}", 41,
      "bindings.sse_kafka0.routes[0].with.event.id", "expected one of"),
+    # several topics on one stream
+    ("too-many-topics", "topic: items", "topic: [a, b, c, d, e, f, g, h, i]", 37,
+     "bindings.sse_kafka0.routes[0].with.topic", "expected a topic, or a list of at most 8 topics"),
+    ("too-many-topics-in-a-comma-list", "topic: items", "topic: ['a,b,c,d', 'e,f,g,h,i']", 37,
+     "bindings.sse_kafka0.routes[0].with.topic", "9 topics: a stream may have at most 8"),
+    ("a-topic-listed-twice", "topic: items", "topic: [a, 'b,a']", 37,
+     "bindings.sse_kafka0.routes[0].with.topic", "topic 'a' listed twice"),
+    ("not-a-topic-in-the-list", "topic: items", "topic: [a, 'b c']", 37,
+     "bindings.sse_kafka0.routes[0].with.topic", "'b c' is not a topic name"),
+    ("an-empty-topic-list", "topic: items", "topic: []", 37,
+     "bindings.sse_kafka0.routes[0].with.topic", "expected a topic, or a list of at most 8 topics"),
+    ("a-key-id-form-on-several-topics", "topic: items",
+     "topic: [a, b]\n          event: {{id: '[\"${{key}}\",\"${{etag}}\"]'}}", 38,
+     "bindings.sse_kafka0.routes[0].with.event.id", "a stream of several topics has ${etag} ids"),
+    ("event-topic-on-one-topic", "topic: items",
+     "topic: items\n          event: {{id: '${{etag}}', topic: field}}", 38,
+     "bindings.sse_kafka0.routes[0].with.event.topic", "it needs a topic list in with.topic"),
+    ("event-topic-unknown", "topic: items",
+     "topic: [a, b]\n          event: {{id: '${{etag}}', topic: header}}", 38,
+     "bindings.sse_kafka0.routes[0].with.event.topic", "expected one of 'event', 'field'"),
 ]
 
 
@@ -172,3 +192,22 @@ def test_compression_settings_reach_the_sse_server(tmp_path: Path) -> None:
         assert isinstance(sse, SseServer)
         assert sse.compression == expected, options
         built.append(sse)
+
+
+def test_a_topic_list_on_an_http_kafka_route_is_refused(tmp_path: Path) -> None:
+    """Only sse-kafka routes take a topic list: one on the write path (http-kafka) is refused
+    at its line."""
+    root = Path(__file__).resolve().parents[2]
+    text = (root / "etc" / "zilla-todo.yaml").read_text()
+    old = "          topic: task-commands\n"
+    assert old in text
+    broken_text = text.replace(old, "          topic: [task-commands, audit]\n", 1)
+    config = tmp_path / "zilla.yaml"
+    config.write_text(broken_text)
+    line = broken_text.splitlines().index("          topic: [task-commands, audit]") + 1
+    with pytest.raises(ConfigError) as caught:
+        load_config(config, discover())
+    found = [i for i in caught.value.issues if i.path.endswith(".with.topic")]
+    assert found, str(caught.value)
+    assert found[0].line == line and "expected" in found[0].message, str(caught.value)
+    assert f"{config}:{line}: " in str(caught.value)

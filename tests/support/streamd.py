@@ -32,6 +32,12 @@ ROUTES = [
     zc.sse_route("/packed/{topic}", compress=False),
     zc.sse_route("/tiny/{topic}", exit="tiny_cache_client"),
     zc.sse_route("/live/{topic}", exit="live_cache_client"),
+    # several topics on one stream: `/many/a,b`, and the fixed `feed` plus the path's
+    zc.sse_route("/many/{topics}", ["${params.topics}"]),
+    zc.sse_route("/manyfield/{topics}", ["${params.topics}"],
+                 event={"id": "${etag}", "topic": "field"}),
+    zc.sse_route("/manybykey/{topics}/{key}", ["${params.topics}"],
+                 filters=[{"key": "${params.key}"}]),
 ]
 
 

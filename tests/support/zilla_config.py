@@ -128,7 +128,7 @@ def sse_server(exit: str = "sse_kafka", *, options: Node | None = None, **more: 
     return binding
 
 
-def sse_route(path: str, topic: str | None = TOPIC_PARAM, exit: str = "cache_client", *,
+def sse_route(path: str, topic: str | list[str] | None = TOPIC_PARAM, exit: str = "cache_client", *,
               guarded: Node | None = None, **with_: Any) -> Node:
     """An sse-kafka route: `path` (a list of paths: any of them) to `topic`; `with_` adds
     `filters`, `event` ..., `topic=None` leaves `with` out when nothing else is given."""

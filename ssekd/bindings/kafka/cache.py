@@ -275,6 +275,9 @@ class TopicCache:
         self.lagging.discard(s)
         self.tail.join(s)
 
+    def tail_positions(self, s: Subscription) -> dict[int, int]:
+        return self.tail.positions(s)
+
     def left_tail(self, s: Subscription) -> ProgressState:
         self.lagging.add(s)
         return self.tail.leave(s)

@@ -147,6 +147,9 @@ class SubscribedCache(Protocol):
     def reached_tail(self, s: Subscription) -> None:
         """`s` read everything: from now on it gets the batches of a tail group."""
 
+    def tail_positions(self, s: Subscription) -> dict[int, int]:
+        """Where `s` (at the tail) is: what its group wrote up to."""
+
     def left_tail(self, s: Subscription) -> ProgressState:
         """`s` stops getting tail batches; returns its position (its group's, which wrote
         everything `s` got)."""
@@ -309,6 +312,20 @@ class Subscription:
     def write(self, data: bytes) -> None:
         """Write at the tail (called by the cache for each group batch)."""
         self.sink.write(data)
+
+    def positions(self) -> dict[int, int]:
+        """The next offset in each partition, as far as the stream was written: a stream of
+        several topics puts it in the ids of the other topics' events (not on the path of a
+        stream of one topic)."""
+        if self.at_tail:
+            return self.cache.tail_positions(self)
+        positions = dict(self.progress.offsets)
+        resume = self.start.resume
+        if resume:
+            # partitions not placed yet (the cache is loading): where the id said
+            for p, at in resume.items():
+                positions.setdefault(p, at)
+        return positions
 
     def schedule(self) -> None:
         """Take a catch-up step soon (on a later reactor turn, so writes interleave fairly)."""

@@ -136,6 +136,12 @@ class TailRouter:
         before = g in self._unwritten
         return ProgressState(_positions(self._before if before else self.log.tail(), g.floor))
 
+    def positions(self, s: Subscription) -> dict[int, int]:
+        """Where `s` (at the tail) is in every partition: what its group wrote up to."""
+        g = self.group_of[s]
+        return dict(_positions(self._before if g in self._unwritten else self.log.tail(),
+                               g.floor))
+
     def position(self, s: Subscription, partition: int) -> int | None:
         """Where `s` (at the tail) is in `partition`, None when it has no position there."""
         g = self.group_of.get(s)

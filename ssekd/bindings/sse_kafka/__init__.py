@@ -1,22 +1,36 @@
 """sse-kafka binding (kind proxy): streams of a Kafka topic for the sse binding (docs/protocol.md).
 
 `with: {topic, filters: [{key, headers}], event: {id}}`; the id format is `${etag}` (default)
-or `["${base64(key)}","${etag}"]`. Query parameter `since` (epoch ms or ISO-8601) starts a
-stream at a time when it has no last event id. Option `internal-topics` adds names a topic
+or `["${base64(key)}","${etag}"]`. `topic` may be a list (several topics on one stream, an ssekd
+addition: `ssekd.bindings.sse_kafka.topics`), with `event.topic` saying how events name theirs.
+Query parameter `since` (epoch ms or ISO-8601) starts a stream at a time when it has no last
+event id. Option `internal-topics` adds names a topic
 taken from the request may not be (besides those starting with `_` and Kafka Connect's).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from ssekd.bindings._schemas import PATH_WHEN
 from ssekd.bindings.kafka.roles import KafkaCache
 from ssekd.bindings.sse.roles import StreamSource
-from ssekd.bindings.sse_kafka.proxy import DEFAULT_TOPIC, Cache, SseKafkaProxy, SseKafkaRoute, with_templates
+from ssekd.bindings.sse_kafka.proxy import (
+    DEFAULT_TOPIC,
+    TOPIC_NAME,
+    Cache,
+    SseKafkaProxy,
+    SseKafkaRoute,
+    with_templates,
+)
+from ssekd.bindings.sse_kafka.topics import TOPIC_AS_EVENT, TOPIC_AS_FIELD
 from ssekd.config.errors import ConfigError, ConfigIssue
 from ssekd.config.model import Binding
 from ssekd.event_ids import ETAG_FORMAT as ETAG_ID
 from ssekd.event_ids import KEY_ETAG_FORMAT as KEY_ETAG_ID
 from ssekd.event_ids import KEY_TEXT_FORMAT as KEY_TEXT_ID
+from ssekd.event_ids import MAX_STREAM_TOPICS
 from ssekd.patterns import Pattern, reference_problems
 from ssekd.spi.binding import BindingType, BuildContext, Exit, KindSpec
 
@@ -24,6 +38,37 @@ __all__ = ["BINDING"]
 
 #: A value a JSON field may be compared with.
 _JSON_SCALAR: dict[str, object] = {"type": ["string", "number", "boolean", "null"]}
+
+
+def topic_list_problems(with_: Mapping[str, Any] | None
+                        ) -> list[tuple[tuple[str | int, ...], str]]:
+    """What is wrong with a route's topic list (an ssekd addition), by where in `with`."""
+    w = with_ or {}
+    topic = w.get("topic", DEFAULT_TOPIC)
+    event = w.get("event") or {}
+    out: list[tuple[tuple[str | int, ...], str]] = []
+    if not isinstance(topic, list):
+        if "topic" in event:
+            out.append((("event", "topic"), "event.topic says how an event of a several-topic "
+                        "stream names its topic: it needs a topic list in with.topic"))
+        return out
+    literal = [name for t in topic if "${" not in str(t)
+               for name in str(t).split(",")]
+    if len(literal) > MAX_STREAM_TOPICS:
+        out.append((("topic",), f"{len(literal)} topics: a stream may have at most "
+                    f"{MAX_STREAM_TOPICS} (every id carries each topic's progress)"))
+    seen: set[str] = set()
+    for name in literal:
+        if name in seen:
+            out.append((("topic",), f"topic {name!r} listed twice"))
+        seen.add(name)
+        if not TOPIC_NAME.fullmatch(name):
+            out.append((("topic",), f"{name!r} is not a topic name ([A-Za-z0-9._-], 1-249 "
+                        "characters)"))
+    if event.get("id", ETAG_ID) != ETAG_ID:
+        out.append((("event", "id"), f"a stream of several topics has {ETAG_ID} ids (their "
+                    "progress of every topic); the key forms are for one topic"))
+    return out
 
 
 def _build(ctx: BuildContext, binding: Binding) -> SseKafkaProxy:
@@ -44,6 +89,8 @@ def _build(ctx: BuildContext, binding: Binding) -> SseKafkaProxy:
         issues += [ctx.issue(("bindings", binding.name, "routes", i, "with"), problem)
                    for problem in reference_problems(with_templates(r.with_), patterns,
                                                      ctx.config.guards, request_values=True)]
+        issues += [ctx.issue(("bindings", binding.name, "routes", i, "with", *where), problem)
+                   for where, problem in topic_list_problems(r.with_)]
         routes.append(SseKafkaRoute(patterns, exit_name, r.with_, r.guarded))
     if issues:
         raise ConfigError(issues)
@@ -84,8 +131,21 @@ BINDING = BindingType("sse-kafka", {
                               "header that carries credentials (authorization, cookie) cannot "
                               "be named.",
                "properties": {
-                   "topic": {"type": "string", "minLength": 1,
-                             "description": "The topic to stream."},
+                   "topic": {"anyOf": [
+                       {"type": "string", "minLength": 1},
+                       {"type": "array", "minItems": 1, "maxItems": MAX_STREAM_TOPICS,
+                        "items": {"type": "string", "minLength": 1}}],
+                             "x-expected": "a topic, or a list of at most "
+                                           f"{MAX_STREAM_TOPICS} topics",
+                             "description": "The topic to stream. A list (an ssekd addition) "
+                                            "streams several topics on one stream: each item "
+                                            "is a topic or a comma list of them "
+                                            "(`${params.topics}` of `/events/{topics}` takes "
+                                            "`/events/a,b`), at most "
+                                            f"{MAX_STREAM_TOPICS} in all (more is `400`); each "
+                                            "event says its topic (`event.topic`) and its id "
+                                            "carries every topic's progress "
+                                            "(docs/protocol.md)."},
                    "filters": {"type": "array", "x-ssekd-default": "every record",
                                "description": "A record is sent when any filter of the list "
                                               "matches it.",
@@ -139,7 +199,20 @@ BINDING = BindingType("sse-kafka", {
                                                                   "first, base64url or (an ssekd "
                                                                   "addition, `${key}`) as text "
                                                                   "where it is UTF-8 that JSON "
-                                                                  "need not escape."}}},
+                                                                  "need not escape."},
+                                            "topic": {"enum": [TOPIC_AS_EVENT, TOPIC_AS_FIELD],
+                                                      "x-ssekd-addition": True,
+                                                      "x-ssekd-default": "`event` on a route "
+                                                                         "with a topic list",
+                                                      "description": "How an event of a "
+                                                                     "several-topic stream says "
+                                                                     "its topic: `event`, its "
+                                                                     "type is the topic's name "
+                                                                     "(`<topic>:delete` for a "
+                                                                     "tombstone); `field`, a "
+                                                                     "`topic:` field is added "
+                                                                     "and the type kept. Only "
+                                                                     "with a `topic` list."}}},
                }},
     ),
 })

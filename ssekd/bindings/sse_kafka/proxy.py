@@ -34,7 +34,14 @@ from ssekd.bindings.kafka.subscription import Subscription
 from ssekd.bindings.kafka.value_path import ValuePath, canonical
 from ssekd.bindings.sse.roles import StreamRequest, TryLater, refuse_unauthorized
 from ssekd.bindings.sse_kafka.encoder import Filter, KafkaEventEncoder
-from ssekd.event_ids import ETAG_FORMAT, UndecodableId, parse_last_event_id
+from ssekd.bindings.sse_kafka.topics import TOPIC_AS_EVENT, TopicsSubscription
+from ssekd.event_ids import (
+    ETAG_FORMAT,
+    MAX_STREAM_TOPICS,
+    UndecodableId,
+    parse_last_event_id,
+    parse_topics_id,
+)
 from ssekd.patterns import Pattern, RequestValues, Unresolvable, substitute
 from ssekd.spi.guard import Guard
 from ssekd.spi.stream import EventSink
@@ -44,7 +51,7 @@ from ssekd.telemetry.metrics import Counter, Gauge, Metrics
 #: Kafka's own rule for topic names; anything else from a path is a 404, not a consumer.
 #: Matched with `fullmatch`: `$` would also match before a final newline, and `topic%0A` (or an
 #: identity `alice\n`) would pass as a topic name and past the internal-topic check.
-_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
+TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
 
 
 #: The topic of a route without `with`: what its path captured as `{topic}`.
@@ -81,7 +88,8 @@ def _request_valued_first(item: tuple[str, Any]) -> tuple[bool, str]:
 def with_templates(with_: Mapping[str, Any] | None) -> list[str]:
     """Every value of a route's `with` that may hold references, the topic first."""
     w = with_ or {}
-    out = [str(w.get("topic", DEFAULT_TOPIC))]
+    topic = w.get("topic", DEFAULT_TOPIC)
+    out = [str(t) for t in topic] if isinstance(topic, list) else [str(topic)]
     for f in w.get("filters", ()):
         out += [str(f["key"])] if "key" in f else []
         out += [str(v) for v in (f.get("headers") or {}).values()]
@@ -149,7 +157,7 @@ class RouteSubscription:
 
     __slots__ = ("compress", "delivered", "gauge", "route", "subscription")
 
-    def __init__(self, subscription: Subscription, gauge: Gauge, route: str = "-",
+    def __init__(self, subscription: Subscription | TopicsSubscription, gauge: Gauge, route: str = "-",
                  delivered: Counter | None = None, compress: bool = True) -> None:
         self.subscription = subscription
         self.gauge = gauge
@@ -220,12 +228,20 @@ class SseKafkaProxy:
         values = RequestValues(request.headers, request.query,
                                context.credential_query if context is not None else frozenset())
         w = route.with_ or {}
-        template = str(w.get("topic", DEFAULT_TOPIC))
+        spec = w.get("topic", DEFAULT_TOPIC)
+        several = isinstance(spec, list)
+        templates = [str(t) for t in spec] if several else [str(spec)]
         try:
             def resolve(text: str) -> str:
                 return substitute(text, params, identities, request=values)
 
-            topic = resolve(template)
+            #: each topic, and whether it came from the request (a `${...}` in its template)
+            topics: dict[str, bool] = {}
+            for template in templates:
+                resolved = resolve(template)
+                # a list item is a comma list (`/events/{topics}`): one topic each
+                for topic in resolved.split(",") if several else (resolved,):
+                    topics[topic] = topics.get(topic, False) or "${" in template
             filters = tuple(
                 Filter(
                     key=None if "key" not in f else resolve(f["key"]).encode("utf-8"),
@@ -237,47 +253,105 @@ class SseKafkaProxy:
         except Unresolvable as e:
             self.events.emit(self.name, "BINDING_SSE_KAFKA_NO_ROUTE", f"{request.describe}: {e}")
             return 404
-        if not _TOPIC.fullmatch(topic):
-            self.events.emit(self.name, "BINDING_SSE_KAFKA_NO_ROUTE",
-                          f"{request.describe}: not a topic name")
-            return 404
-        if "${" in template and internal(topic, self.internal_topics):
-            self.events.emit(self.name, "BINDING_SSE_KAFKA_NO_ROUTE",
-                             f"{request.describe}: {topic} is an internal topic")
-            return 404
+        for topic, from_request in topics.items():
+            if not TOPIC_NAME.fullmatch(topic):
+                self.events.emit(self.name, "BINDING_SSE_KAFKA_NO_ROUTE",
+                                 f"{request.describe}: not a topic name")
+                return 404
+            if from_request and internal(topic, self.internal_topics):
+                self.events.emit(self.name, "BINDING_SSE_KAFKA_NO_ROUTE",
+                                 f"{request.describe}: {topic} is an internal topic")
+                return 404
+        if len(topics) > MAX_STREAM_TOPICS:
+            self.events.emit(self.name, "BINDING_SSE_KAFKA_TOO_MANY_TOPICS",
+                             f"{request.describe}: {len(topics)} topics, at most "
+                             f"{MAX_STREAM_TOPICS}")
+            return 400
         id_format = (w.get("event") or {}).get("id", ETAG_FORMAT)
         cache = self.caches[route.exit]
+        if several:
+            return self._open_topics(route, list(topics), filters, request, sink, cache)
+        topic = next(iter(topics))
         try:
             start = self._start(request, cache, topic)
             if isinstance(start, int):
                 return start
-            # First whether the cache follows the topic (`TopicLimitReached` if it may not),
-            # then its metric series: the cache forgets the series of the topics it drops, and
-            # a topic it refused is never dropped, so its series would stay for ever.
-            cache.topic(topic)
-            key = (topic, filters, id_format)
-            encoder = self._encoders.get(key)
-            if encoder is None:
-                encoder = self._encoders[key] = KafkaEventEncoder(
-                    topic, filters, id_format,
-                    self.metrics.counter("sse.kafka.filtered", self.name, topic=topic),
-                    self.metrics.counter("sse.kafka.value.not.json", self.name, topic=topic))
-            if start.has_id:
-                self._count_resume(start, cache, topic)
-            return RouteSubscription(cache.subscribe(topic, encoder, sink, start),
-                               self._subscribers[id(route)], route.label(),
-                               self._delivered[id(route)], bool(w.get("compress", True)))
-        except TopicLimitReached as e:
+            return RouteSubscription(self._subscribe(cache, topic, filters, id_format, sink,
+                                                     start),
+                                     self._subscribers[id(route)], route.label(),
+                                     self._delivered[id(route)], bool(w.get("compress", True)))
+        except (TopicLimitReached, SchemaUnavailable) as e:
+            return self._try_later(request, e)
+
+    def _subscribe(self, cache: Cache, topic: str, filters: tuple[Filter, ...], id_format: str,
+                   sink: EventSink, start: Start) -> Subscription:
+        """A subscription of `topic` with the encoder of (topic, filters, id format)."""
+        # First whether the cache follows the topic (`TopicLimitReached` if it may not),
+        # then its metric series: the cache forgets the series of the topics it drops, and
+        # a topic it refused is never dropped, so its series would stay for ever.
+        cache.topic(topic)
+        key = (topic, filters, id_format)
+        encoder = self._encoders.get(key)
+        if encoder is None:
+            encoder = self._encoders[key] = KafkaEventEncoder(
+                topic, filters, id_format,
+                self.metrics.counter("sse.kafka.filtered", self.name, topic=topic),
+                self.metrics.counter("sse.kafka.value.not.json", self.name, topic=topic))
+        if start.has_id:
+            self._count_resume(start, cache, topic)
+        return cache.subscribe(topic, encoder, sink, start)
+
+    def _try_later(self, request: StreamRequest,
+                   e: TopicLimitReached | SchemaUnavailable) -> TryLater:
+        if isinstance(e, TopicLimitReached):
             # Passes as idle topics are dropped: the browser is told to come back (docs/protocol.md).
             self.events.emit(self.name, "BINDING_SSE_KAFKA_TOPIC_LIMIT", f"{request.describe}: {e}")
             return TryLater("topics followed at their limit (max-topics)")
-        except SchemaUnavailable as e:
-            # The catalog (a schema registry) is down or still answering: come back later.
-            self.events.emit(self.name, "BINDING_SSE_KAFKA_SCHEMA_UNAVAILABLE",
-                             f"{request.describe}: {e}")
-            # come back once the catalog was asked again (at least a second from now)
-            wait = None if e.retry_after is None else max(1.0, e.retry_after)
-            return TryLater("the topic's schema is not available yet", wait)
+        # The catalog (a schema registry) is down or still answering: come back later.
+        self.events.emit(self.name, "BINDING_SSE_KAFKA_SCHEMA_UNAVAILABLE",
+                         f"{request.describe}: {e}")
+        # come back once the catalog was asked again (at least a second from now)
+        wait = None if e.retry_after is None else max(1.0, e.retry_after)
+        return TryLater("the topic's schema is not available yet", wait)
+
+    def _open_topics(self, route: SseKafkaRoute, topics: list[str], filters: tuple[Filter, ...],
+                     request: StreamRequest, sink: EventSink, cache: Cache
+                     ) -> RouteSubscription | int | TryLater:
+        """A stream of several topics (an ssekd addition): one subscription per topic, their
+        events' ids carrying every topic's progress (`ssekd.bindings.sse_kafka.topics`)."""
+        w = route.with_ or {}
+        stream = TopicsSubscription(topics, sink,
+                                    (w.get("event") or {}).get("topic", TOPIC_AS_EVENT))
+        try:
+            starts = self._topic_starts(request, cache, topics)
+            if isinstance(starts, int):
+                return starts
+            for topic in stream.topics:
+                stream.add(topic, self._subscribe(cache, topic, filters, ETAG_FORMAT,
+                                                  stream.sinks[topic], starts[topic]))
+        except (TopicLimitReached, SchemaUnavailable) as e:
+            stream.close()
+            return self._try_later(request, e)
+        return RouteSubscription(stream, self._subscribers[id(route)], route.label(),
+                                 self._delivered[id(route)], bool(w.get("compress", True)))
+
+    def _topic_starts(self, request: StreamRequest, cache: Cache, topics: list[str]
+                      ) -> dict[str, Start] | int:
+        """Where each topic of a several-topic stream starts: its part of the last event id
+        (a topic the id has no part for starts as a new stream would), else `since`."""
+        last_id = request.last_event_id
+        if last_id:
+            try:
+                positions = parse_topics_id(last_id, topics)
+            except UndecodableId as e:
+                self.events.emit(self.name, "BINDING_SSE_KAFKA_LAST_EVENT_ID_UNREADABLE",
+                                 f"{request.describe} {e}: {last_id[:80]!r}")
+                return {t: Start(undecodable_id=True) for t in topics}
+            for topic, at in positions.items():
+                self._check_partitions(request, cache, topic, at)
+            return {t: Start(resume=positions[t]) if t in positions else Start() for t in topics}
+        start = self._since(request)
+        return start if isinstance(start, int) else {t: start for t in topics}
 
     def _count_resume(self, start: Start, cache: Cache, topic: str) -> None:
         """Where a stream that came back resumes: the cache holds every position its id names,
@@ -302,15 +376,25 @@ class SseKafkaProxy:
                 self.events.emit(self.name, "BINDING_SSE_KAFKA_LAST_EVENT_ID_UNREADABLE",
                               f"{request.describe} {e}: {last_id[:80]!r}")
                 return Start(undecodable_id=True)
-            describe = request.describe
-
-            def check(count: int) -> None:
-                unknown = [p for p in positions if p >= count]
-                if unknown:
-                    self.events.emit(self.name, "BINDING_SSE_KAFKA_LAST_EVENT_ID_UNREADABLE",
-                                     f"{describe} partitions {unknown[:5]} not in {topic}")
-            cache.topic(topic).when_counted(check)
+            self._check_partitions(request, cache, topic, positions)
             return Start(resume=positions)
+        return self._since(request)
+
+    def _check_partitions(self, request: StreamRequest, cache: Cache, topic: str,
+                          positions: Mapping[int, int]) -> None:
+        """Reports (once the topic's partitions are known) partitions an id names that the
+        topic does not have."""
+        describe = request.describe
+
+        def check(count: int) -> None:
+            unknown = [p for p in positions if p >= count]
+            if unknown:
+                self.events.emit(self.name, "BINDING_SSE_KAFKA_LAST_EVENT_ID_UNREADABLE",
+                                 f"{describe} partitions {unknown[:5]} not in {topic}")
+        cache.topic(topic).when_counted(check)
+
+    def _since(self, request: StreamRequest) -> Start | int:
+        """The start `since` asks for (400 when it does not read), else a new stream's."""
         since = request.query.get("since")
         if since is not None:
             try:
