@@ -18,7 +18,14 @@ import pytest
 from ssekd import asyncapi
 from ssekd.config.load import load_config
 from ssekd.dev.broker import free_port, port_open, stop_process
-from ssekd.dev.launcher import LINK_TOKEN_TTL, bootstrap_topics, http_kafka_lines, local_servers
+from ssekd.dev.launcher import (
+    LINK_TOKEN_TTL,
+    DaemonOutput,
+    bootstrap_topics,
+    http_kafka_lines,
+    key_url_guards,
+    local_servers,
+)
 from ssekd.spi.binding import BindingType, KindSpec
 from ssekd.spi.connection import Connector
 from ssekd.spi.plugins import Registry, discover
@@ -260,3 +267,25 @@ def test_make_run_with_the_flag_starts_one_where_nothing_listens(tmp_path: Path)
     broker_listened, said = run_dev(tmp_path, "--dev-broker")
     assert broker_listened, said
     assert "development broker (tansu) on 127.0.0.1:" in said
+
+
+def test_the_ready_block_waits_for_the_guards_keys() -> None:
+    """The guard's first line (its keys loaded, or not) comes before the ready block, so the
+    guarded demo link stays the last line on a slow machine too."""
+    registry = discover()
+    config = load_config(ROOT / "etc" / "zilla-jwt.yaml", registry,
+                         environ={"KEYSTORE_PASSWORD": "x"})
+    assert key_url_guards(config) == ["jwt0"]
+    plain = load_config(ROOT / "etc" / "zilla.yaml", registry, environ={"KEYSTORE_PASSWORD": "x"})
+    assert key_url_guards(plain) == []
+
+    class Silent:
+        stdout = stderr = None
+
+    output = DaemonOutput(Silent(), ["events"], ["jwt0", "other"])  # type: ignore[arg-type]
+    output._note("example:south_kafka_client [26/Nov/2026:02:43:47 +0000] "
+                 "BINDING_KAFKA_PARTITIONS_ASSIGNED events 0->3\n")
+    assert not output.waiting and output.guards_waiting == {"jwt0", "other"}
+    output._note("example:jwt0 [26/Nov/2026:02:43:47 +0000] GUARD_JWT_KEYS_LOADED 1 keys\n")
+    output._note("example:other [26/Nov/2026:02:43:47 +0000] GUARD_JWT_KEYS_UNAVAILABLE x\n")
+    assert output.guards_waiting == set()

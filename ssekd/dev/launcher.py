@@ -116,6 +116,12 @@ def dev_token_guards(config: Config) -> list[tuple[str, int, Any]]:
     return found
 
 
+def key_url_guards(config: Config) -> list[str]:
+    """The jwt guards that fetch their keys from a URL once the daemon runs."""
+    return [name for name, guard in config.guards.items()
+            if guard.type == "jwt" and isinstance(guard.options.get("keys"), str)]
+
+
 def listened_ports(config: Config) -> list[tuple[str, int]]:
     """(host, port) of every port the daemon will listen on (its tcp servers)."""
     ports: list[tuple[str, int]] = []
@@ -264,9 +270,13 @@ class DaemonOutput:
     """Passes the daemon's output on, line by line, and notes what says it serves: on threads
     of their own, so a daemon that writes a lot never waits on this launcher."""
 
-    def __init__(self, process: subprocess.Popen[bytes], topics: Sequence[str]) -> None:
+    def __init__(self, process: subprocess.Popen[bytes], topics: Sequence[str],
+                 guards: Sequence[str] = ()) -> None:
         self.lock = threading.Lock()
         self.waiting = set(topics)
+        #: guards whose keys come from a URL and have not said they loaded them (or could not):
+        #: their first line would otherwise land under the ready block's links
+        self.guards_waiting = set(guards)
         self.kafka_unreachable = False
         self.changed = threading.Event()
         self.threads = [threading.Thread(target=self._pass_on, args=(src, dst), daemon=True)
@@ -291,6 +301,10 @@ class DaemonOutput:
         elif " BINDING_KAFKA_BROKER_UNAVAILABLE " in line:
             self.kafka_unreachable = True
             self.changed.set()
+        elif " GUARD_JWT_KEYS_LOADED " in line or " GUARD_JWT_KEYS_UNAVAILABLE " in line:
+            # `namespace:guard [time] EVENT …`
+            self.guards_waiting.discard(line.split(" ", 1)[0].rpartition(":")[2])
+            self.changed.set()
 
     def print(self, text: str) -> None:
         with self.lock:
@@ -303,8 +317,9 @@ class DaemonOutput:
 
 def wait_serving(process: subprocess.Popen[bytes], output: DaemonOutput,
                  ports: Sequence[tuple[str, int]], timeout: float = READY_WAIT) -> bool:
-    """Wait until the daemon accepts connections on every port and its bootstrap topics are
-    assigned (or Kafka is reported unreachable, or `timeout` passed); False if it exited."""
+    """Wait until the daemon accepts connections on every port, its bootstrap topics are
+    assigned (or Kafka is reported unreachable) and its guards have fetched their keys (or said
+    they could not), or `timeout` passed; False if it exited."""
     deadline = time.monotonic() + timeout
     for host, port in ports:
         probe = "127.0.0.1" if host in ("0.0.0.0", "", "localhost") else host  # noqa: S104
@@ -315,7 +330,8 @@ def wait_serving(process: subprocess.Popen[bytes], output: DaemonOutput,
             if time.monotonic() > deadline:
                 return True
             time.sleep(0.05)
-    while output.waiting and not output.kafka_unreachable and time.monotonic() < deadline:
+    while ((output.waiting and not output.kafka_unreachable) or output.guards_waiting) \
+            and time.monotonic() < deadline:
         if process.poll() is not None:
             return False
         output.changed.wait(0.1)
@@ -415,7 +431,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                   stdin=subprocess.DEVNULL,
                                   env={**os.environ, "PYTHONUNBUFFERED": "1"})
         children.append(daemon)
-        output = DaemonOutput(daemon, topics)
+        output = DaemonOutput(daemon, topics, key_url_guards(config))
 
         forwarded: list[int] = []
 
