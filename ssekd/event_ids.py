@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import json
 import re
 from collections.abc import Mapping
@@ -165,6 +166,31 @@ def _uvarint(z: int) -> bytes:
     return bytes(out)
 
 
+def _b64url_bytes(raw: bytes) -> bytes:
+    """base64url of `raw` with padding, as ASCII bytes."""
+    return binascii.b2a_base64(raw, newline=False).translate(_B64_TO_URLSAFE)
+
+
+@functools.lru_cache(maxsize=512)
+def _group_table(pre: bytes, post: bytes) -> list[bytes]:
+    """The base64url of `pre + low + post` (at most 3 bytes: one base64 group, padded when
+    short) for each of the 64 low varint groups of an offset that has more groups:
+    `low = ((offset % 64) << 1) | 0x80`, indexed by `offset % 64`. One base64 call for all.
+
+    Kept for the next time: `post` is the start of the offset's higher groups, which cycle
+    through 128 values as the offset grows, so a partition read from its start needs the same
+    tables again every 8,192 offsets (512 tables: about 1.5 MB at most; never mutated)."""
+    n = len(pre) + 1 + len(post)
+    row = bytearray(pre + b"\0" + post + b"\0" * (3 - n))
+    rows = row * 64
+    rows[len(pre)::3] = range(0x80, 0x100, 2)
+    enc = _b64url_bytes(bytes(rows))
+    if n == 3:
+        return [enc[i:i + 4] for i in range(0, 256, 4)]
+    pad = b"=" * (3 - n)
+    return [enc[i:i + n + 1] + pad for i in range(0, 256, 4)]
+
+
 def _pair(partition: int, next_offset: int) -> bytes:
     """varint(partition) + varint(next offset) for non-negative values (zigzag of v is 2v)."""
     return _uvarint(partition << 1) + _uvarint(next_offset << 1)
@@ -181,12 +207,18 @@ class ProgressState:
     same partition (Kafka fetches and the cache both keep a partition's records together), so it
     keeps that *hot* partition's surroundings pre-joined: the token bytes before its offset
     varint (`_left`: version, count, lower partitions, its own id) and after its low varint group
-    (`_tail`: the offset's higher groups, then higher partitions), which change only when the
-    partition changes or every 64 offsets. A token is then two concatenations and a base64.
+    (the offset's higher groups, then higher partitions), which change only when the
+    partition changes or every 64 offsets.
+
+    Those 64 offsets differ only in the low group's byte, and base64 turns each 3-byte group of
+    the token into 4 characters of its own: so the token is kept encoded too, as the characters
+    before the group holding that byte (`_before`), the 64 ways the group can read
+    (`_quads`, by offset modulo 64) and the characters after it (`_after`), all made in a few
+    C calls when the high groups change. A token is then two concatenations.
     """
 
-    __slots__ = ("_chunks", "_high", "_hot", "_last", "_left", "_order", "_prefix", "_right",
-                 "_stale", "_tail", "_token", "offsets")
+    __slots__ = ("_after", "_before", "_chunks", "_high", "_hot", "_last", "_left", "_order",
+                 "_prefix", "_quads", "_right", "_stale", "_token", "offsets")
 
     def __init__(self, offsets: Mapping[int, int] | None = None) -> None:
         self.offsets: dict[int, int] = dict(offsets or {})
@@ -197,7 +229,8 @@ class ProgressState:
         #: Partitions `move`d whose pair in `_chunks` is not made yet.
         self._stale: set[int] = set()
         self._hot = self._last = -1  # none yet; partitions are never negative
-        self._left = self._right = self._tail = b""
+        self._left = self._right = self._before = self._after = b""
+        self._quads: list[bytes] = []
         self._high = -1
 
     def copy(self) -> ProgressState:
@@ -211,7 +244,8 @@ class ProgressState:
         other._prefix = self._prefix
         other._token = self._token
         other._hot = other._last = -1
-        other._left = other._right = other._tail = b""
+        other._left = other._right = other._before = other._after = b""
+        other._quads = []
         other._high = -1
         return other
 
@@ -269,16 +303,27 @@ class ProgressState:
                 return self.token_bytes()
             self._heat(partition, next_offset)
         self.offsets[partition] = next_offset
-        z = next_offset << 1
-        if z < 0x80:
-            raw = self._left + _LAST_GROUP[z] + self._right
-        else:
-            if z >> 7 != self._high:
-                self._high = z >> 7
-                self._tail = _uvarint(self._high) + self._right
-            raw = self._left + _MORE_GROUP[z & 0x7F] + self._tail
-        token = self._token = binascii.b2a_base64(raw, newline=False).translate(_B64_TO_URLSAFE)
+        if next_offset >> 6 != self._high:
+            if next_offset < 0x40:  # one varint group: no table for so few offsets
+                raw = self._left + _LAST_GROUP[next_offset << 1] + self._right
+                token = self._token = _b64url_bytes(raw)
+                return token
+            self._encode_high(next_offset >> 6)
+        token = self._token = self._before + self._quads[next_offset & 0x3F] + self._after
         return token
+
+    def _encode_high(self, high: int) -> None:
+        """The hot partition's offset reached new high varint groups (`high`, the offset over
+        64): encode the token around its low group, `_before`, `_quads` and `_after`."""
+        self._high = high
+        left = self._left
+        tail = _uvarint(high) + self._right
+        cut = len(left) - len(left) % 3
+        pre = left[cut:]
+        post = tail[:2 - len(pre)]
+        self._before = _b64url_bytes(left[:cut])
+        self._after = _b64url_bytes(tail[len(post):])
+        self._quads = _group_table(pre, post)
 
     def _heat(self, partition: int, next_offset: int) -> None:
         """Make `partition` the hot one (adding it if new)."""

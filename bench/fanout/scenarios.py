@@ -7,6 +7,7 @@ import argparse
 import json
 import multiprocessing as mp
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -101,7 +102,8 @@ def fanout(rig: Rig, clients: int, rate: float, seconds: float, procs: int | Non
     }
 
 
-#: `--profile`: sample the server with py-spy during each fan-out scenario.
+#: `--profile`: sample the server with py-spy during each fan-out scenario and each phase of the
+#: single client.
 PROFILE = False
 
 
@@ -411,10 +413,17 @@ def single_client(rig: Rig, messages: int) -> dict[str, Any]:
         path = f"/events/{topics[server.name]}"
         row: dict[str, Any] = {}
         for phase in ("cold", "cached"):
+            profilers = _profile(server, f"single-{phase}", 600) if PROFILE else []
             cpu0 = server.cpu()
             t0 = time.time()
             rate, reader_cpu, got = _sse_consumer(server.port, path, messages)
             cpu = server.cpu() - cpu0
+            for profiler in profilers:  # py-spy writes what it has on SIGINT
+                profiler.send_signal(signal.SIGINT)
+                profiler.wait(60)
+            if profilers:
+                row[f"{phase}_top_costs"] = top_costs(
+                    ROOT / "bench" / "results" / f"profile-{server.name}-single-{phase}.txt")
             row[f"{phase}_per_s"] = round(rate)
             row[f"{phase}_got"] = got
             row[f"{phase}_daemon_cpu_pct"] = round(100 * cpu / (time.time() - t0), 1)

@@ -41,7 +41,7 @@ from ssekd.bindings.kafka.message import Message
 from ssekd.bindings.kafka.start import AtOpen, Start, StartPositions, at_open, start_positions
 from ssekd.bindings.kafka.topic_log import TopicLog
 from ssekd.event_ids import ProgressState
-from ssekd.spi.stream import EventSink
+from ssekd.spi.stream import EventSink, event_block
 from ssekd.telemetry.metrics import Counter
 
 #: Records read from the cache per catch-up step (one write to the subscriber), at most.
@@ -457,7 +457,7 @@ class Subscription:
             self.progress = ProgressState({p: max(at, tail.get(p, at)) for p, at in base.items()})
             self._seen = None
         if out:
-            self.sink.write(b"".join(out))
+            self.sink.write(event_block(b"".join(out), len(out)))
         if more:
             self.schedule()
             return

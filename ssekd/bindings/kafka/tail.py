@@ -365,7 +365,9 @@ class TailRouter:
         self._before = before
         try:
             for g in touched:
-                data = b"".join(g.out or ())
+                out = g.out or ()
+                # one piece as it is: a join would copy it, and lose the count of an EventBlock
+                data = out[0] if len(out) == 1 else b"".join(out)
                 g.out = None
                 del self._unwritten[g]
                 for s in list(g.members):

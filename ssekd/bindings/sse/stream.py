@@ -36,7 +36,7 @@ from ssekd.bindings.sse.compression import GzipWriter
 from ssekd.bindings.sse.stats import SseStats
 from ssekd.bindings.sse.wire import CHALLENGE, KEEPALIVE
 from ssekd.spi.guard import Lease
-from ssekd.spi.stream import StreamHandle
+from ssekd.spi.stream import EventBlock, StreamHandle
 from ssekd.telemetry.delivery import Deliveries
 from ssekd.telemetry.metrics import Counter
 
@@ -148,9 +148,12 @@ class SseStream:
         if self.done or not data:  # an empty chunk would end the response
             return
         server = self.server
-        last, events = server.counted  # the same data goes to a whole group in a row
-        if data is not last:
-            events = server.events_in(data)
+        if type(data) is EventBlock:  # counted by its maker
+            events = data.events
+        else:
+            last, events = server.counted  # the same data goes to a whole group in a row
+            if data is not last:
+                events = server.events_in(data)
         if events:
             self.events += events
             if self._delivered is not None:

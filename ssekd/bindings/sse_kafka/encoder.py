@@ -26,6 +26,7 @@ from ssekd.event_ids import (
     clean_etag,
     format_event_id,
 )
+from ssekd.spi.stream import event_block
 from ssekd.telemetry.metrics import Counter
 
 
@@ -141,6 +142,7 @@ class KafkaEventEncoder:
         append = out.append
         get = progress.offsets.get
         advance = progress.advance
+        whole = 0  # events appended whole, not in the five pieces of a plain one
         for m in records:
             p = m.partition
             pos = get(p)
@@ -150,13 +152,16 @@ class KafkaEventEncoder:
             if m.headers or value is None or LF in value or CR in value:
                 progress.set(p, m.offset + 1)
                 append(self._event(m, progress))
+                whole += 1
                 continue
             append(ID)
             append(advance(p, m.offset + 1))
             append(ID_DATA)
             append(value)
             append(END)
-        return b"".join(out)
+        if not out:
+            return b""
+        return event_block(b"".join(out), (len(out) - whole) // 5 + whole)
 
     def _encode_filtered(self, records: Sequence[Message], progress: ProgressState,
                          catch_up: CatchUp | None) -> bytes:
@@ -180,7 +185,7 @@ class KafkaEventEncoder:
                 out.append(id_data_event(progress.token_bytes(), value))
                 continue
             out.append(self._event(m, progress))
-        return b"".join(out)
+        return event_block(b"".join(out), len(out)) if out else b""
 
     def _event(self, m: Message, progress: ProgressState) -> bytes:
         return self._event_at(m, progress.token())

@@ -19,6 +19,7 @@ from ssekd.bindings.http.roles import HttpContext
 from ssekd.bindings.sse.roles import StreamRequest
 from ssekd.bindings.sse.server import SseServer
 from ssekd.bindings.sse.stream import SseStream
+from ssekd.spi.stream import event_block
 from ssekd.telemetry.delivery import Deliveries
 from ssekd.telemetry.events import EventLog
 from ssekd.telemetry.metrics import LATENCY_BUCKETS, Counter, Metrics
@@ -209,3 +210,17 @@ def test_live_deliveries_are_timed_from_the_record_to_the_write() -> None:
     streams[0].write(TWO_EVENTS)  # history, outside a batch: counted, not timed
     assert sum(latency.counts) == 5
     assert [s.events for s in streams] == [4, 2, 1]
+
+
+def test_a_block_that_says_its_events_is_not_counted_again() -> None:
+    """A catch-up step's `EventBlock` says how many events it holds and the stream takes that;
+    bytes that do not say are counted (blank lines less comments), and the two agree."""
+    sse, _, metrics, _ = server()
+    stream, _ = open_stream(sse)
+    stream.write(event_block(TWO_EVENTS * 3, 6))
+    stream.write(TWO_EVENTS)
+    assert stream.events == 8
+    assert metrics.counter("sse.kafka.delivered", "sk", route="/events/{topic}").value == 8
+    told, _ = open_stream(sse)
+    told.write(event_block(TWO_EVENTS, 5))  # the maker's count is what the stream reports
+    assert told.events == 5

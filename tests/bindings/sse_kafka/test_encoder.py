@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import json
 
-from ssekd.bindings.kafka.message import Message
-from ssekd.bindings.sse_kafka.encoder import KafkaEventEncoder
-from ssekd.event_ids import KEY_ETAG_FORMAT, ProgressState
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ssekd.bindings.kafka.message import Headers, Message
+from ssekd.bindings.sse_kafka.encoder import Filter, KafkaEventEncoder
+from ssekd.event_ids import ETAG_FORMAT, KEY_ETAG_FORMAT, KEY_TEXT_FORMAT, ProgressState
+from ssekd.spi.stream import EventBlock
 from tests.support.data import event_id_vectors
 
 VECTORS = event_id_vectors()
@@ -28,3 +32,29 @@ def test_etag_that_would_break_framing_is_left_out() -> None:
     m = Message(0, 1, b"k", b"v", (("etag", b"a\nb"),))
     out = enc.encode([m], ProgressState(), None).decode()
     assert out.startswith('id:["aw==","AQIABA=="]\n')
+
+
+_records = st.lists(st.tuples(
+    st.integers(0, 3), st.integers(0, 300),
+    st.none() | st.binary(max_size=12),
+    st.none() | st.sampled_from([b"v", b"a\nb", b"x\r\ny", b"", b"\n\n", b"{\"n\":1}"]),
+    st.sampled_from([(), (("etag", b"e1"),), (("h", b"v"),)])), max_size=40)
+
+
+@given(_records, st.sampled_from([ETAG_FORMAT, KEY_ETAG_FORMAT, KEY_TEXT_FORMAT]),
+       st.booleans())
+def test_encoded_block_carries_its_event_count(records: list[tuple[int, int, bytes | None,
+                                                                   bytes | None, Headers]],
+                                               fmt: str, filtered: bool) -> None:
+    """A stream takes the count of events from the block the encoder made instead of counting
+    blank lines (`EventBlock`): the two agree for every kind of record (plain, tombstone,
+    several data lines, headers, etags), every id format, with and without filters, and the
+    records the stream already passed are in neither."""
+    messages = [Message(p, o, k, v, h) for p, o, k, v, h in records]
+    enc = KafkaEventEncoder("t", filters=(Filter(headers=(("h", b"v"),)), Filter(key=b"k"))
+                            if filtered else (), id_format=fmt)
+    out = enc.encode(messages, ProgressState({0: 100, 2: 5}), None)
+    events = out.count(b"\n\n")
+    assert type(out) is EventBlock if events else out == b""
+    if events:
+        assert isinstance(out, EventBlock) and out.events == events
