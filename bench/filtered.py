@@ -64,6 +64,10 @@ from tests.support import zilla_config as zc
 PER_CLIENT = 5_000
 #: Streams per daemon worker at most.
 PER_WORKER = 12_000
+#: The tail consumer's fetch settings as the benches run it (`fetch.wait.max.ms` from
+#: tests/support/zilla_config.py's FAST_FETCH, the rest ssekd's defaults).
+TAIL_FETCH = {"fetch.wait.max.ms": 10, "fetch.queue.backoff.ms": 5,
+              "queued.max.messages.kbytes": 16384}
 
 def config(jwk: dict[str, Any]) -> fanout.Config:
     """The bench's zilla.yaml for `fanout.Rig`: the fan-out config with room for 20,000 streams
@@ -495,22 +499,24 @@ def _paced_users(bootstrap: str, rate: float, seconds: float) -> None:
     paced(p, rate, seconds, one)
 
 
-def broker_alone(rate: float, seconds: float, every: float = 15.0) -> list[dict[str, Any]]:
+def broker_alone(rate: float, seconds: float, every: float = 15.0,
+                 fetch: dict[str, Any] | None = None,
+                 partitions: int = 4) -> list[dict[str, Any]]:
     """The users scenario's records read by a bare confluent-kafka consumer with the tail
-    consumer's fetch settings, no ssekd: how the development broker itself serves a topic that
-    grows at `rate` for `seconds` (p99 of write-to-read latency per `every` seconds)."""
+    consumer's fetch settings (or `fetch`: librdkafka properties in their place), no ssekd:
+    how the development broker itself serves a topic of `partitions` that grows at `rate` for
+    `seconds` (p99 of write-to-read latency per `every` seconds)."""
     from confluent_kafka import Consumer, TopicPartition
 
     from ssekd.dev.broker import start_broker
     broker = start_broker()
     try:
         admin = fanout.AdminClient({"bootstrap.servers": broker.bootstrap})
-        admin.create_topics([NewTopic("activity", 4, 1)])["activity"].result(10)
+        admin.create_topics([NewTopic("activity", partitions, 1)])["activity"].result(10)
         consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "bench",
                              "enable.auto.commit": False, "enable.partition.eof": True,
-                             "fetch.wait.max.ms": 10, "fetch.queue.backoff.ms": 5,
-                             "queued.max.messages.kbytes": 16384})
-        consumer.assign([TopicPartition("activity", p, 0) for p in range(4)])
+                             **(fetch if fetch is not None else TAIL_FETCH)})
+        consumer.assign([TopicPartition("activity", p, 0) for p in range(partitions)])
         producer = mp.get_context("fork").Process(target=_paced_users,
                                                   args=(broker.bootstrap, rate, seconds))
         producer.start()
@@ -690,6 +696,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", action="append",
                         choices=["items", "users", "curve", "group_bytes", "router", "value",
                                  "broker"])
+    parser.add_argument("--broker-fetch", type=json.loads, metavar="JSON",
+                        help="`broker`: librdkafka properties in place of the tail consumer's "
+                             "fetch settings, e.g. '{}' for librdkafka's defaults")
+    parser.add_argument("--broker-partitions", type=int, default=4,
+                        help="`broker`: the topic's partitions (4)")
     args = parser.parse_args(argv)
     full = bool(os.environ.get("FULL")) and not args.quick
     only = set(args.only or ["items", "users", "curve", "group_bytes", "router", "value"])
@@ -719,7 +730,10 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             rig.close()
     if "broker" in only:  # asked by name: the development broker alone, no ssekd
-        results["broker_alone"] = broker_alone(1000, seconds)
+        results["broker_alone"] = broker_alone(1000, seconds, fetch=args.broker_fetch,
+                                               partitions=args.broker_partitions)
+        results["broker_settings"] = {"fetch": args.broker_fetch or TAIL_FETCH,
+                                      "partitions": args.broker_partitions}
     if "curve" in only:
         points = [0, 100, 1_000, 10_000, 20_000] if full else [0, 100, 1_000, 2_000]
         records = 200_000 if full else 50_000
