@@ -189,7 +189,7 @@ def soak(rig: fanout.Rig, streams: int, keys: int, events: int, seconds: float,
         time.sleep(SAMPLE_EVERY)
         now = time.time()
         rss.append((now - start, rig.rss()))
-        if now >= next_row or not producer.is_alive():
+        if now >= next_row or not lasts.empty():
             next_row += interval
             for q in controls:
                 q.put("tick")
@@ -212,7 +212,9 @@ def soak(rig: fanout.Rig, streams: int, keys: int, events: int, seconds: float,
                 "_t": now - start})
             delivered = total
             print(row_text(rows[-1]), flush=True)
-        if not producer.is_alive() and not lasts.empty():
+        # the producer puts its last seqs when it is done, and cannot exit before they are
+        # read (a dict of every key is more than a pipe holds): read them, then join it
+        if not lasts.empty():
             last = lasts.get()
         elif not producer.is_alive():
             last = lasts.get(timeout=60)
@@ -229,7 +231,9 @@ def soak(rig: fanout.Rig, streams: int, keys: int, events: int, seconds: float,
     # memory after the cache is full: from the first row where it held its most records
     full_at = next((r["_t"] for r in rows if r["cache_records"] >= max(cache) * 0.999), None)
     after = [(t, b) for t, b in rss if full_at is not None and t >= full_at - interval]
-    stopped = [r["minute"] for r in rows[1:] if r["delivered"] == 0]
+    # an interval in which records were written and no stream got any
+    stopped = [r["minute"] for prev, r in zip(rows, rows[1:])
+               if r["delivered"] == 0 and r["produced"] > prev["produced"]]
     complete = sum(r["complete"] for r in results)
     faults = sum(r["faults"] for r in results)
     slope = slope_mib_per_hour(after)
