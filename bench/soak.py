@@ -237,6 +237,9 @@ def soak(rig: fanout.Rig, streams: int, keys: int, events: int, seconds: float,
     complete = sum(r["complete"] for r in results)
     faults = sum(r["faults"] for r in results)
     slope = slope_mib_per_hour(after)
+    # the same over the second half of those samples: past the warm-up of the first minutes
+    # (socket buffers, the allocator's arenas), what a longer run would keep growing by
+    later = slope_mib_per_hour(after[len(after) // 2:])
     for r in rows:
         del r["_t"]
     return {
@@ -250,7 +253,9 @@ def soak(rig: fanout.Rig, streams: int, keys: int, events: int, seconds: float,
         "settle_seconds": settled, "stopped_minutes": stopped,
         "cache_full_minute": round(full_at / 60, 1) if full_at is not None else None,
         "rss_slope_mib_per_hour": round(slope, 1) if slope is not None else None,
+        "rss_slope_second_half_mib_per_hour": round(later, 1) if later is not None else None,
         "rss_samples_after_full": len(after),
+        "rss_mib_samples": [[round(t), round(b / 2**20, 1)] for t, b in rss],
         "rss_mib_first_last_after_full": [round(after[0][1] / 2**20, 1),
                                           round(after[-1][1] / 2**20, 1)] if after else None,
         "passed": complete == streams and faults == 0 and not stopped,
@@ -284,7 +289,8 @@ def print_report(r: dict[str, Any]) -> None:
     print(f"intervals without delivery: {r['stopped_minutes'] or 'none'}; cache full at minute "
           f"{r['cache_full_minute']}; RSS after it {r['rss_mib_first_last_after_full']} MiB, "
           f"slope {slope if slope is not None else 'n/a'} MiB/hour "
-          f"({r['rss_samples_after_full']} samples)")
+          f"({r['rss_samples_after_full']} samples), over their second half "
+          f"{r['rss_slope_second_half_mib_per_hour']} MiB/hour")
     print(f"verdict: {'PASS' if r['passed'] else 'FAIL'}")
 
 
