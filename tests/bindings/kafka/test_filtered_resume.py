@@ -14,7 +14,7 @@ import json
 import random
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -65,6 +65,25 @@ class Kafka:
                     break
             end = len(self.records[p]) if offset + len(out) >= len(self.records[p]) else None
             d.callback(FetchResult(out, end))
+
+
+class Answering(Protocol):
+    """A fake Kafka whose history reads wait for `answer`."""
+
+    @property
+    def reads(self) -> Any: ...
+
+    def answer(self) -> None: ...
+
+
+def settle(kafka: Answering, clock: MemoryReactorClock) -> None:
+    """Answer history reads and run due calls until neither is left (at most 50 turns)."""
+    for _ in range(50):
+        kafka.answer()
+        if not any(c.getTime() <= clock.seconds() for c in clock.getDelayedCalls()) \
+                and not kafka.reads:
+            break
+        clock.advance(0)
 
 
 def copy(m: Message) -> Message:
@@ -267,13 +286,7 @@ class World:
             self.cache.on_end(p, self.fed[p])
 
     def run(self) -> None:
-        for _ in range(50):
-            self.kafka.answer()
-            clock = self.clock
-            if not any(c.getTime() <= clock.seconds() for c in clock.getDelayedCalls()) \
-                    and not self.kafka.reads:
-                break
-            clock.advance(0)
+        settle(self.kafka, self.clock)
         for c in self.clients:
             if c.sub is not None:
                 c.read()

@@ -29,7 +29,13 @@ from ssekd.bindings.sse_kafka.encoder import Filter, KafkaEventEncoder
 from ssekd.bindings.sse_kafka.topics import TOPIC_AS_EVENT, TOPIC_AS_FIELD, TopicsSubscription
 from ssekd.event_ids import ETAG_FORMAT, parse_topics_id
 from ssekd.telemetry.events import EventLog
-from tests.bindings.kafka.test_filtered_resume import Kafka, copy, random_filters, random_record
+from tests.bindings.kafka.test_filtered_resume import (
+    Kafka,
+    copy,
+    random_filters,
+    random_record,
+    settle,
+)
 from tests.support.subscriptions import Sink
 
 TOPICS = ("alpha", "beta", "gamma")
@@ -155,13 +161,7 @@ class World:
         random_record(self.rng, self.kafka.topics[t], keys)
 
     def run(self) -> None:
-        for _ in range(50):
-            self.kafka.answer()
-            clock = self.clock
-            if not any(c.getTime() <= clock.seconds() for c in clock.getDelayedCalls()) \
-                    and not self.kafka.reads:
-                break
-            clock.advance(0)
+        settle(self.kafka, self.clock)
         for c in self.clients:
             if c.stream is not None:
                 c.read()
