@@ -606,7 +606,7 @@ def router_cost(groups: tuple[int, ...] = (0, 100, 1_000, 10_000, 20_000),
                 records: int = 100_000) -> list[dict[str, Any]]:
     """Microseconds per record for the cache to take a batch at the tail and hand it to the
     groups that take its records, in-process, against the number of key groups."""
-    from ssekd.bindings.kafka.message import Message
+    from ssekd.bindings.kafka.message import new_message
 
     # keys to partitions as a producer's hash would; a fetch brings each partition's records
     # together, so each batch of 500 holds four runs, one per partition
@@ -618,7 +618,7 @@ def router_cost(groups: tuple[int, ...] = (0, 100, 1_000, 10_000, 20_000),
         for p in range(4):
             for k in keys[start:start + 500]:
                 if k % 4 == p:
-                    batch.append(Message(p, nxt[p], b"item-%d" % k, b"%d " % k + b"x" * 60))
+                    batch.append(new_message(p, nxt[p], b"item-%d" % k, b"%d " % k + b"x" * 60))
                     nxt[p] += 1
     for n in groups:
         _, cache = _in_process(n, max_messages=50_000)
@@ -634,7 +634,7 @@ def value_cost(records: int = 50_000) -> list[dict[str, Any]]:
     """CPU microseconds per record for the cache to route a batch at the tail to 1,000 streams
     over 100 distinct value filters (10 streams each), in-process, beside the same streams on
     key filters and no stream at all (best of 3): what a JSON value filter costs a record."""
-    from ssekd.bindings.kafka.message import Message
+    from ssekd.bindings.kafka.message import PARTITION, new_message
     from ssekd.bindings.kafka.start import Start
     from ssekd.bindings.sse_kafka.encoder import Filter, KafkaEventEncoder
     from ssekd.bindings.sse_kafka.proxy import value_conditions
@@ -650,9 +650,9 @@ def value_cost(records: int = 50_000) -> list[dict[str, Any]]:
         n = rng.randrange(1_000)
         doc = {"id": i, "owner": f"user-{n}", "status": rng.choice(["open", "closed", "held"]),
                "region": rng.choice(["eu", "us", "ap"]), "pad": "x" * 40}
-        batch.append(Message(p, nxt[p], b"user-%d" % n, json.dumps(doc).encode()))
+        batch.append(new_message(p, nxt[p], b"user-%d" % n, json.dumps(doc).encode()))
         nxt[p] += 1
-    batch.sort(key=lambda m: m.partition)  # a fetch brings each partition's records together
+    batch.sort(key=lambda m: m[PARTITION])  # a fetch brings each partition's records together
 
     def filters(kind: str, n: int) -> tuple[Any, ...]:
         if kind == "key":

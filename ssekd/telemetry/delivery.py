@@ -31,12 +31,6 @@ class Histogram(Protocol):
     def observe_many(self, value: float, times: int) -> None: ...
 
 
-class Stamped(Protocol):
-    """A record, for its Kafka timestamp (epoch milliseconds; 0 or less: none)."""
-
-    timestamp: int
-
-
 class _Write:
     """One distinct write of a batch: its bytes, events in it, where it is observed, and how
     many streams it went to."""
@@ -66,8 +60,10 @@ class Deliveries:
     def active(self) -> bool:
         return self._stamps is not None
 
-    def begin(self, records: Iterable[Stamped]) -> None:
-        self._stamps = [r.timestamp for r in records if r.timestamp > 0]
+    def begin(self, stamps: Iterable[int]) -> None:
+        """A batch of records with these Kafka timestamps (epoch ms; 0 or less: none) is being
+        delivered."""
+        self._stamps = [t for t in stamps if t > 0]
         self._writes = []
 
     def wrote(self, data: bytes, events: int, histogram: Histogram) -> None:

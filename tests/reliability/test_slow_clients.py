@@ -32,7 +32,7 @@ from ssekd.bindings.http.roles import HttpContext
 from ssekd.bindings.kafka.cache import CacheServer
 from ssekd.bindings.kafka.client import KafkaClient
 from ssekd.bindings.kafka.history import FetchResult, HistoryBusy, HistoryFetcher
-from ssekd.bindings.kafka.message import Message
+from ssekd.bindings.kafka.message import OFFSET, SIZE, Message, new_message
 from ssekd.bindings.kafka.settings import ClientSettings
 from ssekd.bindings.kafka.start import Start
 from ssekd.bindings.kafka.subscription import HISTORY_BUSY_RETRY
@@ -92,7 +92,7 @@ class PausingSink:
 
 
 def _history(n: int, partition: int = 0, first: int = 0) -> list[Message]:
-    return [Message(partition, first + i, None, VALUE) for i in range(n)]
+    return [new_message(partition, first + i, None, VALUE) for i in range(n)]
 
 
 def test_a_stream_that_reads_nothing_gets_one_catch_up_step_not_the_history() -> None:
@@ -221,8 +221,8 @@ def test_history_reads_stop_at_their_byte_budget_and_continue_exactly_where_they
                                      "offset": offsets[-1] + 1 if offsets else 0,
                                      "max_bytes": STEP})()
         result, current = fetcher._serve(consumer, req, current)
-        assert sum(m.size for m in result.records) <= STEP + 1200
-        offsets += [m.offset for m in result.records]
+        assert sum(m[SIZE] for m in result.records) <= STEP + 1200
+        offsets += [m[OFFSET] for m in result.records]
         end = result.end
     assert offsets == list(range(3000)) and end == 3000
     assert consumer.assigns == [0], "a read that continues the last one does not seek"

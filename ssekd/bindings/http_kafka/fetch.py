@@ -39,7 +39,7 @@ from ssekd.bindings.http_kafka.headers import parse_prefer, progress_of, respons
 from ssekd.bindings.http_kafka.produce import RETRY_AFTER_LOADING, Settings, topic_allowed
 from ssekd.bindings.http_kafka.waits import KafkaExit, wait_for, when_loaded
 from ssekd.bindings.kafka.cache import SchemaUnavailable, TopicCache, TopicLimitReached
-from ssekd.bindings.kafka.message import Message
+from ssekd.bindings.kafka.message import HEADERS, KEY, PARTITION, SEQ, VALUE, Message, header
 from ssekd.bindings.kafka.topic_log import TopicLog
 from ssekd.event_ids import ProgressId, UndecodableId, clean_etag
 from ssekd.patterns import Unresolvable, substitute
@@ -58,9 +58,9 @@ class FetchFilter:
     headers: tuple[tuple[str, bytes], ...] = ()
 
     def matches(self, m: Message) -> bool:
-        if self.key is not None and m.key != self.key:
+        if self.key is not None and m[KEY] != self.key:
             return False
-        return all(any(n == name and v == value for n, v in m.headers)
+        return all(any(n == name and v == value for n, v in m[HEADERS])
                    for name, value in self.headers)
 
 
@@ -87,7 +87,7 @@ class View:
     def touched_by(self, m: Message) -> bool:
         """Whether a new record may change the answer: one the filters take, or a tombstone (it
         carries no headers to be filtered by, and may delete a key of the answer)."""
-        return m.value is None or self.takes(m)
+        return m[VALUE] is None or self.takes(m)
 
     def records(self) -> list[Message]:
         """The latest record of each key the filters take (and each record without a key),
@@ -95,14 +95,14 @@ class View:
         latest: dict[tuple[int, bytes], Message] = {}
         keyless: list[Message] = []
         for m in self._candidates():
-            if m.key is None:
+            if m[KEY] is None:
                 keyless.append(m)
             else:
-                latest[(m.partition, m.key)] = m  # arrival order: the last one wins
+                latest[(m[PARTITION], m[KEY])] = m  # arrival order: the last one wins
         # a key's latest record is the one to judge, even when an older one was taken
         found = [m for m in [*latest.values(), *keyless]
-                 if m.value and self.takes(m) and not self._superseded(m)]
-        found.sort(key=lambda m: m.seq)
+                 if m[VALUE] and self.takes(m) and not self._superseded(m)]
+        found.sort(key=lambda m: m[SEQ])
         return found
 
     def _candidates(self) -> Iterable[Message]:
@@ -111,7 +111,7 @@ class View:
         log = self.log
         keys = tuple((None, f.key) for f in self.filters if f.key is not None)
         if not self.filters or len(keys) != len(self.filters):
-            return [m for m in log.window() if not m.replaced]
+            return [m for m in log.window() if not log.is_replaced(m)]
         positions = dict.fromkeys(log.partitions, 0)
         out: list[Message] = []
         after: int | None = None
@@ -124,7 +124,7 @@ class View:
     def _superseded(self, m: Message) -> bool:
         """A compacted cache marks a record replaced when its key has a newer one; a cache of a
         topic that is not compacted keeps them all, and `records` keeps only the last."""
-        return m.replaced
+        return self.log.is_replaced(m)
 
     def progress(self) -> dict[int, int]:
         return self.log.tail()
@@ -231,7 +231,7 @@ class Fetching:
                 exchange.answer(http.NOT_MODIFIED, headers)
                 return
             records = view.records()
-            body = b"[" + b",".join(m.value for m in records if m.value) + b"]"
+            body = b"[" + b",".join(m[VALUE] for m in records if m[VALUE]) + b"]"
             exchange.answer(http.OK, headers, body)
             return
         records = view.records()
@@ -239,18 +239,18 @@ class Fetching:
             exchange.answer(http.NOT_FOUND)
             return
         m = records[-1]
-        etag = clean_etag(m.header("etag"))
+        etag = clean_etag(header(m, "etag"))
         tag = token if etag is None else f"{token}/{etag}"
         headers = [("etag", tag)]
-        content_type = m.header("content-type")
+        content_type = header(m, "content-type")
         if content_type is not None and response_header("content-type", content_type):
             headers.insert(0, ("content-type", content_type.decode("latin-1")))
         if unchanged:
             exchange.answer(http.NOT_MODIFIED, headers)
-        elif not m.value:
+        elif not m[VALUE]:
             exchange.answer(http.NO_CONTENT, headers)
         else:
-            exchange.answer(http.OK, headers, m.value)
+            exchange.answer(http.OK, headers, m[VALUE])
 
     def _hold(self, exchange: Exchange, cache: TopicCache, view: View, merge: bool,
               since: dict[int, int] | None, wait: float, unchanged: bool) -> None:

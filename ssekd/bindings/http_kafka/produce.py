@@ -51,7 +51,7 @@ from ssekd.bindings.http_kafka.headers import (
 from ssekd.bindings.http_kafka.replay import Replays, State, Write
 from ssekd.bindings.http_kafka.waits import KafkaExit, Replies, when_loaded
 from ssekd.bindings.kafka.cache import SchemaUnavailable, TopicLimitReached
-from ssekd.bindings.kafka.message import Message
+from ssekd.bindings.kafka.message import HEADERS, OFFSET, PARTITION, VALUE, Message, header
 from ssekd.bindings.kafka.producer import Delivered, Record, WriteFailed, WriteRefused
 from ssekd.patterns import Pattern, Unresolvable, substitute
 from ssekd.telemetry.events import EventLog
@@ -354,22 +354,22 @@ class Producing:
         return out
 
     def _answer_reply(self, exchange: Exchange, reply: Message, correlation_header: str) -> None:
-        raw_status = reply.header(":status")
+        raw_status = header(reply, ":status")
         status = int(raw_status) if raw_status is not None and raw_status.isdigit() and \
             len(raw_status) == 3 else 0
         if not 200 <= status <= 599:
             self.events.emit(self.binding, "BINDING_HTTP_KAFKA_REPLY_INVALID",
-                             f"partition {reply.partition} offset {reply.offset}: :status "
+                             f"partition {reply[PARTITION]} offset {reply[OFFSET]}: :status "
                              f"{raw_status!r} is not an HTTP status")
             exchange.text(http.BAD_GATEWAY, "the reply carried no valid :status")
             return
         headers: list[tuple[str, bytes]] = []
-        for name, value in reply.headers:
+        for name, value in reply[HEADERS]:
             if name.startswith(":") or name == correlation_header or value is None:
                 continue
             if response_header(name, value):
                 headers.append((name, value))
-        exchange.answer(status, headers, reply.value or b"")
+        exchange.answer(status, headers, reply[VALUE] or b"")
 
     def _answer_failed(self, exchange: Exchange, failed: WriteFailed) -> None:
         if failed.retriable:

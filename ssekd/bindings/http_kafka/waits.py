@@ -13,7 +13,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 from twisted.internet.defer import Deferred, succeed
 
 from ssekd.bindings.kafka.cache import TopicCache
-from ssekd.bindings.kafka.message import Message
+from ssekd.bindings.kafka.message import Message, header
 from ssekd.bindings.kafka.producer import Delivered, Record
 
 T = TypeVar("T")
@@ -142,7 +142,7 @@ class Replies:
     def _records(self, fresh: list[Message]) -> None:
         waiting = self._waiting
         for m in fresh:
-            value = m.header(self.header)
+            value = header(m, self.header)
             if value is None:
                 continue
             ds = waiting.pop(value, None)

@@ -27,7 +27,7 @@ from twisted.logger import Logger
 from ssekd.bindings.kafka.client import KafkaClient
 from ssekd.bindings.kafka.gate import InvalidReport, RecordGate
 from ssekd.bindings.kafka.history import FetchResult
-from ssekd.bindings.kafka.message import Message
+from ssekd.bindings.kafka.message import OFFSET, PARTITION, SIZE, TIMESTAMP, Message
 from ssekd.bindings.kafka.missing_topics import DEFAULT_GIVE_UP_AFTER
 from ssekd.bindings.kafka.producer import Delivered, Record
 from ssekd.bindings.kafka.start import Start
@@ -249,7 +249,7 @@ class TopicCache:
             if self._oversized_since else ""
         self._oversized_at, self._oversized_since = now, 0
         self.server.event("BINDING_KAFKA_RECORD_TOO_LARGE",
-                          f"{self.topic} partition {m.partition} offset {m.offset}: {m.size} "
+                          f"{self.topic} partition {m[PARTITION]} offset {m[OFFSET]}: {m[SIZE]} "
                           f"bytes, over the cache's max-bytes {self.log.bounds.max_bytes}; "
                           f"streams at the tail got it, later ones read it from Kafka{more}")
 
@@ -507,7 +507,7 @@ class CacheServer(Service):
             labels = {"topic": name}
             yield "kafka.cache.messages", labels, float(log.count)
             yield "kafka.cache.size", labels, float(log.bytes)
-            heads = [part.records[part.head].timestamp for part in log.partitions.values()
+            heads = [part.records[part.head][TIMESTAMP] for part in log.partitions.values()
                      if len(part)]
             oldest = min((t for t in heads if t > 0), default=None)
             yield "kafka.cache.oldest.age", labels, \

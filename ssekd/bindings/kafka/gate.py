@@ -29,7 +29,7 @@ from typing import Any
 from twisted.internet.defer import Deferred
 
 from ssekd.bindings.kafka.history import FetchResult
-from ssekd.bindings.kafka.message import Message
+from ssekd.bindings.kafka.message import KEY, OFFSET, PARTITION, VALUE, Message, with_value
 from ssekd.catalogs.models import Invalid, Pending, TopicModel
 from ssekd.telemetry.metrics import Counter
 
@@ -59,7 +59,7 @@ class InvalidReport:
             if self._held_back else ""
         self._last, self._held_back = now, 0
         self.emit("BINDING_KAFKA_RECORD_INVALID",
-                  f"{self.topic} partition {m.partition} offset {m.offset}: {error}{more}")
+                  f"{self.topic} partition {m[PARTITION]} offset {m[OFFSET]}: {error}{more}")
 
 
 class RecordGate:
@@ -103,7 +103,7 @@ class RecordGate:
             while i < n:
                 m = batch[i]
                 try:
-                    key, value = check(m.key, m.value)
+                    key, value = check(m[KEY], m[VALUE])
                 except Invalid as e:
                     self.report.invalid(m, str(e))
                 except Pending as p:
@@ -112,7 +112,7 @@ class RecordGate:
                     p.ready.addBoth(self._resume)
                     return
                 else:
-                    passed.append(m if value is m.value else _with_value(m, value))
+                    passed.append(m if value is m[VALUE] else with_value(m, value))
                 i += 1
             queue.popleft()
             if passed:
@@ -136,7 +136,7 @@ class RecordGate:
             while i < len(records):
                 m = records[i]
                 try:
-                    key, value = self.model.check(m.key, m.value)
+                    key, value = self.model.check(m[KEY], m[VALUE])
                 except Invalid:
                     pass
                 except Pending as p:
@@ -144,16 +144,13 @@ class RecordGate:
                     p.ready.addBoth(lambda _: go(at))  # noqa: B023 (the loop ends here)
                     return
                 else:
-                    passed.append(m if value is m.value else _with_value(m, value))
+                    passed.append(m if value is m[VALUE] else with_value(m, value))
                 i += 1
             if passed or not records:
                 done.callback(FetchResult(passed, result.end, result.error))
             else:
-                refetch(records[-1].offset + 1).chainDeferred(done)
+                refetch(records[-1][OFFSET] + 1).chainDeferred(done)
 
         go(0)
         return done
 
-
-def _with_value(m: Message, value: bytes | None) -> Message:
-    return Message(m.partition, m.offset, m.key, value, m.headers, m.timestamp)

@@ -17,7 +17,7 @@ from twisted.internet.defer import Deferred
 
 from ssekd.bindings.kafka.consumer_thread import ClientContext, ConsumerThread
 from ssekd.bindings.kafka.librdkafka import LibrdkafkaLog, close_consumer
-from ssekd.bindings.kafka.message import Message, from_confluent, within_bytes
+from ssekd.bindings.kafka.message import OFFSET, SIZE, Message, from_confluent, within_bytes
 
 #: Seconds a history consumer stays open without a request (it holds a connection).
 HISTORY_IDLE = 30.0
@@ -107,7 +107,7 @@ class HistoryFetcher(ConsumerThread):
         else:
             consumer.assign([TopicPartition(req.topic, req.partition, req.offset)])
         error: str | None = None
-        size = sum(m.size for m in got)
+        size = sum(m[SIZE] for m in got)
         deadline = time.monotonic() + self.WAIT
         while (end is None and error is None and len(got) < req.limit and size < req.max_bytes
                and time.monotonic() < deadline and not self.stopping.is_set()):
@@ -126,7 +126,7 @@ class HistoryFetcher(ConsumerThread):
                         and rec.offset() >= req.offset):
                     m = from_confluent(rec)
                     got.append(m)
-                    size += m.size
+                    size += m[SIZE]
         taken = within_bytes(got[:req.limit], req.max_bytes)
         rest = got[len(taken):]
         if error is not None or not taken:
@@ -135,7 +135,7 @@ class HistoryFetcher(ConsumerThread):
             return FetchResult(taken, None if rest else end, error), None
         if rest or end is None:
             return FetchResult(taken, None), _Position(
-                (req.topic, req.partition, taken[-1].offset + 1), rest, end)
+                (req.topic, req.partition, taken[-1][OFFSET] + 1), rest, end)
         return FetchResult(taken, end), None
 
 

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from ssekd.bindings.kafka.message import Message
+from ssekd.bindings.kafka.message import TIMESTAMP, Message
 from ssekd.telemetry.delivery import Deliveries
 
 #: Records taken from librdkafka per `consume` call (one batch handed to the reactor).
@@ -97,7 +97,7 @@ class Inbox:
         records = self.sink.on_records if deliveries is not None else None
         for method, args in calls:
             if deliveries is not None and method == records:
-                deliveries.begin(args[0])
+                deliveries.begin([m[TIMESTAMP] for m in args[0]])
                 try:
                     method(*args)
                 finally:

@@ -1,62 +1,80 @@
-"""One Kafka record as the cache keeps it: immutable, small, shared by every subscriber."""
+"""One Kafka record as the cache keeps it: a plain tuple, immutable, shared by every subscriber.
+
+A record is an exact `tuple` of ints, bytes, None and a tuple of header pairs, read by index
+(`m[OFFSET]`). That is for the cyclic garbage collector: CPython stops tracking a tuple that
+holds only such values the first time the collector sees it, so a cache of a million records
+costs the collector nothing afterwards. As instances of a class they were all tracked, and every
+full collection walked each of them: about a fifth of a cold read's CPU, and a pause of half a
+second with a million records cached (bench/README.md, "What is left of the cold path").
+
+What a record's place in the cache says beyond its fields (whether a newer record with the same
+key replaced it) is the cache's to know (`TopicLog.replaced`), not the record's.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
+from itertools import count
+from typing import Any, Final
 
 from confluent_kafka import Message as KafkaRecord
 
 Headers = tuple[tuple[str, bytes | None], ...]
 
+#: (partition, offset, key, value, headers, timestamp, seq, size)
+Message = tuple[int, int, bytes | None, bytes | None, Headers, int, int, int]
+
+PARTITION: Final = 0
+OFFSET: Final = 1
+KEY: Final = 2
+VALUE: Final = 3
+HEADERS: Final = 4
+#: Milliseconds since the epoch, 0 when the record has none.
+TIMESTAMP: Final = 5
+#: Orders records as the process received them (across partitions and topics), so a catch-up
+#: read of the cache interleaves partitions the way the tail did.
+SEQ: Final = 6
+#: What the record costs the cache's byte bound: key, value, headers and `_OVERHEAD`.
+SIZE: Final = 7
+
 _OVERHEAD = 120  # bytes of object overhead counted per message against the cache's byte bound
 
+#: The next `seq`: one counter for the process (its `next` is one C call, safe from any thread
+#: under the GIL), so records made on different consumer threads still order by arrival.
+_seqs = count(1)
 
-class Message:
-    """A record of one topic partition.
 
-    `seq` orders messages of a topic as the cache received them (across partitions), so a
-    catch-up read interleaves partitions the way the tail did. `size` is what the message
-    costs the cache's byte bound.
-    """
+def new_message(partition: int, offset: int, key: bytes | None, value: bytes | None,
+                headers: Headers = (), timestamp: int = 0) -> Message:
+    """A record with the next `seq` and its size."""
+    size = _OVERHEAD + (len(key) if key else 0) + (len(value) if value else 0)
+    if headers:
+        size += sum(len(n) + (len(v) if v else 0) for n, v in headers)
+    return (partition, offset, key, value, headers, timestamp, next(_seqs), size)
 
-    __slots__ = (
-        "headers",
-        "key",
-        "offset",
-        "partition",
-        "replaced",
-        "seq",
-        "size",
-        "timestamp",
-        "value",
-    )
 
-    def __init__(self, partition: int, offset: int, key: bytes | None, value: bytes | None,
-                 headers: Headers = (), timestamp: int = 0, seq: int = 0) -> None:
-        self.partition = partition
-        self.offset = offset
-        self.key = key
-        self.value = value
-        self.headers = headers
-        self.timestamp = timestamp
-        self.seq = seq
-        size = _OVERHEAD + (len(key) if key else 0) + (len(value) if value else 0)
-        if headers:  # most records have none: skip the generator (a third of this call)
-            size += sum(len(n) + (len(v) if v else 0) for n, v in headers)
-        self.size = size
-        #: True once a newer record with the same key replaced it in a compacted cache.
-        self.replaced = False
+def renumbered(m: Message) -> Message:
+    """`m` with the next `seq` (a record that reached its topic's log after a later one)."""
+    return m[:SEQ] + (next(_seqs), m[SIZE])
 
-    def header(self, name: str) -> bytes | None:
-        """The value of the first header called `name` (docs/protocol.md: the etag is the first)."""
-        for n, v in self.headers:
-            if n == name:
-                return v
-        return None
 
-    def __repr__(self) -> str:
-        return f"Message(p={self.partition}, o={self.offset}, key={self.key!r})"
+def with_value(m: Message, value: bytes | None) -> Message:
+    """`m` with another value (a model's conversion), in the same place of the arrival order."""
+    size = m[SIZE] - (len(m[VALUE]) if m[VALUE] else 0) + (len(value) if value else 0)
+    return (m[PARTITION], m[OFFSET], m[KEY], value, m[HEADERS], m[TIMESTAMP], m[SEQ], size)
+
+
+def header(m: Message, name: str) -> bytes | None:
+    """The value of the first header called `name` (docs/protocol.md: the etag is the first)."""
+    for n, v in m[HEADERS]:
+        if n == name:
+            return v
+    return None
+
+
+def describe(m: Message) -> str:
+    """Where the record is, for logs and events."""
+    return f"partition {m[PARTITION]} offset {m[OFFSET]}"
 
 
 def from_confluent_batch(records: Iterable[Any]) -> list[Message]:
@@ -72,14 +90,21 @@ def from_confluent_batch(records: Iterable[Any]) -> list[Message]:
     value: Any = KafkaRecord.value
     headers: Any = KafkaRecord.headers
     timestamp: Any = KafkaRecord.timestamp
-    new = Message
+    take = _seqs.__next__
     out: list[Message] = []
     append = out.append
     for r in records:
+        k = key(r)
+        v = value(r)
         h = headers(r)
         kind, ts = timestamp(r)
-        append(new(partition(r), offset(r), key(r), value(r), tuple(h) if h else (),
-                   ts if kind else 0))
+        size = _OVERHEAD + (len(k) if k else 0) + (len(v) if v else 0)
+        if h:  # most records have none: skip the generator
+            h = tuple(h)
+            size += sum(len(n) + (len(hv) if hv else 0) for n, hv in h)
+        else:
+            h = ()
+        append((partition(r), offset(r), k, v, h, ts if kind else 0, take(), size))
     return out
 
 
@@ -87,8 +112,8 @@ def from_confluent(record: Any) -> Message:
     """Convert a confluent_kafka.Message (called on the consumer thread)."""
     raw: Sequence[tuple[str, bytes | None]] | None = record.headers()
     ts_type, ts = record.timestamp()
-    return Message(record.partition(), record.offset(), record.key(), record.value(),
-                   tuple(raw) if raw else (), ts if ts_type else 0)
+    return new_message(record.partition(), record.offset(), record.key(), record.value(),
+                       tuple(raw) if raw else (), ts if ts_type else 0)
 
 
 def within_bytes(records: list[Message], max_bytes: int) -> list[Message]:
@@ -97,7 +122,7 @@ def within_bytes(records: list[Message], max_bytes: int) -> list[Message]:
     there is a record to give."""
     total = 0
     for n, m in enumerate(records):
-        total += m.size
+        total += m[SIZE]
         if total >= max_bytes:
             return records[:n + 1]
     return records

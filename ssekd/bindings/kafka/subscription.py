@@ -37,7 +37,7 @@ from twisted.internet.defer import Deferred
 
 from ssekd.bindings.kafka.history import FetchResult, HistoryBusy
 from ssekd.bindings.kafka.log_index import Term
-from ssekd.bindings.kafka.message import Message
+from ssekd.bindings.kafka.message import KEY, PARTITION, SEQ, TIMESTAMP, VALUE, Message
 from ssekd.bindings.kafka.start import AtOpen, Start, StartPositions, at_open, start_positions
 from ssekd.bindings.kafka.topic_log import TopicLog
 from ssekd.event_ids import ProgressState
@@ -180,12 +180,12 @@ class CatchUp:
         return self.since_ms is not None or (self.sent_keys is not None and self.log.compacted)
 
     def admits(self, m: Message) -> bool:
-        if self.since_ms is not None and m.timestamp < self.since_ms:
+        if self.since_ms is not None and m[TIMESTAMP] < self.since_ms:
             return False
         keys = self.sent_keys
         if keys is not None and self.log.compacted:
-            k = (m.partition, m.key)
-            if m.value is None:
+            k = (m[PARTITION], m[KEY])
+            if m[VALUE] is None:
                 if k not in keys:
                     return False
                 keys.discard(k)
@@ -445,7 +445,7 @@ class Subscription:
         for m in records:
             if not encoder.matches(m) or (catch_up is not None and not catch_up.admits(m)):
                 continue
-            at = ProgressState(log.positions_at(m.seq, base))
+            at = ProgressState(log.positions_at(m[SEQ], base))
             out.append(encoder.event(m, at.token_bytes()))
         if more:
             assert seen is not None

@@ -38,7 +38,7 @@ from collections.abc import Hashable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ssekd.bindings.kafka.log_index import Term
-from ssekd.bindings.kafka.message import Message
+from ssekd.bindings.kafka.message import HEADERS, KEY, OFFSET, PARTITION, VALUE, Message
 from ssekd.bindings.kafka.topic_log import TopicLog
 from ssekd.bindings.kafka.value_path import NOT_JSON, UNPARSED, ParsedValue, ValuePath
 from ssekd.event_ids import ProgressState
@@ -290,24 +290,24 @@ class TailRouter:
         multi = self._multi > 0
         not_json = 0
         for m in fresh:
-            p = m.partition
-            tail.move(p, m.offset + 1)  # its token is made only if a group takes the record
+            p = m[PARTITION]
+            tail.move(p, m[OFFSET] + 1)  # its token is made only if a group takes the record
             found: list[TailGroup] = floored_anything
-            if by_key and m.key is not None:
-                listed = by_key.get(m.key)
+            if by_key and m[KEY] is not None:
+                listed = by_key.get(m[KEY])
                 if listed:
                     found = [*found, *listed]
-            if names and m.headers:
-                for n, v in m.headers:
+            if names and m[HEADERS]:
+                for n, v in m[HEADERS]:
                     if n in names and v is not None:
                         listed = by_header.get((n, v))
                         if listed:
                             found = [*found, *listed]
             parsed = UNPARSED
             if paths:
-                parsed = ParsedValue(m.value)  # once per record, whatever the groups
+                parsed = ParsedValue(m[VALUE])  # once per record, whatever the groups
                 if parsed.doc is NOT_JSON:
-                    not_json += m.value is not None
+                    not_json += m[VALUE] is not None
                 else:
                     for path in paths:
                         at = parsed.at(path)  # once per pointer, whatever the filters
@@ -335,7 +335,7 @@ class TailRouter:
                         entry[1] += 1
                 if g.floor:
                     floor_at = g.floor.get(p)
-                    if floor_at is not None and m.offset < floor_at:
+                    if floor_at is not None and m[OFFSET] < floor_at:
                         continue  # passed before it joined the tail
                     event = encoder.event(m, ProgressState(
                         _positions(tail.offsets, g.floor)).token_bytes())

@@ -35,7 +35,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[at
 from ssekd.bindings.kafka.consumer_thread import ClientContext, ConsumerThread
 from ssekd.bindings.kafka.inbox import BATCH, Inbox, TopicSink
 from ssekd.bindings.kafka.librdkafka import LibrdkafkaLog, close_consumer
-from ssekd.bindings.kafka.message import Message, from_confluent_batch
+from ssekd.bindings.kafka.message import OFFSET, PARTITION, Message, from_confluent_batch
 from ssekd.bindings.kafka.missing_topics import MissingTopics
 
 #: Seconds between measurements of the consumer lag (local calls only: no broker round trip).
@@ -336,7 +336,7 @@ class TailConsumer(ConsumerThread):
             # a partition's records are in offset order: the last one of each sets its next
             # (unless a re-fetch brought records the cache already has)
             nxt = self._next
-            for p, last in {m.partition: m.offset for m in msgs}.items():
+            for p, last in {m[PARTITION]: m[OFFSET] for m in msgs}.items():
                 if last >= nxt.get((topic, p), 0):
                     nxt[(topic, p)] = last + 1
             follow.inbox.put_records(reactor, msgs)

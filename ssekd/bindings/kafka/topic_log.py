@@ -26,7 +26,17 @@ from dataclasses import dataclass
 from itertools import islice
 
 from ssekd.bindings.kafka.log_index import LogIndex, Term
-from ssekd.bindings.kafka.message import Message, within_bytes
+from ssekd.bindings.kafka.message import (
+    KEY,
+    OFFSET,
+    PARTITION,
+    SEQ,
+    SIZE,
+    TIMESTAMP,
+    Message,
+    renumbered,
+    within_bytes,
+)
 
 
 @dataclass(frozen=True)
@@ -54,10 +64,12 @@ class PartitionLog:
     """
 
     __slots__ = ("at_end", "head", "holes", "live_from", "next", "origin", "partition", "records",
-                 "start")
+                 "replaced", "start")
 
-    def __init__(self, partition: int, origin: int) -> None:
+    def __init__(self, partition: int, origin: int, replaced: Replaced) -> None:
         self.partition = partition
+        #: The topic's replaced records (`TopicLog.replaced`).
+        self.replaced = replaced
         self.records: list[Message] = []
         self.head = 0
         self.start = origin
@@ -77,8 +89,9 @@ class PartitionLog:
     def _pop_head(self) -> Message:
         m = self.records[self.head]
         self.head += 1
-        if m.replaced:
+        if m[SEQ] in self.replaced:
             self.holes -= 1
+            self.replaced.release(m[SEQ])
         # drop the consumed prefix now and then; amortised O(1) per record
         if self.head > 1024 and self.head * 2 > len(self.records):
             del self.records[:self.head]
@@ -88,17 +101,50 @@ class PartitionLog:
     def _squeeze(self) -> None:
         """Drop replaced records when they are most of the list (compacted topics)."""
         if self.holes > 1024 and self.holes * 2 > len(self.records) - self.head:
-            self.records = [m for m in self.records[self.head:] if not m.replaced]
+            self.records = self.replaced.without(self.records[self.head:])
             self.head = 0
             self.holes = 0
 
 
 def _offset(m: Message) -> int:
-    return m.offset
+    return m[OFFSET]
 
 
 def _seq(m: Message) -> int:
-    return m.seq
+    return m[SEQ]
+
+
+class Replaced(dict[int, int]):
+    """The records that left the cache while one of its lists still holds them: a newer record
+    with the same key replaced them (compacted topics), or their partition started over.
+
+    By `seq`, with how many of the two lists that keep every cached record (the arrival order
+    and the record's partition's) still hold it: an entry goes when the last of them drops the
+    record, so this stays as small as the replaced records those lists hold. A record cannot
+    say itself that it was replaced (`message.py`: records are immutable tuples), so readers
+    ask `m[SEQ] in log.replaced`.
+    """
+
+    def mark(self, seq: int, holders: int = 2) -> None:
+        self[seq] = holders
+
+    def release(self, seq: int) -> None:
+        """One of the lists dropped the replaced record `seq`."""
+        left = self[seq] - 1
+        if left:
+            self[seq] = left
+        else:
+            del self[seq]
+
+    def without(self, records: list[Message]) -> list[Message]:
+        """`records` less the replaced ones, which the list they were in drops."""
+        kept: list[Message] = []
+        for m in records:
+            if m[SEQ] in self:
+                self.release(m[SEQ])
+            else:
+                kept.append(m)
+        return kept
 
 
 #: Replaced records the arrival order keeps before it drops them (and at least half of it).
@@ -130,6 +176,8 @@ class TopicLog:
         self._first = 0
         #: Replaced records in `_arrival[_first:]`.
         self._holes = 0
+        #: Records out of the cache that its lists still hold (`Replaced`).
+        self.replaced = Replaced()
         #: Cached records by key and header value, once a filtered stream asked (`candidates`).
         self.index: LogIndex | None = None
         self._latest: dict[tuple[int, bytes], Message] = {}
@@ -141,7 +189,7 @@ class TopicLog:
     def partition(self, p: int, origin: int) -> PartitionLog:
         part = self.partitions.get(p)
         if part is None:
-            part = self.partitions[p] = PartitionLog(p, origin)
+            part = self.partitions[p] = PartitionLog(p, origin, self.replaced)
         return part
 
     def append(self, messages: Iterable[Message], now: float) -> list[Message]:
@@ -154,21 +202,23 @@ class TopicLog:
         fresh: list[Message] = []
         index = self.index
         for m in messages:
-            part = self.partitions.get(m.partition)
+            p = m[PARTITION]
+            part = self.partitions.get(p)
             if part is None:
-                part = self.partition(m.partition, m.offset)
-            elif m.offset < part.next:
+                part = self.partition(p, m[OFFSET])
+            elif m[OFFSET] < part.next:
                 continue
-            self.seq += 1
-            m.seq = self.seq
+            if m[SEQ] <= self.seq:  # made before the last one appended (tests, a re-fetch)
+                m = renumbered(m)
+            self.seq = m[SEQ]
             part.records.append(m)
-            part.next = m.offset + 1
+            part.next = m[OFFSET] + 1
             part.at_end = False
             self._arrival.append(m)
             self.count += 1
-            self.bytes += m.size
-            if self.compacted and m.key is not None:
-                k = (m.partition, m.key)
+            self.bytes += m[SIZE]
+            if self.compacted and m[KEY] is not None:
+                k = (p, m[KEY])
                 old = self._latest.get(k)
                 if old is not None:
                     self._replace(old)
@@ -186,10 +236,10 @@ class TopicLog:
     def _replace(self, m: Message) -> None:
         """`m` leaves the cache but stays in the arrival order and its partition's list, marked
         (reads pass over it) until those drop it."""
-        m.replaced = True
+        self.replaced.mark(m[SEQ])
         self._holes += 1
         self.count -= 1
-        self.bytes -= m.size
+        self.bytes -= m[SIZE]
         if self.index is not None:
             self.index.died(m)
 
@@ -223,13 +273,17 @@ class TopicLog:
         old = self.partitions.get(p)
         if old is None:
             return
+        replaced = self.replaced
         for m in old.records[old.head:]:
-            if m.replaced:
+            # the old list goes: what it held stays in the arrival order only
+            if m[SEQ] in replaced:
+                replaced.release(m[SEQ])
                 continue
             self._replace(m)
-            if m.key is not None and self._latest.get((p, m.key)) is m:
-                del self._latest[(p, m.key)]
-        self.partitions[p] = PartitionLog(p, origin)
+            replaced.release(m[SEQ])
+            if m[KEY] is not None and self._latest.get((p, m[KEY])) is m:
+                del self._latest[(p, m[KEY])]
+        self.partitions[p] = PartitionLog(p, origin, replaced)
         self._rewound_seq = self.seq
 
     def evict(self, now: float) -> None:
@@ -238,25 +292,27 @@ class TopicLog:
         oldest_ms = (now - b.max_age_seconds) * 1000.0
         arrival = self._arrival
         first = self._first
+        replaced = self.replaced
         while first < len(arrival):
             m = arrival[first]
-            if m.replaced:
+            if m[SEQ] in replaced:
                 first += 1
                 self._holes -= 1
                 self._drop_replaced(m)
+                replaced.release(m[SEQ])
                 continue
             over = self.count > b.max_messages or self.bytes > b.max_bytes
-            if not over and (self.compacted or not m.timestamp or m.timestamp >= oldest_ms):
+            if not over and (self.compacted or not m[TIMESTAMP] or m[TIMESTAMP] >= oldest_ms):
                 break
             first += 1
-            if m.size > b.max_bytes and self.oversized is not None:
+            if m[SIZE] > b.max_bytes and self.oversized is not None:
                 self.oversized(m)
-            part = self.partitions[m.partition]
+            part = self.partitions[m[PARTITION]]
             self._advance_head(part, m)
             self.count -= 1
-            self.bytes -= m.size
-            if self.compacted and m.key is not None:
-                k = (m.partition, m.key)
+            self.bytes -= m[SIZE]
+            if self.compacted and m[KEY] is not None:
+                k = (m[PARTITION], m[KEY])
                 if self._latest.get(k) is m:
                     del self._latest[k]
             if self.index is not None:
@@ -275,7 +331,7 @@ class TopicLog:
         """Drop replaced records from the arrival order (compacted topics: a key that never
         changes would otherwise keep every record replaced after it). Amortised O(1) per
         record: it runs once they are most of the list."""
-        self._arrival = [m for m in self._arrival[self._first:] if not m.replaced]
+        self._arrival = self.replaced.without(self._arrival[self._first:])
         self._first = 0
         self._holes = 0
 
@@ -287,9 +343,13 @@ class TopicLog:
         """The next offset of each partition: where a stream that read everything is."""
         return {p: part.next for p, part in self.partitions.items()}
 
+    def is_replaced(self, m: Message) -> bool:
+        """Whether a record the cache held (and still lists) was replaced since."""
+        return m[SEQ] in self.replaced
+
     def _drop_replaced(self, m: Message) -> None:
-        part = self.partitions[m.partition]
-        if len(part) and part.records[part.head] is m:
+        part = self.partitions.get(m[PARTITION])
+        if part is not None and len(part) and part.records[part.head] is m:
             part._pop_head()
 
     def _advance_head(self, part: PartitionLog, m: Message) -> None:
@@ -298,7 +358,7 @@ class TopicLog:
             head = part._pop_head()
             if head is m:
                 break
-        part.start = m.offset + 1
+        part.start = m[OFFSET] + 1
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -322,7 +382,7 @@ class TopicLog:
             records, cursor = self.read_from(positions, cursor, limit - len(got))
             if not records:
                 return got
-            got += [m for m in records if m.offset >= positions.get(m.partition, 0)]
+            got += [m for m in records if m[OFFSET] >= positions.get(m[PARTITION], 0)]
         return got
 
     def start_cursor(self, positions: dict[int, int]) -> int:
@@ -334,7 +394,7 @@ class TopicLog:
             if part is not None:
                 i = part.index_of(pos)
                 if i < len(part.records):
-                    first = min(first, part.records[i].seq)
+                    first = min(first, part.records[i][SEQ])
         return first
 
     def read_from(self, positions: dict[int, int], cursor: int | None, limit: int,
@@ -355,9 +415,10 @@ class TopicLog:
             return [], max(cursor, self.seq + 1)
         # a cursor below the oldest record: what was evicted there was either processed or
         # made the caller read from Kafka first (its position fell below the partition start)
-        cursor = max(cursor, arrival[first].seq)
+        cursor = max(cursor, arrival[first][SEQ])
         everything = all(p in positions for p in self.partitions) and not self.compacted
         rewound = self._rewound_seq
+        replaced = self.replaced
         while True:
             i = bisect.bisect_left(arrival, cursor, lo=first, key=_seq)
             chunk = arrival[i:i + limit]
@@ -365,10 +426,10 @@ class TopicLog:
                 chunk = within_bytes(chunk, max_bytes)
             if not chunk:
                 return chunk, cursor
-            cursor = chunk[-1].seq + 1
-            if everything and chunk[0].seq > rewound:
+            cursor = chunk[-1][SEQ] + 1
+            if everything and chunk[0][SEQ] > rewound:
                 return chunk, cursor
-            chunk = [m for m in chunk if not m.replaced and m.partition in positions]
+            chunk = [m for m in chunk if m[SEQ] not in replaced and m[PARTITION] in positions]
             if chunk:
                 return chunk, cursor
 
@@ -387,11 +448,11 @@ class TopicLog:
         """
         index = self.index
         if index is None:
-            index = self.index = LogIndex()
+            index = self.index = LogIndex(self.replaced)
         arrival, first = self._arrival, self._first
         if first == len(arrival):
             return [], after, False
-        start = arrival[first].seq if after is None else max(after + 1, arrival[first].seq)
+        start = arrival[first][SEQ] if after is None else max(after + 1, arrival[first][SEQ])
         runs: list[Iterator[Message]] = []
         for term in terms:
             run = index.run(term, self.window())
@@ -404,17 +465,19 @@ class TopicLog:
         got: list[Message] = []
         total = 0
         last_seq = after
+        gone = index.gone
         for m in merged:
-            if m.seq == last_seq:
+            seq = m[SEQ]
+            if seq == last_seq:
                 continue  # named by two of the terms
-            last_seq = m.seq
-            if m.replaced:
+            last_seq = seq
+            if seq in gone:
                 continue
-            at = positions.get(m.partition)
-            if at is None or m.offset < at:
+            at = positions.get(m[PARTITION])
+            if at is None or m[OFFSET] < at:
                 continue
             got.append(m)
-            total += m.size
+            total += m[SIZE]
             if len(got) >= limit or total >= max_bytes:
                 return got, last_seq, True
         return got, last_seq, False
@@ -431,7 +494,7 @@ class TopicLog:
             records = part.records
             i = bisect.bisect_right(records, seq, lo=part.head, key=_seq)
             if i > part.head:
-                reached = records[i - 1].offset + 1
+                reached = records[i - 1][OFFSET] + 1
                 if reached > at:
                     out[p] = reached
         return out

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ssekd.bindings.kafka.log_index import Term
-from ssekd.bindings.kafka.message import Message
+from ssekd.bindings.kafka.message import HEADERS, KEY, OFFSET, PARTITION, VALUE, Message, header
 from ssekd.bindings.kafka.subscription import CatchUp
 from ssekd.bindings.kafka.value_path import UNPARSED, ParsedValue, ValuePath
 from ssekd.bindings.sse.wire import CR, END, ID, ID_DATA, LF, event_bytes, id_data_event
@@ -57,14 +57,14 @@ class Filter:
 
     def matches(self, m: Message, parsed: Any = UNPARSED) -> bool:
         """`parsed`: the record's value as a `ParsedValue`, when the caller parsed it."""
-        if self.key is not None and m.key != self.key:
+        if self.key is not None and m[KEY] != self.key:
             return False
         for name, value in self.headers:
-            if not any(n == name and v == value for n, v in m.headers):
+            if not any(n == name and v == value for n, v in m[HEADERS]):
                 return False
         if self.values:
             if parsed is UNPARSED:
-                parsed = ParsedValue(m.value)
+                parsed = ParsedValue(m[VALUE])
             for path, allowed in self.values:
                 if parsed.at(path) not in allowed:
                     return False
@@ -118,14 +118,14 @@ class KafkaEventEncoder:
         if not self.filters:
             return True
         if self._json and parsed is UNPARSED:
-            parsed = ParsedValue(m.value)
+            parsed = ParsedValue(m[VALUE])
         return any(f.matches(m, parsed) for f in self.filters)
 
     def event(self, m: Message, token: bytes) -> bytes:
         """The event of a record this encoder takes, its id made of `token` (the position
         just after it)."""
-        value = m.value
-        if self.id_format == ETAG_FORMAT and not m.headers and value is not None \
+        value = m[VALUE]
+        if self.id_format == ETAG_FORMAT and not m[HEADERS] and value is not None \
                 and LF not in value and CR not in value:
             return id_data_event(token, value)
         return self._event_at(m, token.decode("ascii"))
@@ -144,18 +144,18 @@ class KafkaEventEncoder:
         advance = progress.advance
         whole = 0  # events appended whole, not in the five pieces of a plain one
         for m in records:
-            p = m.partition
+            p = m[PARTITION]
             pos = get(p)
-            if pos is not None and m.offset < pos:
+            if pos is not None and m[OFFSET] < pos:
                 continue  # already passed: never twice
-            value = m.value
-            if m.headers or value is None or LF in value or CR in value:
-                progress.set(p, m.offset + 1)
+            value = m[VALUE]
+            if m[HEADERS] or value is None or LF in value or CR in value:
+                progress.set(p, m[OFFSET] + 1)
                 append(self._event(m, progress))
                 whole += 1
                 continue
             append(ID)
-            append(advance(p, m.offset + 1))
+            append(advance(p, m[OFFSET] + 1))
             append(ID_DATA)
             append(value)
             append(END)
@@ -170,17 +170,17 @@ class KafkaEventEncoder:
         offsets = progress.offsets
         plain_ids = self.id_format == ETAG_FORMAT
         for m in records:
-            p = m.partition
+            p = m[PARTITION]
             pos = offsets.get(p)
-            if pos is not None and m.offset < pos:
+            if pos is not None and m[OFFSET] < pos:
                 continue  # already passed: never twice
-            progress.set(p, m.offset + 1)
+            progress.set(p, m[OFFSET] + 1)
             if self.filters and not self.matches(m):
                 continue
             if catch_up is not None and not catch_up.admits(m):
                 continue
-            value = m.value
-            if plain_ids and not m.headers and value is not None \
+            value = m[VALUE]
+            if plain_ids and not m[HEADERS] and value is not None \
                     and LF not in value and CR not in value:
                 out.append(id_data_event(progress.token_bytes(), value))
                 continue
@@ -192,12 +192,12 @@ class KafkaEventEncoder:
 
     def _event_at(self, m: Message, token: str) -> bytes:
         fmt = self.id_format
-        etag = clean_etag(m.header("etag")) if m.headers else None
-        event_id = format_event_id(fmt, token, etag, m.key)
+        etag = clean_etag(header(m, "etag")) if m[HEADERS] else None
+        event_id = format_event_id(fmt, token, etag, m[KEY])
         if etag is not None and len(event_id) > MAX_ID_LENGTH:
             # a browser would send it back and get 400: keep the id resumable instead
-            event_id = format_event_id(fmt, token, None, m.key)
-        if m.value is None:
+            event_id = format_event_id(fmt, token, None, m[KEY])
+        if m[VALUE] is None:
             return event_bytes(event_id, "delete",
-                               None if m.key is None else b64url(m.key).encode())
-        return event_bytes(event_id, None, m.value)
+                               None if m[KEY] is None else b64url(m[KEY]).encode())
+        return event_bytes(event_id, None, m[VALUE])

@@ -15,7 +15,7 @@ from ssekd.bindings.kafka.cache import (
     TopicLimitReached,
 )
 from ssekd.bindings.kafka.history import FetchResult
-from ssekd.bindings.kafka.message import Message
+from ssekd.bindings.kafka.message import Message, new_message
 from ssekd.bindings.kafka.start import Start
 from ssekd.bindings.kafka.subscription import SharedSteps
 from ssekd.bindings.kafka.topic_log import CacheBounds
@@ -26,7 +26,7 @@ from tests.support.subscriptions import Sink
 
 
 def _msgs(p: int, start: int, n: int, key: bytes | None = None, ts: int = 0) -> list[Message]:
-    return [Message(p, o, key, b"v%d" % o, (), ts) for o in range(start, start + n)]
+    return [new_message(p, o, key, b"v%d" % o, (), ts) for o in range(start, start + n)]
 
 
 class FakeClient:
@@ -139,7 +139,7 @@ def test_a_partition_the_broker_lost_starts_over_for_every_stream() -> None:
     clock.advance(0)
     assert [(p, o) for p, o, _ in client.fetches] == [(0, 3)]
     cache.on_rewind(0, 0)  # the consumer found the partition's end below 13
-    cache.on_records([Message(0, o, None, b"new%d" % o) for o in range(2)])  # the rebirth
+    cache.on_records([new_message(0, o, None, b"new%d" % o) for o in range(2)])  # the rebirth
     client.fetches[0][2].callback(FetchResult(_msgs(0, 3, 5), None))  # of the lost records
     paused.resume()
     for _ in range(4):
@@ -148,7 +148,7 @@ def test_a_partition_the_broker_lost_starts_over_for_every_stream() -> None:
     assert _values(sinks[0]) == old + [f"v{o}" for o in range(3, 13)] + ["new0", "new1"]
     assert _values(sinks[1]) == old + ["new0", "new1"]
     assert _values(sinks[2]) == old + ["new0", "new1"]
-    cache.on_records([Message(0, 2, None, b"new2")])
+    cache.on_records([new_message(0, 2, None, b"new2")])
     assert all(_values(s)[-1] == "new2" for s in sinks)
     assert len(cache.groups) == 1 and set(cache.group_of) == {tail, paused, reading}
     (reset,) = [line for line in events.recent if "BINDING_KAFKA_PARTITION_RESET" in line]
@@ -362,7 +362,7 @@ def test_a_stream_delivers_the_ready_partitions_while_one_is_missing() -> None:
     assert _values(sink)[-1] == "v2" and _ids(sink)[-1] == {0: 3, 1: 2}
     meanwhile = _ids(sink)[-1]
     # partition 2 comes back (its leader again); the cache evicts the oldest of partition 0
-    cache.on_records([Message(2, o, None, b"p2-%d" % o) for o in range(5)])
+    cache.on_records([new_message(2, o, None, b"p2-%d" % o) for o in range(5)])
     cache.on_end(2, 5)
     _run(clock)
     assert _values(sink)[-5:] == [f"p2-{o}" for o in range(5)]

@@ -23,7 +23,17 @@ from twisted.internet.testing import MemoryReactorClock
 
 from ssekd.bindings.kafka.cache import CacheServer, TopicCache
 from ssekd.bindings.kafka.history import FetchResult
-from ssekd.bindings.kafka.message import Message
+from ssekd.bindings.kafka.message import (
+    HEADERS,
+    KEY,
+    OFFSET,
+    PARTITION,
+    SIZE,
+    TIMESTAMP,
+    VALUE,
+    Message,
+    new_message,
+)
 from ssekd.bindings.kafka.start import Start
 from ssekd.bindings.kafka.subscription import Subscription
 from ssekd.bindings.kafka.topic_log import CacheBounds
@@ -60,7 +70,7 @@ class Kafka:
             out, size = [], 0
             for m in held:
                 out.append(copy(m))
-                size += m.size
+                size += m[SIZE]
                 if size >= 64 * 1024:
                     break
             end = len(self.records[p]) if offset + len(out) >= len(self.records[p]) else None
@@ -87,8 +97,8 @@ def settle(kafka: Answering, clock: MemoryReactorClock) -> None:
 
 
 def copy(m: Message) -> Message:
-    """A record as a new fetch gives it (the cache marks its own objects)."""
-    return Message(m.partition, m.offset, m.key, m.value, m.headers, m.timestamp)
+    """A record as a new fetch gives it (a new tuple, numbered when it is read)."""
+    return new_message(m[PARTITION], m[OFFSET], m[KEY], m[VALUE], m[HEADERS], m[TIMESTAMP])
 
 
 @dataclass
@@ -118,14 +128,14 @@ class Client:
 def oracle(f: Filter, m: Message) -> bool:
     """What a filter takes, worked out apart from the code under test for the value part: the
     record's value read with `json.loads`, the field walked by hand, equal as JSON values."""
-    if f.key is not None and m.key != f.key:
+    if f.key is not None and m[KEY] != f.key:
         return False
-    if not all((n, v) in m.headers for n, v in f.headers):
+    if not all((n, v) in m[HEADERS] for n, v in f.headers):
         return False
     if not f.values:
         return True
     try:
-        doc = json.loads(m.value or b"")
+        doc = json.loads(m[VALUE] or b"")
     except ValueError:
         return False
     for path, allowed in f.values:
@@ -203,7 +213,7 @@ def random_record(rng: random.Random, kafka: Kafka, keys: int) -> Message:
         headers.append(("etag", b"e%d" % o))
     key = None if rng.random() < 0.1 else KEYS[rng.randrange(keys)]
     rng.shuffle(headers)
-    m = Message(p, o, key, random_value(rng, p, o), tuple(headers))
+    m = new_message(p, o, key, random_value(rng, p, o), tuple(headers))
     kafka.records[p].append(m)
     return m
 
@@ -353,7 +363,7 @@ def simulate(seed: int, partitions: int, keys: int, max_messages: int, clients: 
 def check(world: World) -> None:
     produced = [m for records in world.kafka.records for m in records]
     for i, c in enumerate(world.clients):
-        wanted = sorted((m.partition, m.offset) for m in produced if c.takes(m))
+        wanted = sorted((m[PARTITION], m[OFFSET]) for m in produced if c.takes(m))
         got = c.got
         assert len(got) == len(set(got)), f"client {i} ({c.filters}) got a record twice"
         assert sorted(got) == wanted, \
@@ -370,13 +380,13 @@ def check_compacted(world: World) -> None:
     latest: dict[tuple[int, bytes | None], Message] = {}
     for records in world.kafka.records:
         for m in records:
-            latest[(m.partition, m.key if m.key is not None else b"%d" % m.offset)] = m
+            latest[(m[PARTITION], m[KEY] if m[KEY] is not None else b"%d" % m[OFFSET])] = m
     for i, c in enumerate(world.clients):
         for p in range(len(world.kafka.records)):
             offsets = [o for q, o in c.got if q == p]
             assert offsets == sorted(set(offsets)), f"client {i}: partition {p} twice or out of order"
-        missing = [(m.partition, m.offset) for m in latest.values()
-                   if c.takes(m) and (m.partition, m.offset) not in set(c.got)]
+        missing = [(m[PARTITION], m[OFFSET]) for m in latest.values()
+                   if c.takes(m) and (m[PARTITION], m[OFFSET]) not in set(c.got)]
         assert not missing, f"client {i} ({c.filters}): latest records missing: {missing[:5]}"
 
 
@@ -405,7 +415,7 @@ def test_an_id_resumed_ahead_of_a_loading_cache_delivers_only_what_follows_it() 
     kafka = world.kafka
     for o in range(10):
         for p in (0, 1):
-            kafka.records[p].append(Message(p, o, b"k1", b"p%do%d" % (p, o)))
+            kafka.records[p].append(new_message(p, o, b"k1", b"p%do%d" % (p, o)))
     c = Client((Filter(key=b"k1"),), ETAG_FORMAT)
     world.clients.append(c)
     world.open(c)
@@ -424,8 +434,8 @@ def test_an_id_resumed_ahead_of_a_loading_cache_delivers_only_what_follows_it() 
         world.feed(3)
         world.run()
     assert len(c.got) == 20, "nothing it had comes again"
-    kafka.records[0].append(Message(0, 10, b"k1", b"p0o10"))
-    kafka.records[1].append(Message(1, 10, b"k1", b"p1o10"))
+    kafka.records[0].append(new_message(0, 10, b"k1", b"p0o10"))
+    kafka.records[1].append(new_message(1, 10, b"k1", b"p1o10"))
     while world.fed != [11, 11]:
         world.feed(5)
         world.run()

@@ -13,7 +13,7 @@ from twisted.internet.testing import MemoryReactorClock
 
 from ssekd.bindings.kafka.cache import CacheServer, SchemaUnavailable
 from ssekd.bindings.kafka.history import FetchResult
-from ssekd.bindings.kafka.message import Message
+from ssekd.bindings.kafka.message import OFFSET, PARTITION, Message, new_message
 from ssekd.bindings.kafka.start import Start
 from ssekd.bindings.sse_kafka.encoder import KafkaEventEncoder
 from ssekd.catalogs.catalog import Schema
@@ -46,7 +46,7 @@ def _record(o: int) -> Message:
         value = b"{broken" if o % 20 == 5 else b'{"m": 1}'
     else:
         value = json.dumps({"n": o}).encode()
-    return Message(o % 2, o // 2, None, value)  # two partitions, interleaved
+    return new_message(o % 2, o // 2, None, value)  # two partitions, interleaved
 
 
 def _events(sink: Sink) -> list[tuple[str, int]]:
@@ -78,7 +78,7 @@ def test_thousand_records_ten_percent_invalid_every_stream_gets_the_900_and_resu
     clock.advance(0)
     records = [_record(o) for o in range(1000)]
     for i in range(0, 1000, 50):  # batches as the consumer hands them over
-        cache.on_records(sorted(records[i:i + 50], key=lambda m: (m.partition, m.offset)))
+        cache.on_records(sorted(records[i:i + 50], key=lambda m: (m[PARTITION], m[OFFSET])))
         clock.advance(0.25)
     valid = sorted(o for o in range(1000) if o % 10 != 5)
     for s in sinks:
@@ -111,14 +111,14 @@ def test_invalid_records_are_reported_at_most_once_a_second_per_topic() -> None:
     server = _server(clock, FakeClient(), events)
     cache = server.topic("nums")
     cache.on_metadata(1, False)
-    cache.on_records([Message(0, o, None, b"nope") for o in range(50)])
+    cache.on_records([new_message(0, o, None, b"nope") for o in range(50)])
     clock.advance(0.5)
-    cache.on_records([Message(0, o, None, b"nope") for o in range(50, 60)])
+    cache.on_records([new_message(0, o, None, b"nope") for o in range(50, 60)])
     reports = [e for e in events.recent if "BINDING_KAFKA_RECORD_INVALID" in e]
     assert len(reports) == 1
     assert "nums partition 0 offset 0: not JSON" in reports[0]
     clock.advance(0.6)
-    cache.on_records([Message(0, 60, None, b'{"n": "x"}')])
+    cache.on_records([new_message(0, 60, None, b'{"n": "x"}')])
     reports = [e for e in events.recent if "BINDING_KAFKA_RECORD_INVALID" in e]
     assert len(reports) == 2
     assert "offset 60: ['n']: 'x' is not of type 'integer' (59 more invalid since the last " \
@@ -165,17 +165,17 @@ def test_history_reads_skip_invalid_records_and_move_past_a_read_of_only_invalid
     server = _server(clock, client, EventLog("t", clock=clock.seconds))
     cache = server.topic("nums")
     cache.on_metadata(1, False)
-    cache.on_records([Message(0, o, None, json.dumps({"n": o}).encode()) for o in (10, 11)])
+    cache.on_records([new_message(0, o, None, json.dumps({"n": o}).encode()) for o in (10, 11)])
     cache.on_end(0, 12)
     sink = Sink()
     server.subscribe("nums", KafkaEventEncoder("nums"), sink, Start(resume={0: 0}))
     clock.advance(0)
     p, offset, d = client.fetches[-1]
     assert (p, offset) == (0, 0)
-    d.callback(FetchResult([Message(0, o, None, b"bad") for o in range(5)], None))
+    d.callback(FetchResult([new_message(0, o, None, b"bad") for o in range(5)], None))
     p, offset, d = client.fetches[-1]
     assert offset == 5, "a read of invalid records only is followed by the next read"
-    d.callback(FetchResult([Message(0, o, None, json.dumps({"n": o}).encode() if o != 7 else
+    d.callback(FetchResult([new_message(0, o, None, json.dumps({"n": o}).encode() if o != 7 else
                                     b"bad") for o in range(5, 10)], None))
     clock.advance(0)
     clock.advance(0)
@@ -199,8 +199,8 @@ def test_a_valid_record_larger_than_the_cache_stalls_no_stream() -> None:
     server.subscribe("nums", KafkaEventEncoder("nums"), tail, Start())
     clock.advance(0)
     big = json.dumps({"n": 1, "pad": "x" * 1000}).encode()
-    records = [Message(0, 0, None, b'{"n": 0}'), Message(0, 1, None, big),
-               Message(0, 2, None, b'{"n": 2}')]
+    records = [new_message(0, 0, None, b'{"n": 0}'), new_message(0, 1, None, big),
+               new_message(0, 2, None, b'{"n": 2}')]
     cache.on_records(records)
     assert [n for _, n in _events(tail)] == [0, 1, 2]
     (said,) = [line for line in server.events.recent if "BINDING_KAFKA_RECORD_TOO_LARGE" in line]
@@ -216,12 +216,12 @@ def test_a_valid_record_larger_than_the_cache_stalls_no_stream() -> None:
     d.callback(FetchResult(records[1:2], None))
     clock.advance(0)
     clock.advance(0)
-    cache.on_records([Message(0, 3, None, b'{"n": 3}')])
+    cache.on_records([new_message(0, 3, None, b'{"n": 3}')])
     assert [n for _, n in _events(late)] == [2, 3]
     assert [n for _, n in _events(again)] == [1, 2, 3]
-    cache.on_records([Message(0, 4, None, big), Message(0, 5, None, big)])
+    cache.on_records([new_message(0, 4, None, big), new_message(0, 5, None, big)])
     assert [line for line in server.events.recent if "TOO_LARGE" in line] == [said], \
         "at most one a second per topic"
     clock.advance(1.0)
-    cache.on_records([Message(0, 6, None, big)])
+    cache.on_records([new_message(0, 6, None, big)])
     assert "(2 more since the last report)" in server.events.recent[-1]

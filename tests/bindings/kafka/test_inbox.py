@@ -8,7 +8,7 @@ import threading
 from typing import Any
 
 from ssekd.bindings.kafka.inbox import MAX_PENDING, Inbox
-from ssekd.bindings.kafka.message import Message
+from ssekd.bindings.kafka.message import OFFSET, Message, new_message
 
 
 class Reactor:
@@ -27,7 +27,7 @@ class Sink:
         self.calls.append(("metadata", partitions))
 
     def on_records(self, records: list[Message]) -> None:
-        self.calls.append(("records", [m.offset for m in records]))
+        self.calls.append(("records", [m[OFFSET] for m in records]))
 
     def on_end(self, partition: int, next_offset: int) -> None:
         self.calls.append(("end", next_offset))
@@ -37,7 +37,7 @@ class Sink:
 
 
 def _records(*offsets: int) -> list[Message]:
-    return [Message(0, o, None, b"v") for o in offsets]
+    return [new_message(0, o, None, b"v") for o in offsets]
 
 
 def test_batches_queued_while_the_reactor_is_busy_arrive_as_one_in_order() -> None:

@@ -8,7 +8,7 @@ from typing import Any
 from twisted.internet.testing import MemoryReactorClock
 
 from ssekd.bindings.kafka.cache import CacheServer
-from ssekd.bindings.kafka.message import Message
+from ssekd.bindings.kafka.message import new_message
 from ssekd.bindings.kafka.start import Start
 from ssekd.bindings.sse_kafka.encoder import KafkaEventEncoder
 from ssekd.telemetry.events import EventLog
@@ -38,11 +38,11 @@ def test_groups_and_the_lagging_set_follow_what_subscriptions_report() -> None:
     assert list(group.members) == [b] and cache.group_of == {b: group}
     assert cache.lagging == set(), "a closed subscription is not woken again"
 
-    cache.on_records([Message(0, 0, None, b"x")])
+    cache.on_records([new_message(0, 0, None, b"x")])
     b.pause()
     assert cache.groups == {} and cache.group_of == {}, "its last member left: the group goes"
     assert cache.lagging == {b} and b.progress.offsets == {0: 1}
-    cache.on_records([Message(0, 1, None, b"y")])
+    cache.on_records([new_message(0, 1, None, b"y")])
     b.resume()
     clock.advance(0)
     assert cache.lagging == set() and list(cache.group_of) == [b]

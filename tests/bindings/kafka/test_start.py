@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from ssekd.bindings.kafka.history import FetchResult
-from ssekd.bindings.kafka.message import Message
+from ssekd.bindings.kafka.message import Message, new_message
 from ssekd.bindings.kafka.start import AtOpen, Start, StartPositions, at_open, start_positions
 from ssekd.bindings.kafka.subscription import Subscription
 from ssekd.bindings.kafka.topic_log import CacheBounds, TopicLog
@@ -16,7 +16,7 @@ from tests.support.subscriptions import RecordingCache, Sink
 
 
 def _msgs(p: int, start: int, n: int, ts: int = 0) -> list[Message]:
-    return [Message(p, o, None, b"%d-%d" % (p, o), (), ts) for o in range(start, start + n)]
+    return [new_message(p, o, None, b"%d-%d" % (p, o), (), ts) for o in range(start, start + n)]
 
 
 def _log(ends: dict[int, int], max_messages: int = 1000, compacted: bool = False) -> TopicLog:
@@ -51,7 +51,7 @@ def test_no_id_on_a_compacted_topic_starts_at_the_beginning_of_the_topic() -> No
     """The whole current state, even what the cache evicted (read back from Kafka)."""
     log = TopicLog("t", CacheBounds(max_messages=2), compacted=True)
     log.partition_count = 1
-    log.append([Message(0, o, b"k%d" % o, b"v") for o in range(5, 10)], now=0)
+    log.append([new_message(0, o, b"k%d" % o, b"v") for o in range(5, 10)], now=0)
     assert log.partitions[0].start > 5
     assert _place(Start(), log).positions == {0: 5}
 

@@ -11,7 +11,7 @@ from typing import Any
 from twisted.internet.testing import MemoryReactorClock
 
 from ssekd.bindings.kafka.cache import CacheServer, TopicCache
-from ssekd.bindings.kafka.message import Message
+from ssekd.bindings.kafka.message import KEY, Message, new_message
 from ssekd.bindings.kafka.start import Start
 from ssekd.bindings.kafka.subscription import Subscription
 from ssekd.bindings.kafka.topic_log import CacheBounds, TopicLog
@@ -74,9 +74,9 @@ def test_a_record_visits_only_the_groups_its_key_and_headers_name() -> None:
     _run(clock)
     assert len(cache.groups) == 5_003
     CountingEncoder.asked = 0
-    cache.on_records([Message(0, 0, b"item-7", b"a", (("user", b"bob"),)),
-                      Message(0, 1, b"nobody", b"b"),
-                      Message(0, 2, b"item-9", b"c")])
+    cache.on_records([new_message(0, 0, b"item-7", b"a", (("user", b"bob"),)),
+                      new_message(0, 1, b"nobody", b"b"),
+                      new_message(0, 2, b"item-9", b"c")])
     assert CountingEncoder.asked == 3, "item-7's group, bob's group, item-9's group"
     assert sinks[b"item-7"].values() == ["a"] and sinks[b"item-9"].values() == ["c"]
     assert users[b"bob"].values() == ["a"] and users[b"alice"].values() == []
@@ -95,9 +95,9 @@ def test_any_of_filters_take_a_record_named_twice_once() -> None:
     cache.subscribe(KafkaEventEncoder("t", (Filter(key=b"k"), Filter(headers=(("h", b"v"),)))),
                     sink, Start())
     _run(clock)
-    cache.on_records([Message(0, 0, b"k", b"both", (("h", b"v"),)),
-                      Message(0, 1, b"x", b"header", (("h", b"v"), ("h", b"v"))),
-                      Message(0, 2, b"k", b"key")])
+    cache.on_records([new_message(0, 0, b"k", b"both", (("h", b"v"),)),
+                      new_message(0, 1, b"x", b"header", (("h", b"v"), ("h", b"v"))),
+                      new_message(0, 2, b"k", b"key")])
     assert sink.values() == ["both", "header", "key"]
 
 
@@ -113,7 +113,7 @@ def test_groups_that_come_and_go_leave_nothing_behind() -> None:
         s = cache.subscribe(KafkaEventEncoder("t", (Filter(key=key),), filtered=filtered),
                             sink, Start(resume={0: i}))
         _run(clock)
-        cache.on_records([Message(0, i, key, b"v")])
+        cache.on_records([new_message(0, i, key, b"v")])
         assert sink.values() == ["v"]
         s.close()
         if i == 10_000:  # the cache and its index are full by now
@@ -147,7 +147,7 @@ def test_a_member_paused_before_its_group_is_written_keeps_the_position_before_t
     subs["a"] = cache.subscribe(KafkaEventEncoder("t", (Filter(key=b"a"),)), sinks["a"], Start())
     subs["b"] = cache.subscribe(KafkaEventEncoder("t", (Filter(key=b"b"),)), sinks["b"], Start())
     _run(clock)
-    cache.on_records([Message(0, 0, b"a", b"a0"), Message(0, 1, b"b", b"b1")])
+    cache.on_records([new_message(0, 0, b"a", b"a0"), new_message(0, 1, b"b", b"b1")])
     written = [k for k in sinks if sinks[k].values()]
     assert len(written) == 1, "the first write paused both"
     (other,) = set(sinks) - set(written)
@@ -164,25 +164,25 @@ def test_replaced_records_do_not_pile_up_behind_a_key_that_never_changes() -> No
     order drops replaced records once they are most of it, so the cache holds about one record
     per key, not every update since the unchanged one."""
     log = TopicLog("t", CacheBounds(), compacted=True)
-    log.append([Message(0, 0, b"never-updated", b"x")], 0.0)
+    log.append([new_message(0, 0, b"never-updated", b"x")], 0.0)
     offset = 1
     for _ in range(100):
-        batch = [Message(0, offset + i, b"k%d" % (i % 500), b"y") for i in range(1_000)]
+        batch = [new_message(0, offset + i, b"k%d" % (i % 500), b"y") for i in range(1_000)]
         log.append(batch, 0.0)
         offset += 1_000
     assert log.count == 501
     assert len(list(log.window())) < 4_000
     # and a catch-up read still finds every latest value, in order
     got, _ = log.read_from({0: 0}, None, 10_000)
-    assert [m.key for m in got][:1] == [b"never-updated"] and len(got) == 501
+    assert [m[KEY] for m in got][:1] == [b"never-updated"] and len(got) == 501
 
 
 def test_a_stream_of_a_key_the_cache_has_no_record_of_joins_the_tail_at_once() -> None:
     clock, cache = _cache()
-    cache.on_records([Message(0, o, b"other", b"x") for o in range(5)])
+    cache.on_records([new_message(0, o, b"other", b"x") for o in range(5)])
     sink = Sink()
     s = cache.subscribe(KafkaEventEncoder("t", (Filter(key=b"absent"),)), sink, Start())
     _run(clock)
     assert s.at_tail and sink.writes == [] and s.progress.offsets == {0: 5}
-    cache.on_records([Message(0, 5, b"absent", b"here")])
+    cache.on_records([new_message(0, 5, b"absent", b"here")])
     assert sink.values() == ["here"]

@@ -14,7 +14,7 @@ from twisted.internet.testing import MemoryReactorClock
 import ssekd.bindings.kafka.tail as tail_module
 from ssekd.bindings.kafka.cache import CacheServer, TopicCache
 from ssekd.bindings.kafka.log_index import LogIndex
-from ssekd.bindings.kafka.message import Message
+from ssekd.bindings.kafka.message import OFFSET, SEQ, Message, new_message
 from ssekd.bindings.kafka.start import Start
 from ssekd.bindings.kafka.topic_log import CacheBounds
 from ssekd.bindings.kafka.value_path import (
@@ -121,7 +121,7 @@ def test_the_tail_parses_each_record_once_for_every_group(
 
     class Visited(KafkaEventEncoder):
         def matches(self, m: Message, parsed: Any = UNPARSED) -> bool:
-            visited.append((m.offset, self.filters[0].values[0][0].text))
+            visited.append((m[OFFSET], self.filters[0].values[0][0].text))
             return super().matches(m, parsed)
 
     monkeypatch.setattr(tail_module, "ParsedValue", CountingParse)
@@ -138,11 +138,11 @@ def test_the_tail_parses_each_record_once_for_every_group(
     _run(clock)
     assert cache.tail.sizes()["groups"] == 100
     assert cache.tail.sizes()["pointers"] == 2
-    records = [Message(0, 0, b"a", _value(owner="user-3", region="r4")),
-               Message(0, 1, b"b", b"not json"),
-               Message(0, 2, b"c", _value(owner="user-4", region="s8")),
-               Message(0, 3, b"d", None),  # a tombstone: nothing to read, not counted
-               Message(0, 4, b"e", b'{"owner": "user-5"')]
+    records = [new_message(0, 0, b"a", _value(owner="user-3", region="r4")),
+               new_message(0, 1, b"b", b"not json"),
+               new_message(0, 2, b"c", _value(owner="user-4", region="s8")),
+               new_message(0, 3, b"d", None),  # a tombstone: nothing to read, not counted
+               new_message(0, 4, b"e", b'{"owner": "user-5"')]
     cache.on_records(records)
     assert len(parsed) == len(records), "one parse per record, not per group or filter"
     assert sorted(visited) == [(0, "/owner"), (0, "/region"), (2, "/region")], \
@@ -160,13 +160,13 @@ def test_the_tail_parses_each_record_once_for_every_group(
 def test_a_stream_catching_up_reads_only_the_records_its_value_names() -> None:
     clock, cache = _cache()
     for o in range(1_000):
-        cache.on_records([Message(0, o, b"k%d" % o, _value(owner=f"user-{o % 100}", o=o))])
+        cache.on_records([new_message(0, o, b"k%d" % o, _value(owner=f"user-{o % 100}", o=o))])
     sink = Sink()
     read: list[int] = []
 
     class Counting(KafkaEventEncoder):
         def matches(self, m: Message, parsed: Any = UNPARSED) -> bool:
-            read.append(m.offset)
+            read.append(m[OFFSET])
             return super().matches(m, parsed)
 
     encoder = Counting("t", (Filter(values=value_conditions({"/owner": "user-7"}, str)),))
@@ -181,14 +181,16 @@ def test_a_stream_catching_up_reads_only_the_records_its_value_names() -> None:
 def test_the_index_forgets_records_that_leave() -> None:
     index = LogIndex()
     path = ValuePath("/s")
-    window = [Message(0, o, None, _value(s=o % 2)) for o in range(4)]
-    for seq, m in enumerate(window, 1):
-        m.seq = seq
-    assert [m.offset for m in index.run((path, b"1"), window)] == [1, 3]
-    m = Message(0, 4, None, _value(s=1), seq=5)
+    window = [new_message(0, o, None, _value(s=o % 2)) for o in range(4)]
+    assert [m[OFFSET] for m in index.run((path, b"1"), window)] == [1, 3]
+    m = new_message(0, 4, None, _value(s=1))
     index.add(m)
-    assert [m.offset for m in index.run((path, b"1"), window)] == [1, 3, 4]
+    assert [m[OFFSET] for m in index.run((path, b"1"), window)] == [1, 3, 4]
     index.died(window[1])
     assert index.dead == 1
-    index.died(Message(0, 9, None, b"not json"))
+    gone = new_message(0, 9, None, b"not json")
+    index.died(gone)
     assert index.dead == 1, "a value that is not JSON was listed nowhere"
+    assert index.gone == {window[1][SEQ]}, "readers pass over what was listed, nothing else kept"
+    index.rebuild([window[3], m])
+    assert index.gone == set() and index.sizes() == (1, 2)

@@ -191,12 +191,8 @@ def test_live_deliveries_are_timed_from_the_record_to_the_write() -> None:
     streams = [open_stream(sse)[0] for _ in range(3)]
     latency = metrics.histogram("sse.delivery.latency", "sse")
 
-    class Record:
-        def __init__(self, ts_ms: float) -> None:
-            self.timestamp = int(ts_ms)
-
-    base = now[0] * 1000.0
-    deliveries.begin([Record(base - 20), Record(base - 3)])
+    base = int(now[0] * 1000.0)
+    deliveries.begin([base - 20, base - 3])  # the batch's records' timestamps
     for s in streams[:2]:
         s.write(TWO_EVENTS)  # both records, to two streams
     streams[2].write(b"id:AQIABA==\ndata:b\n\n")  # a filter let one through

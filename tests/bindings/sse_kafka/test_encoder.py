@@ -7,7 +7,7 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ssekd.bindings.kafka.message import Headers, Message
+from ssekd.bindings.kafka.message import Headers, new_message
 from ssekd.bindings.sse_kafka.encoder import Filter, KafkaEventEncoder
 from ssekd.event_ids import ETAG_FORMAT, KEY_ETAG_FORMAT, KEY_TEXT_FORMAT, ProgressState
 from ssekd.spi.stream import EventBlock
@@ -20,16 +20,16 @@ def test_tombstone_vector() -> None:
     t = VECTORS["tombstone"]
     enc = KafkaEventEncoder("t")
     progress = ProgressState({0: 1, 1: 1})
-    wire = enc.encode([Message(0, 1, t["key_utf8"].encode(), None)], progress, None)
+    wire = enc.encode([new_message(0, 1, t["key_utf8"].encode(), None)], progress, None)
     assert wire.decode() == t["wire"]
 
 
 def test_etag_that_would_break_framing_is_left_out() -> None:
     enc = KafkaEventEncoder("t", id_format=KEY_ETAG_FORMAT)
-    m = Message(0, 0, b"k", b"v", (("etag", b'a"b'),))
+    m = new_message(0, 0, b"k", b"v", (("etag", b'a"b'),))
     out = enc.encode([m], ProgressState(), None).decode()
     assert json.loads(out.split("\n")[0][3:])[1].endswith('/a"b')
-    m = Message(0, 1, b"k", b"v", (("etag", b"a\nb"),))
+    m = new_message(0, 1, b"k", b"v", (("etag", b"a\nb"),))
     out = enc.encode([m], ProgressState(), None).decode()
     assert out.startswith('id:["aw==","AQIABA=="]\n')
 
@@ -50,7 +50,7 @@ def test_encoded_block_carries_its_event_count(records: list[tuple[int, int, byt
     blank lines (`EventBlock`): the two agree for every kind of record (plain, tombstone,
     several data lines, headers, etags), every id format, with and without filters, and the
     records the stream already passed are in neither."""
-    messages = [Message(p, o, k, v, h) for p, o, k, v, h in records]
+    messages = [new_message(p, o, k, v, h) for p, o, k, v, h in records]
     enc = KafkaEventEncoder("t", filters=(Filter(headers=(("h", b"v"),)), Filter(key=b"k"))
                             if filtered else (), id_format=fmt)
     out = enc.encode(messages, ProgressState({0: 100, 2: 5}), None)

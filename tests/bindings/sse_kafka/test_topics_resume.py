@@ -23,6 +23,7 @@ from twisted.internet.testing import MemoryReactorClock
 
 from ssekd.bindings.kafka.cache import CacheServer
 from ssekd.bindings.kafka.history import FetchResult
+from ssekd.bindings.kafka.message import OFFSET, PARTITION
 from ssekd.bindings.kafka.start import Start
 from ssekd.bindings.kafka.topic_log import CacheBounds
 from ssekd.bindings.sse_kafka.encoder import Filter, KafkaEventEncoder
@@ -232,7 +233,7 @@ def simulate(seed: int, partitions: dict[str, int], keys: int, max_messages: int
 
 def check(world: World) -> None:
     for i, c in enumerate(world.clients):
-        wanted = sorted((t, m.partition, m.offset) for t in c.topics
+        wanted = sorted((t, m[PARTITION], m[OFFSET]) for t in c.topics
                         for records in world.kafka.topics[t].records for m in records
                         if not c.filters or any(f.matches(m) for f in c.filters))
         got = c.got
