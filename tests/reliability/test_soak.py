@@ -20,7 +20,8 @@ still. Fewer events do not tell them apart (50,000 at 50 records/s: the same lea
 bytes an event, the kept list growing by reallocation and its pages touched late).
 
 The RSS is also sampled four times a second; the least-squares slope over the second half and
-the samples go to `bench/results/soak.json` for the long run's record.
+the samples go to `bench/results/test-soak.json` for the long run's record (the day-scale
+benchmark, `python -m bench.soak`, writes its own `soak.json` beside it).
 
 Default: 20 s at 100 clients x 100 events/s. `RELIABILITY_SECONDS=600`: 10 minutes at 1,000
 clients x 50 events/s.
@@ -138,7 +139,7 @@ def test_soak(daemons: list[Daemon], tmp_path: Path, kafka_broker: Broker) -> No
         "samples": [{"t": round(t, 2), "rss": rss, "fds": f} for t, rss, f in samples],
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "soak.json").write_text(json.dumps(result, indent=1))
+    (RESULTS / "test-soak.json").write_text(json.dumps(result, indent=1))
     print(f"\nsoak: {clients} clients x {rate}/s for {duration:.0f} s, {producer.total} records "
           f"each, none lost; RSS at rest {base / 2 ** 20:.2f} -> {after / 2 ** 20:.2f} MiB over "
           f"{delivered} events after the warm-up ({per_event:+.2f} bytes/event), slope "
