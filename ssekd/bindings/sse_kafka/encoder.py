@@ -144,18 +144,17 @@ class KafkaEventEncoder:
         advance = progress.advance
         whole = 0  # events appended whole, not in the five pieces of a plain one
         for m in records:
-            p = m[PARTITION]
+            p, offset, _key, value, headers, _ts, _seq, _size = m  # one step, no lookups
             pos = get(p)
-            if pos is not None and m[OFFSET] < pos:
+            if pos is not None and offset < pos:
                 continue  # already passed: never twice
-            value = m[VALUE]
-            if m[HEADERS] or value is None or LF in value or CR in value:
-                progress.set(p, m[OFFSET] + 1)
+            if headers or value is None or LF in value or CR in value:
+                progress.set(p, offset + 1)
                 append(self._event(m, progress))
                 whole += 1
                 continue
             append(ID)
-            append(advance(p, m[OFFSET] + 1))
+            append(advance(p, offset + 1))
             append(ID_DATA)
             append(value)
             append(END)
