@@ -169,6 +169,7 @@ class TopicLog:
         self.partial = False
         self.count = 0
         self.bytes = 0
+        #: The `seq` of the last record appended (records are numbered when made: message.py).
         self.seq = 0
         #: Every record in arrival order from index `_first` (`seq`s ascending; replaced
         #: records are among them until `_squeeze_arrival` drops them).
@@ -208,7 +209,7 @@ class TopicLog:
                 part = self.partition(p, m[OFFSET])
             elif m[OFFSET] < part.next:
                 continue
-            if m[SEQ] <= self.seq:  # made before the last one appended (tests, a re-fetch)
+            if m[SEQ] <= self.seq:  # made before the last one appended (a test, a late batch)
                 m = renumbered(m)
             self.seq = m[SEQ]
             part.records.append(m)
