@@ -309,6 +309,9 @@ COVERAGE: dict[str, str] = {
     "bindings.kafka/client.options.sasl.password": SASL,
     "bindings.kafka/client.options.max-history-reads":
         "reliability/test_slow_clients.py::test_history_reads_waiting_are_bounded_and_a_stream_waits_its_turn",
+    "bindings.kafka/client.options.stall-timeout":
+        "reliability/test_stalled_consumer.py::"
+        "test_a_consumer_whose_fetches_stopped_is_replaced_and_nothing_is_lost",
     "bindings.kafka/client.options.properties":
         "telemetry/test_kafka_metrics.py::test_consumer_lag_rises_while_behind_then_returns_to_zero",
     "vaults.*.type": f"{TLS}::test_seed_config_sni_and_alpn",

@@ -2,7 +2,7 @@
 answers only once every partition is ready).
 
 The real daemon reads the real broker through a proxy that tells every Kafka client partition 2
-has no leader (`tests.support.leaderless`). Once the cache's `partition-wait` (1 s here) has
+has no leader (`tests.support.kafka_proxy`). Once the cache's `partition-wait` (1 s here) has
 passed, the stream delivers partitions 0 and 1, then their live records, its ids listing only
 them; when the leader is back the stream gets partition 2 too; and a stream resumed from an id
 made while it was away gets all of partition 2 and nothing of the others twice.
@@ -19,7 +19,7 @@ from ssekd.dev.broker import free_port
 from ssekd.event_ids import parse_last_event_id
 from tests.support.broker import Kafka
 from tests.support.daemon import start_daemon
-from tests.support.leaderless import LeaderlessBroker, start_leaderless_broker
+from tests.support.kafka_proxy import LeaderlessBroker, start_leaderless_broker
 from tests.support.sse import SseClient
 from tests.support.streamd import write_config
 

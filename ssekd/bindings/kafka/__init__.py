@@ -20,10 +20,12 @@ cache_server options (docs/protocol.md, plus ssekd's cache bounds):
 
 client options: `servers`, `sasl`, and `properties`, librdkafka consumer properties passed as
 they are (e.g. `fetch.wait.max.ms: 10` for low latency against a broker that does not answer a
-waiting fetch early); `max-history-reads` (default 64) bounds the reads of old records waiting
-for the history consumer (a stream that finds them all taken asks again shortly). The producers
-of http-kafka writes (`producer`) take the same servers and security settings, plus
-`producer-properties`, and `max-inflight-bytes` bounds what waits for the broker.
+waiting fetch early); `stall-timeout` (default 30 s): a tail consumer whose partitions stop
+receiving the records the broker holds is replaced (`stall`); `max-history-reads` (default 64)
+bounds the reads of old records waiting for the history consumer (a stream that finds them all
+taken asks again shortly). The producers of http-kafka writes (`producer`) take the same servers
+and security settings, plus `producer-properties`, and `max-inflight-bytes` bounds what waits
+for the broker.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from ssekd.bindings.kafka.settings import (
     refused_producer_property,
     refused_property,
 )
+from ssekd.bindings.kafka.stall import DEFAULT_STALL_TIMEOUT
 from ssekd.bindings.kafka.subscription import DEFAULT_CATCH_UP_BYTES
 from ssekd.bindings.kafka.topic_log import CacheBounds
 from ssekd.catalogs.catalog import Catalog
@@ -180,7 +183,9 @@ def _build_client(ctx: BuildContext, binding: Binding) -> KafkaClient:
                                                              DEFAULT_MAX_HISTORY_READS)),
                               producer_properties=dict(opts.get("producer-properties", {})),
                               max_inflight_bytes=int(opts.get("max-inflight-bytes",
-                                                              DEFAULT_MAX_INFLIGHT_BYTES)))
+                                                              DEFAULT_MAX_INFLIGHT_BYTES)),
+                              stall_timeout=float(opts.get("stall-timeout",
+                                                           DEFAULT_STALL_TIMEOUT)))
     for option, check in (("properties", refused_property),
                           ("producer-properties", refused_producer_property)):
         refused = check(settings)
@@ -378,6 +383,15 @@ BINDING = BindingType("kafka", {
                                           "are (e.g. `fetch.wait.max.ms`). One librdkafka "
                                           "refuses (unknown, bad value, missing file) is a "
                                           "config error at start."},
+            "stall-timeout": {
+                "type": "number", "minimum": 1, "default": DEFAULT_STALL_TIMEOUT,
+                "x-ssekd-addition": True,
+                "description": "Seconds a partition may go without a record while the broker "
+                               "says it holds newer ones before the consumer that feeds the "
+                               "cache is replaced by a new one starting where it stood "
+                               "(`BINDING_KAFKA_CONSUMER_STALLED`): a connection whose fetches "
+                               "stopped bringing anything, with nothing failing. While it stays "
+                               "stuck the wait doubles, up to 10 minutes."},
             "max-history-reads": {"type": "integer", "minimum": 1,
                                   "default": DEFAULT_MAX_HISTORY_READS, "x-ssekd-addition": True,
                                   "description": "Reads of records older than a cache (one per "

@@ -14,6 +14,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 
 from ssekd.bindings.kafka.librdkafka import close_consumer
 from ssekd.bindings.kafka.producer import ACKS, DEFAULT_MAX_INFLIGHT_BYTES, PRODUCER_DEFAULTS
+from ssekd.bindings.kafka.stall import DEFAULT_STALL_TIMEOUT
 
 #: History reads queued or running at once, unless the client's options say otherwise.
 DEFAULT_MAX_HISTORY_READS = 64
@@ -40,6 +41,9 @@ class ClientSettings:
     producer_properties: Mapping[str, Any] = field(default_factory=dict)
     #: Bytes of produced records not yet acknowledged, at most (options.max-inflight-bytes).
     max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES
+    #: Seconds a partition with records waiting may go without one before the tail consumer
+    #: is replaced (options.stall-timeout, `ssekd.bindings.kafka.stall`).
+    stall_timeout: float = DEFAULT_STALL_TIMEOUT
 
     def consumer_config(self, group: str) -> dict[str, Any]:
         conf: dict[str, Any] = {

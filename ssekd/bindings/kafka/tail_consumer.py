@@ -12,6 +12,9 @@ While every broker is down, librdkafka itself tries again every `reconnect.backo
 as long as a consumer exists (metadata and coordinator requests start each try over, whatever
 its back-off says), so the tail consumer closes its consumer and makes a new one after a rest
 that doubles from `reconnect.backoff.ms` up to `reconnect.backoff.max.ms`.
+
+A consumer that stays connected but stops receiving records the broker has is replaced the same
+way (`stall.StallWatch`, the client's `stall-timeout`).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from ssekd.bindings.kafka.inbox import BATCH, Inbox, TopicSink
 from ssekd.bindings.kafka.librdkafka import LibrdkafkaLog, close_consumer
 from ssekd.bindings.kafka.message import OFFSET, PARTITION, Message, from_confluent_batch
 from ssekd.bindings.kafka.missing_topics import MissingTopics
+from ssekd.bindings.kafka.stall import StallWatch
 
 #: Seconds between measurements of the consumer lag (local calls only: no broker round trip).
 LAG_INTERVAL = 1.0
@@ -82,6 +86,7 @@ class TailConsumer(ConsumerThread):
         self._down_since = 0.0
         self._tries = 0
         self._conf: dict[str, Any] = {}
+        self._stall: StallWatch[tuple[str, int]] = StallWatch(client.settings.stall_timeout)
 
     @property
     def connected(self) -> bool | None:
@@ -173,6 +178,12 @@ class TailConsumer(ConsumerThread):
                     self._next_lag = time.monotonic() + LAG_INTERVAL
                     self.lag = self._measure_lag(consumer)
                     self._restart_lost(consumer)
+                if self._connected and self._stall.due() and self._stalled(consumer):
+                    close_consumer(consumer)
+                    consumer = Consumer(conf)
+                    self._assign_again(consumer)
+                    next_refresh = 0.0
+                    continue
                 first = consumer.poll(0.1)
                 if first is None:
                     continue
@@ -254,6 +265,31 @@ class TailConsumer(ConsumerThread):
                 self._lost.append(key)
             lag[key] = max(0, high - nxt)
         return lag
+
+    def _stalled(self, consumer: Any) -> bool:
+        """A look of the stall watch: whether a partition that has not moved since the look
+        before has records waiting at the broker (then the consumer is to be replaced, and the
+        event says so). Partitions the broker does not answer for are not judged."""
+        still = self._stall.still(self._next)
+        waiting: list[str] = []
+        for topic, p in still:
+            if topic not in self._follows:
+                continue
+            try:
+                _, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=2.0)
+            except KafkaException:
+                continue  # no leader, no answer: the cluster's state, reported elsewhere
+            at = self._next[(topic, p)]
+            if high > at:
+                waiting.append(f"{topic} partition {p} at {at} ({high - at} waiting)")
+        if not waiting:
+            self._stall.flowing()
+            return False
+        self.client.event("BINDING_KAFKA_CONSUMER_STALLED",
+                          f"{', '.join(waiting)}: no record for {self._stall.wait:.0f} s; a new "
+                          f"consumer takes over where this one stood")
+        self._stall.replaced()
+        return True
 
     def _restart_lost(self, consumer: Any) -> None:
         """Read again from its beginning each partition whose end fell below the offset the

@@ -1,16 +1,17 @@
-"""A partition whose leader is unavailable, as Kafka clients see it: the dev broker (tansu, one
-node, where no partition ever loses its leader) behind a proxy that reads the Kafka protocol and
-rewrites Metadata answers.
+"""The dev broker (tansu, one node) behind a proxy that reads the Kafka protocol, to show its
+clients what tansu never does by itself. The broker advertises the proxy's address, so every
+connection of every client goes through it (as `tests.support.outage` does).
 
-For the partitions in `Leaderless.partitions` each Metadata response says what a cluster whose
-leader for them is down says: error `LEADER_NOT_AVAILABLE` (5) and leader -1. A client then
-fetches nothing of them, and asks for metadata again until the leader is back; emptying the set
-brings it back. Everything else passes through unchanged. The broker advertises the proxy's
-address, so every connection of every client goes through it (as `tests.support.outage` does).
+- `Leaderless`: a partition whose leader is unavailable. For the partitions in
+  `Leaderless.partitions` each Metadata response says what a cluster whose leader for them is
+  down says: error `LEADER_NOT_AVAILABLE` (5) and leader -1. A client then fetches nothing of
+  them, and asks for metadata again until the leader is back; emptying the set brings it back.
+- `WedgedFetches`: a fetch path that stops for the connections open at `wedge()`: their Fetch
+  responses are dropped, every other answer still comes.
 
-Only what locating those fields needs is parsed: request headers (api key, version and
-correlation id) and Metadata responses, versions 1 to 12, flexible (9+) or not. The rewrite
-keeps every length, so the frame is patched in place.
+Only what that needs is parsed: request headers (api key, version and correlation id) and
+Metadata responses, versions 1 to 12, flexible (9+) or not. The rewrite keeps every length, so
+the frame is patched in place.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from pathlib import Path
 from ssekd.dev.broker import free_port
 from tests.support.broker import start_tansu, stop_tansu
 
+FETCH = 1
 METADATA = 3
 LEADER_NOT_AVAILABLE = 5
 
@@ -130,24 +132,37 @@ def leaderless_fields(body: bytes, version: int, partitions: set[tuple[str, int]
 
 
 @dataclass
-class Leaderless:
-    """Forwards 127.0.0.1:`port` to the broker at `target`, rewriting Metadata answers."""
+class _Connection:
+    """One client connection through a `KafkaProxy`."""
+
+    #: In the order the proxy accepted them.
+    serial: int
+    #: correlation id -> (api key, version) of the requests not answered yet
+    asked: dict[int, tuple[int, int]] = field(default_factory=dict)
+
+
+@dataclass
+class KafkaProxy:
+    """Forwards 127.0.0.1:`port` to the broker at `target` frame by frame, each response beside
+    the request it answers: `response` may rewrite or drop it (subclasses say how)."""
 
     target: int
     port: int = field(default_factory=free_port)
-    #: (topic, partition) whose leader the proxy says is unavailable.
-    partitions: set[tuple[str, int]] = field(default_factory=set)
-    #: Metadata responses rewritten so far.
-    rewritten: int = 0
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
         self._sockets: set[socket.socket] = set()
+        self._serial = 0
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._listener.bind(("127.0.0.1", self.port))
         self._listener.listen(128)
         threading.Thread(target=self._accept, daemon=True).start()
+
+    def response(self, connection: _Connection, key: int, version: int,
+                 frame: bytes) -> bytes | None:
+        """The frame to send the client for a response to request `key` (None: nothing)."""
+        return frame
 
     def close(self) -> None:
         self._listener.close()
@@ -169,10 +184,11 @@ class Leaderless:
             upstream.settimeout(None)
             with self._lock:
                 self._sockets.update((client, upstream))
-            asked: dict[int, int] = {}  # correlation id -> Metadata version, per connection
-            threading.Thread(target=self._requests, args=(client, upstream, asked),
+                self._serial += 1
+                connection = _Connection(self._serial)
+            threading.Thread(target=self._requests, args=(client, upstream, connection),
                              daemon=True).start()
-            threading.Thread(target=self._responses, args=(upstream, client, asked),
+            threading.Thread(target=self._responses, args=(upstream, client, connection),
                              daemon=True).start()
 
     def _frames(self, source: socket.socket) -> Iterator[bytes]:
@@ -188,12 +204,11 @@ class Leaderless:
             yield frame
 
     def _requests(self, source: socket.socket, sink: socket.socket,
-                  asked: dict[int, int]) -> None:
+                  connection: _Connection) -> None:
         try:
             for frame in self._frames(source):
                 key, version, correlation = struct.unpack_from(">hhi", frame, 4)
-                if key == METADATA:
-                    asked[correlation] = version
+                connection.asked[correlation] = (key, version)
                 sink.sendall(frame)
         except OSError:
             pass
@@ -201,20 +216,14 @@ class Leaderless:
             self._close(source, sink)
 
     def _responses(self, source: socket.socket, sink: socket.socket,
-                   asked: dict[int, int]) -> None:
+                   connection: _Connection) -> None:
         try:
             for frame in self._frames(source):
                 (correlation,) = struct.unpack_from(">i", frame, 4)
-                version = asked.pop(correlation, None)
-                if version is not None and self.partitions:
-                    patched = bytearray(frame)
-                    for error_at, leader_at in leaderless_fields(frame[4:], version,
-                                                                  set(self.partitions)):
-                        struct.pack_into(">h", patched, 4 + error_at, LEADER_NOT_AVAILABLE)
-                        struct.pack_into(">i", patched, 4 + leader_at, -1)
-                        self.rewritten += 1
-                    frame = bytes(patched)
-                sink.sendall(frame)
+                key, version = connection.asked.pop(correlation, (-1, -1))
+                out = self.response(connection, key, version, frame)
+                if out is not None:
+                    sink.sendall(out)
         except OSError:
             pass
         finally:
@@ -228,6 +237,53 @@ class Leaderless:
                 s.close()
             except OSError:
                 pass
+
+
+@dataclass
+class Leaderless(KafkaProxy):
+    """A `KafkaProxy` rewriting Metadata answers."""
+
+    #: (topic, partition) whose leader the proxy says is unavailable.
+    partitions: set[tuple[str, int]] = field(default_factory=set)
+    #: Metadata responses rewritten so far.
+    rewritten: int = 0
+
+    def response(self, connection: _Connection, key: int, version: int,
+                 frame: bytes) -> bytes | None:
+        if key != METADATA or not self.partitions:
+            return frame
+        patched = bytearray(frame)
+        for error_at, leader_at in leaderless_fields(frame[4:], version, set(self.partitions)):
+            struct.pack_into(">h", patched, 4 + error_at, LEADER_NOT_AVAILABLE)
+            struct.pack_into(">i", patched, 4 + leader_at, -1)
+            self.rewritten += 1
+        return bytes(patched)
+
+
+@dataclass
+class WedgedFetches(KafkaProxy):
+    """A `KafkaProxy` that can wedge the fetches of the connections open now: from `wedge()` on,
+    their Fetch responses are dropped while every other answer (metadata, offsets) still comes,
+    and connections opened later work. What a consumer sees of a broker whose fetch path stopped
+    for one connection: it stays connected, nothing fails, and no record comes."""
+
+    #: Fetch responses dropped so far.
+    dropped: int = 0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self._wedged_up_to = 0
+
+    def wedge(self) -> None:
+        with self._lock:
+            self._wedged_up_to = self._serial
+
+    def response(self, connection: _Connection, key: int, version: int,
+                 frame: bytes) -> bytes | None:
+        if key == FETCH and connection.serial <= self._wedged_up_to:
+            self.dropped += 1
+            return None
+        return frame
 
 
 @dataclass
@@ -251,3 +307,26 @@ def start_leaderless_broker(folder: Path) -> LeaderlessBroker:
     proxy = Leaderless(port)
     process, _ = start_tansu(folder, port, proxy.port)
     return LeaderlessBroker(process, proxy)
+
+
+@dataclass
+class WedgedBroker:
+    """A tansu its clients reach only through `proxy`, which can wedge their fetches."""
+
+    process: subprocess.Popen[bytes]
+    proxy: WedgedFetches
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.proxy.port}"
+
+    def stop(self) -> None:
+        self.proxy.close()
+        stop_tansu(self.process)
+
+
+def start_wedged_broker(folder: Path) -> WedgedBroker:
+    port = free_port()
+    proxy = WedgedFetches(port)
+    process, _ = start_tansu(folder, port, proxy.port)
+    return WedgedBroker(process, proxy)
