@@ -32,6 +32,7 @@ import random
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -40,6 +41,7 @@ from bench import filtered
 from bench.common import table, write_result
 from bench.fanout import rig as fanout
 from bench.jwt_guard import _jwk
+from tests.support import zilla_config as zc
 
 #: The day of Zilla #1340.
 DAY_EVENTS = 10_000_000
@@ -127,6 +129,22 @@ def scrape(port: int) -> dict[str, float]:
         if name in names:
             figures[names[name]] += float(line.rsplit(" ", 1)[1])
     return figures
+
+
+def with_daemon_fetch(template: Callable[[int, str, int], zc.Node]
+                      ) -> Callable[[int, str, int], zc.Node]:
+    """`template` with ssekd's own fetch settings instead of the other benches' 10 ms wait.
+
+    A day's steady load is what the development broker does not keep up with at 10 ms: it
+    answers such a fetch when the wait is over, before it has read the records, so it answers
+    it empty; a consumer set so receives almost nothing while a new consumer with the daemon's
+    default (100 ms) reads the same offsets at full speed (bench/README.md, "A day in an
+    hour"). A real Kafka answers as soon as it has records."""
+    def built(port: int, bootstrap: str, metrics_port: int) -> zc.Node:
+        config = template(port, bootstrap, metrics_port)
+        config["bindings"]["kafka_client"]["options"].pop("properties", None)
+        return config
+    return built
 
 
 def fds(rig: fanout.Rig) -> int:
@@ -316,7 +334,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         parser.error("--streams is at most --keys (one key per stream)")
     jwk = _jwk(ec.generate_private_key(ec.SECP256R1()), "ES256", "bench")
     workers = max(1, -(-streams // filtered.PER_WORKER))
-    rig = fanout.Rig(filtered.config(jwk), workers=workers)
+    rig = fanout.Rig(with_daemon_fetch(filtered.config(jwk)), workers=workers)
     try:
         result = soak(rig, streams, args.keys, events, minutes * 60, args.interval, args.settle)
     finally:
