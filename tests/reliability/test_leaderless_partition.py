@@ -19,7 +19,7 @@ from ssekd.dev.broker import free_port
 from ssekd.event_ids import parse_last_event_id
 from tests.support.broker import Kafka
 from tests.support.daemon import start_daemon
-from tests.support.kafka_proxy import LeaderlessBroker, start_leaderless_broker
+from tests.support.kafka_proxy import Leaderless, ProxiedBroker, start_proxied_broker
 from tests.support.sse import SseClient
 from tests.support.streamd import write_config
 
@@ -27,8 +27,8 @@ pytestmark = [pytest.mark.daemon, pytest.mark.timeout(120)]
 
 
 @pytest.fixture
-def broker(tmp_path: Path) -> Iterator[LeaderlessBroker]:
-    b = start_leaderless_broker(tmp_path)
+def broker(tmp_path: Path) -> Iterator[ProxiedBroker[Leaderless]]:
+    b = start_proxied_broker(tmp_path, Leaderless)
     yield b
     b.stop()
 
@@ -38,7 +38,7 @@ def _partition(data: str | None) -> int:
 
 
 def test_a_stream_does_not_wait_for_a_partition_without_a_leader(
-        broker: LeaderlessBroker, tmp_path: Path) -> None:
+        broker: ProxiedBroker[Leaderless], tmp_path: Path) -> None:
     kafka = Kafka(broker.bootstrap)
     topic = kafka.topic(3)
     for p in range(3):

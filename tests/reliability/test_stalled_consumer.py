@@ -22,21 +22,21 @@ from ssekd.dev.broker import free_port
 from tests.support import zilla_config as zc
 from tests.support.broker import Kafka
 from tests.support.daemon import start_daemon
-from tests.support.kafka_proxy import WedgedBroker, start_wedged_broker
+from tests.support.kafka_proxy import ProxiedBroker, WedgedFetches, start_proxied_broker
 from tests.support.sse import SseClient
 
 pytestmark = [pytest.mark.daemon, pytest.mark.timeout(120)]
 
 
 @pytest.fixture
-def broker(tmp_path: Path) -> Iterator[WedgedBroker]:
-    b = start_wedged_broker(tmp_path)
+def broker(tmp_path: Path) -> Iterator[ProxiedBroker[WedgedFetches]]:
+    b = start_proxied_broker(tmp_path, WedgedFetches)
     yield b
     b.stop()
 
 
 def test_a_consumer_whose_fetches_stopped_is_replaced_and_nothing_is_lost(
-        broker: WedgedBroker, tmp_path: Path) -> None:
+        broker: ProxiedBroker[WedgedFetches], tmp_path: Path) -> None:
     kafka = Kafka(broker.bootstrap)
     topic = kafka.topic(2)
     for i in range(4):

@@ -20,9 +20,10 @@ import socket
 import struct
 import subprocess
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Generic, TypeVar
 
 from ssekd.dev.broker import free_port
 from tests.support.broker import start_tansu, stop_tansu
@@ -286,12 +287,15 @@ class WedgedFetches(KafkaProxy):
         return frame
 
 
+P = TypeVar("P", bound=KafkaProxy)
+
+
 @dataclass
-class LeaderlessBroker:
+class ProxiedBroker(Generic[P]):
     """A tansu its clients reach only through `proxy` (its advertised address)."""
 
     process: subprocess.Popen[bytes]
-    proxy: Leaderless
+    proxy: P
 
     @property
     def bootstrap(self) -> str:
@@ -302,31 +306,9 @@ class LeaderlessBroker:
         stop_tansu(self.process)
 
 
-def start_leaderless_broker(folder: Path) -> LeaderlessBroker:
+def start_proxied_broker(folder: Path, proxy: Callable[[int], P]) -> ProxiedBroker[P]:
+    """A tansu behind `proxy(its port)`: `start_proxied_broker(tmp_path, Leaderless)`."""
     port = free_port()
-    proxy = Leaderless(port)
-    process, _ = start_tansu(folder, port, proxy.port)
-    return LeaderlessBroker(process, proxy)
-
-
-@dataclass
-class WedgedBroker:
-    """A tansu its clients reach only through `proxy`, which can wedge their fetches."""
-
-    process: subprocess.Popen[bytes]
-    proxy: WedgedFetches
-
-    @property
-    def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.proxy.port}"
-
-    def stop(self) -> None:
-        self.proxy.close()
-        stop_tansu(self.process)
-
-
-def start_wedged_broker(folder: Path) -> WedgedBroker:
-    port = free_port()
-    proxy = WedgedFetches(port)
-    process, _ = start_tansu(folder, port, proxy.port)
-    return WedgedBroker(process, proxy)
+    front = proxy(port)
+    process, _ = start_tansu(folder, port, front.port)
+    return ProxiedBroker(process, front)
