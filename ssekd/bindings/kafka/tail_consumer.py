@@ -275,10 +275,16 @@ class TailConsumer(ConsumerThread):
         for topic, p in still:
             if topic not in self._follows:
                 continue
+            tp = TopicPartition(topic, p)
             try:
-                _, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=2.0)
+                # the end the last fetch brought (right on tansu, whose answer to the query
+                # below is the start of its last batch plus one), or the broker's answer now
+                # (what a consumer whose fetches stopped coming back has no other way to learn)
+                _, high = consumer.get_watermark_offsets(tp, timeout=2.0)
+                _, fetched = consumer.get_watermark_offsets(tp, cached=True)
             except KafkaException:
                 continue  # no leader, no answer: the cluster's state, reported elsewhere
+            high = max(high, fetched if fetched is not None and fetched >= 0 else -1)
             at = self._next[(topic, p)]
             if high > at:
                 waiting.append(f"{topic} partition {p} at {at} ({high - at} waiting)")
