@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import functools
 import json
 import re
 from collections.abc import Mapping
@@ -171,24 +170,32 @@ def _b64url_bytes(raw: bytes) -> bytes:
     return binascii.b2a_base64(raw, newline=False).translate(_B64_TO_URLSAFE)
 
 
-@functools.lru_cache(maxsize=512)
-def _group_table(pre: bytes, post: bytes) -> list[bytes]:
-    """The base64url of `pre + low + post` (at most 3 bytes: one base64 group, padded when
-    short) for each of the 64 low varint groups of an offset that has more groups:
-    `low = ((offset % 64) << 1) | 0x80`, indexed by `offset % 64`. One base64 call for all.
+def _low_pairs() -> list[list[list[bytes]]]:
+    """The two base64url characters that depend on an offset's low varint group, for every
+    place that group can take in its 3-byte base64 group and every value of the bits of its
+    neighbours that share those characters: `[place][neighbour bits][offset % 64]`.
 
-    Kept for the next time: `post` is the start of the offset's higher groups, which cycle
-    through 128 values as the offset grows, so a partition read from its start needs the same
-    tables again every 8,192 offsets (512 tables: about 1.5 MB at most; never mutated)."""
-    n = len(pre) + 1 + len(post)
-    row = bytearray(pre + b"\0" + post + b"\0" * (3 - n))
-    rows = row * 64
-    rows[len(pre)::3] = range(0x80, 0x100, 2)
-    enc = _b64url_bytes(bytes(rows))
-    if n == 3:
-        return [enc[i:i + 4] for i in range(0, 256, 4)]
-    pad = b"=" * (3 - n)
-    return [enc[i:i + n + 1] + pad for i in range(0, 256, 4)]
+    The low group of an offset with more groups is `((offset % 64) << 1) | 0x80`. Base64 maps
+    bytes b0 b1 b2 to characters b0>>2, (b0&3)<<4|b1>>4, (b1&15)<<2|b2>>6, b2&63, so the low
+    group at place 0 (b0) decides characters 0-1 with the high 4 bits of b1; at place 1,
+    characters 1-2 with the low 2 bits of b0 and the high 2 bits of b2; at place 2, characters
+    2-3 with the low 4 bits of b1. 3 x 16 x 64 pairs, made once (one base64 call per row)."""
+    places: list[list[list[bytes]]] = []
+    for place in range(3):
+        rows = []
+        for bits in range(16):
+            raw = bytearray()
+            for low in range(0x80, 0x100, 2):
+                raw += (bytes((low, bits << 4, 0)) if place == 0 else
+                        bytes((bits >> 2, low, (bits & 3) << 6)) if place == 1 else
+                        bytes((0, bits, low)))
+            enc = _b64url_bytes(bytes(raw))
+            rows.append([enc[i + place:i + place + 2] for i in range(0, 256, 4)])
+        places.append(rows)
+    return places
+
+
+_LOW_PAIRS = _low_pairs()
 
 
 def _pair(partition: int, next_offset: int) -> bytes:
@@ -211,10 +218,11 @@ class ProgressState:
     partition changes or every 64 offsets.
 
     Those 64 offsets differ only in the low group's byte, and base64 turns each 3-byte group of
-    the token into 4 characters of its own: so the token is kept encoded too, as the characters
-    before the group holding that byte (`_before`), the 64 ways the group can read
-    (`_quads`, by offset modulo 64) and the characters after it (`_after`), all made in a few
-    C calls when the high groups change. A token is then two concatenations.
+    the token into 4 characters of its own, two of which depend on that byte: so the token is
+    kept encoded too, as the characters before those two (`_before`), the 64 ways they can read
+    (`_quads`, by offset modulo 64, a row of the table made at import) and the characters after
+    them (`_after`), made in three base64 calls when the high groups change. A token is then
+    two concatenations.
     """
 
     __slots__ = ("_after", "_before", "_chunks", "_high", "_hot", "_last", "_left", "_order",
@@ -314,16 +322,26 @@ class ProgressState:
 
     def _encode_high(self, high: int) -> None:
         """The hot partition's offset reached new high varint groups (`high`, the offset over
-        64): encode the token around its low group, `_before`, `_quads` and `_after`."""
+        64): encode the token around the two characters its low group decides: `_before`,
+        `_quads` (one of the shared `_LOW_PAIRS` rows) and `_after`."""
         self._high = high
         left = self._left
         tail = _uvarint(high) + self._right
         cut = len(left) - len(left) % 3
         pre = left[cut:]
         post = tail[:2 - len(pre)]
-        self._before = _b64url_bytes(left[:cut])
-        self._after = _b64url_bytes(tail[len(post):])
-        self._quads = _group_table(pre, post)
+        place = len(pre)
+        if place == 0:
+            bits = post[0] >> 4 if post else 0
+        elif place == 1:
+            bits = (pre[0] & 3) << 2 | (post[0] >> 6 if post else 0)
+        else:
+            bits = pre[1] & 15
+        # the group with any low group: the characters it does not decide, padded when short
+        group = _b64url_bytes(pre + b"\x80" + post)
+        self._before = _b64url_bytes(left[:cut]) + group[:place]
+        self._after = group[place + 2:] + _b64url_bytes(tail[len(post):])
+        self._quads = _LOW_PAIRS[place][bits]
 
     def _heat(self, partition: int, next_offset: int) -> None:
         """Make `partition` the hot one (adding it if new)."""
