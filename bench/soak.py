@@ -276,8 +276,36 @@ def soak(rig: fanout.Rig, streams: int, keys: int, events: int, seconds: float,
         "rss_mib_samples": [[round(t), round(b / 2**20, 1)] for t, b in rss],
         "rss_mib_first_last_after_full": [round(after[0][1] / 2**20, 1),
                                           round(after[-1][1] / 2**20, 1)] if after else None,
-        "passed": complete == streams and faults == 0 and not stopped,
+        "failed": (failed := verdict(streams, complete, faults, stopped, later)),
+        "passed": not failed,
     }
+
+
+#: The RSS slope over the second half of the samples taken once the cache is full, at most, for
+#: the memory to count as flat: 10 MiB an hour (a day's growth under half the RSS of the run).
+FLAT_MIB_PER_HOUR = 10.0
+
+
+def verdict(streams: int, complete: int, faults: int, stopped: list[float],
+            later_slope: float | None) -> list[str]:
+    """What the run failed (none: it passed): every stream ends with its key's last value and
+    nothing twice or out of order, no interval with writes went without a delivery, and the
+    memory stays flat once the cache is full (its slope over the second half of those samples;
+    too few samples to tell is a failure too)."""
+    failed = []
+    if complete != streams:
+        failed.append(f"{streams - complete:,} of {streams:,} streams did not end at their "
+                      f"key's last value")
+    if faults:
+        failed.append(f"{faults:,} events missing, twice or out of order")
+    if stopped:
+        failed.append(f"no delivery in the intervals ending at minutes {stopped}")
+    if later_slope is None:
+        failed.append("too few RSS samples after the cache was full to tell its slope")
+    elif later_slope > FLAT_MIB_PER_HOUR:
+        failed.append(f"RSS grew {later_slope:.1f} MiB/hour after the cache was full "
+                      f"(flat: at most {FLAT_MIB_PER_HOUR:.0f})")
+    return failed
 
 
 HEADER = ["min", "produced", "delivered", "faults", "coalesced", "p50 ms", "p99 ms", "RSS MiB",
@@ -309,7 +337,7 @@ def print_report(r: dict[str, Any]) -> None:
           f"slope {slope if slope is not None else 'n/a'} MiB/hour "
           f"({r['rss_samples_after_full']} samples), over their second half "
           f"{r['rss_slope_second_half_mib_per_hour']} MiB/hour")
-    print(f"verdict: {'PASS' if r['passed'] else 'FAIL'}")
+    print(f"verdict: {'PASS' if r['passed'] else 'FAIL: ' + '; '.join(r['failed'])}")
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
