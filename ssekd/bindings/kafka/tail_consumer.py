@@ -22,6 +22,7 @@ from __future__ import annotations
 import queue
 import time
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
 
 from confluent_kafka import (
@@ -41,6 +42,11 @@ from ssekd.bindings.kafka.librdkafka import LibrdkafkaLog, close_consumer
 from ssekd.bindings.kafka.message import OFFSET, PARTITION, Message, from_confluent_batch
 from ssekd.bindings.kafka.missing_topics import MissingTopics
 from ssekd.bindings.kafka.stall import StallWatch
+
+#: A record's partition and offset, for the loop over a batch that keeps the last offset of
+#: each partition (the loop in C: this thread holds the GIL the reactor needs).
+_partition = itemgetter(PARTITION)
+_offset = itemgetter(OFFSET)
 
 #: Seconds between measurements of the consumer lag (local calls only: no broker round trip).
 LAG_INTERVAL = 1.0
@@ -378,7 +384,7 @@ class TailConsumer(ConsumerThread):
             # a partition's records are in offset order: the last one of each sets its next
             # (unless a re-fetch brought records the cache already has)
             nxt = self._next
-            for p, last in {m[PARTITION]: m[OFFSET] for m in msgs}.items():
+            for p, last in dict(zip(map(_partition, msgs), map(_offset, msgs))).items():
                 if last >= nxt.get((topic, p), 0):
                     nxt[(topic, p)] = last + 1
             follow.inbox.put_records(reactor, msgs)
