@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from itertools import count
+from operator import itemgetter
 from typing import Any, Final
 
 from confluent_kafka import Message as KafkaRecord
@@ -38,6 +39,8 @@ SEQ: Final = 6
 SIZE: Final = 7
 
 _OVERHEAD = 120  # bytes of object overhead counted per message against the cache's byte bound
+#: The smallest `size` a record has (no key, value or headers).
+SMALLEST: Final = _OVERHEAD
 
 #: The next `seq`: one counter for the process (its `next` is one C call, safe from any thread
 #: under the GIL), so records made on different consumer threads still order by arrival.
@@ -120,9 +123,14 @@ def within_bytes(records: list[Message], max_bytes: int) -> list[Message]:
     """The first `records` whose sizes add up to `max_bytes`, but at least one: a catch-up step
     or a history read is bounded in bytes however small its records are, and never empty while
     there is a record to give."""
+    if len(records) <= 256 and sum(map(_size, records)) < max_bytes:
+        return records  # a few records that fit (a stream near the tail), summed in C
     total = 0
     for n, m in enumerate(records):
         total += m[SIZE]
         if total >= max_bytes:
             return records[:n + 1]
     return records
+
+
+_size = itemgetter(SIZE)

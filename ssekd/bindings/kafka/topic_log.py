@@ -32,6 +32,7 @@ from ssekd.bindings.kafka.message import (
     PARTITION,
     SEQ,
     SIZE,
+    SMALLEST,
     TIMESTAMP,
     Message,
     renumbered,
@@ -420,6 +421,8 @@ class TopicLog:
         everything = all(p in positions for p in self.partitions) and not self.compacted
         rewound = self._rewound_seq
         replaced = self.replaced
+        if max_bytes is not None:  # no more records than the bound could hold are copied
+            limit = min(limit, max_bytes // SMALLEST + 1)
         while True:
             i = bisect.bisect_left(arrival, cursor, lo=first, key=_seq)
             chunk = arrival[i:i + limit]
