@@ -2,10 +2,11 @@
 
 A record is an exact `tuple` of ints, bytes, None and a tuple of header pairs, read by index
 (`m[OFFSET]`). That is for the cyclic garbage collector: CPython stops tracking a tuple that
-holds only such values the first time the collector sees it, so a cache of a million records
-costs the collector nothing afterwards. As instances of a class they were all tracked, and every
-full collection walked each of them: about a fifth of a cold read's CPU, and a pause of half a
-second with a million records cached (bench/README.md, "What is left of the cold path").
+holds only such values the first time the collector sees it, so afterwards a cache of a million
+records costs a full collection only its lists (33 ms). As instances of a class they were all
+tracked, and every full collection walked each of them: about a fifth of a cold read's CPU, and
+pauses of 0.2 to 0.5 s with a million records cached (bench/README.md, "Cut since: records are
+plain tuples").
 
 What a record's place in the cache says beyond its fields (whether a newer record with the same
 key replaced it) is the cache's to know (`TopicLog.replaced`), not the record's.
