@@ -286,11 +286,14 @@ class TailConsumer(ConsumerThread):
                 # the end the last fetch brought (right on tansu, whose answer to the query
                 # below is the start of its last batch plus one), or the broker's answer now
                 # (what a consumer whose fetches stopped coming back has no other way to learn)
-                _, high = consumer.get_watermark_offsets(tp, timeout=2.0)
+                _, queried = consumer.get_watermark_offsets(tp, timeout=2.0)
                 _, fetched = consumer.get_watermark_offsets(tp, cached=True)
             except KafkaException:
                 continue  # no leader, no answer: the cluster's state, reported elsewhere
-            high = max(high, fetched if fetched is not None and fetched >= 0 else -1)
+            known = [h for h in (queried, fetched) if h is not None and h >= 0]
+            if not known:
+                continue
+            high = max(known)
             at = self._next[(topic, p)]
             if high > at:
                 waiting.append(f"{topic} partition {p} at {at} ({high - at} waiting)")
