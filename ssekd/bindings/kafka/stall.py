@@ -59,10 +59,6 @@ class StallWatch(Generic[K]):
         self._looked_at = self.clock()
         return out
 
-    def since(self) -> float:
-        """Seconds the partitions `still` found had been still, at least (the last wait)."""
-        return self.wait
-
     def replaced(self) -> None:
         """The consumer was replaced: the next look waits twice as long."""
         self.wait = min(self.wait * 2, self.longest)

@@ -126,8 +126,9 @@ class Replaced(dict[int, int]):
     ask `m[SEQ] in log.replaced`.
     """
 
-    def mark(self, seq: int, holders: int = 2) -> None:
-        self[seq] = holders
+    def mark(self, seq: int) -> None:
+        """The record `seq` was replaced; both lists hold it."""
+        self[seq] = 2
 
     def release(self, seq: int) -> None:
         """One of the lists dropped the replaced record `seq`."""
