@@ -305,25 +305,32 @@ bindings:
         ("send", "PUT", "/items/{id}", "Write a record to commands")]
 
 
-def test_a_route_reading_request_values_says_what_a_client_must_send(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """`${query.name}` and `${headers.name}` (ssekd additions): the document names them in
-    words (never `${...}`), the query parameters in the operation's http binding, and a topic
-    taken from the query is no literal topic (no model is looked up for it)."""
+def _example_with(folder: Path, with_block: str) -> Path:
+    """etc/zilla.yaml (and its schemas) copied into `folder`, its `/{topic}` route's
+    `with` replaced by `with_block`."""
     text = (ROOT / "etc" / "zilla.yaml").read_text()
     old = """        with:
           topic: ${params.topic}
 """
     assert old in text
-    shutil.copytree(ROOT / "etc" / "schemas", tmp_path / "schemas")
-    config = tmp_path / "zilla.yaml"
-    config.write_text(text.replace(old, """        with:
+    shutil.copytree(ROOT / "etc" / "schemas", folder / "schemas")
+    config = folder / "zilla.yaml"
+    config.write_text(text.replace(old, with_block))
+    return config
+
+
+def test_a_route_reading_request_values_says_what_a_client_must_send(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`${query.name}` and `${headers.name}` (ssekd additions): the document names them in
+    words (never `${...}`), the query parameters in the operation's http binding, and a topic
+    taken from the query is no literal topic (no model is looked up for it)."""
+    config = _example_with(tmp_path, """        with:
           topic: ${query.stream}
           filters:
             - key: ${headers.x-item}
               value:
                 /region: [eu, "${query.region}"]
-"""))
+""")
     doc = yaml.safe_load(_asyncapi(config, capsys)[0])
     assert problems(doc) == []
     [(key, events)] = doc["channels"].items()
@@ -343,17 +350,10 @@ def test_a_route_of_several_topics_says_how_events_name_their_topic(
     """A topic list (an ssekd addition): the channel names every topic (a path list as its
     parameter), says that the id carries every topic's progress, and how an event says its
     topic - its type, or a `topic:` field."""
-    text = (ROOT / "etc" / "zilla.yaml").read_text()
-    old = """        with:
-          topic: ${params.topic}
-"""
-    assert old in text
-    shutil.copytree(ROOT / "etc" / "schemas", tmp_path / "schemas")
-    config = tmp_path / "zilla.yaml"
-    config.write_text(text.replace(old, f"""        with:
+    config = _example_with(tmp_path, f"""        with:
           topic: [audit, "${{params.topic}}"]
           event: {{id: "${{etag}}", topic: {topic_as}}}
-"""))
+""")
     doc = yaml.safe_load(_asyncapi(config, capsys)[0])
     assert problems(doc) == []
     [(key, events)] = doc["channels"].items()
