@@ -27,6 +27,7 @@ from typing import Generic, TypeVar
 
 from ssekd.dev.broker import free_port
 from tests.support.broker import start_tansu, stop_tansu
+from tests.support.outage import forget_and_close
 
 FETCH = 1
 METADATA = 3
@@ -231,13 +232,7 @@ class KafkaProxy:
             self._close(source, sink)
 
     def _close(self, *sockets: socket.socket) -> None:
-        for s in sockets:
-            with self._lock:
-                self._sockets.discard(s)
-            try:
-                s.close()
-            except OSError:
-                pass
+        forget_and_close(self._lock, self._sockets, *sockets)
 
 
 @dataclass

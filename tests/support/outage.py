@@ -89,13 +89,20 @@ class TcpSwitch:
         except OSError:
             pass
         finally:
-            for s in (source, sink):
-                with self._lock:
-                    self._sockets.discard(s)
-                try:
-                    s.close()
-                except OSError:
-                    pass
+            forget_and_close(self._lock, self._sockets, source, sink)
+
+
+def forget_and_close(lock: threading.Lock, held: set[socket.socket],
+                     *sockets: socket.socket) -> None:
+    """Close the two sides of a relayed connection and take them out of `held` (a proxy's
+    open sockets, which it closes itself when it goes down)."""
+    for s in sockets:
+        with lock:
+            held.discard(s)
+        try:
+            s.close()
+        except OSError:
+            pass
 
 
 @dataclass
