@@ -3,7 +3,8 @@
 the daemon's real connection stack: thousands of cases in-process (the tcp binding's protocol on
 a `StringTransport`, the clock a `MemoryReactorClock`), then a sample over real sockets to a
 running daemon. Every case gets a well-formed answer or a clean close; nothing logs an error or
-a traceback, and no case holds the reactor thread for more than 100 ms.
+a traceback, and no case holds the reactor thread for more than 100 ms (of its CPU, the
+collector paused; a case over it is run again, twice at most, and the least counts).
 """
 
 from __future__ import annotations
@@ -84,20 +85,27 @@ def test_request_heads_in_process(tmp_path: Path) -> None:
     @fuzzing.examples(2000, 20000)
     @given(fuzzing.request_heads())
     def case(data: bytes) -> None:
-        peer = IPv4Address("TCP", "127.0.0.1", 40000)
-        proto = tcp.build_protocol(port, peer)
-        transport = StringTransport(hostAddress=IPv4Address("TCP", "127.0.0.1", port),
-                                    peerAddress=peer)
-        proto.makeConnection(transport)
-        started = time.thread_time()
-        proto.dataReceived(data)
-        cpu = time.thread_time() - started
+        opened: list[tuple[Any, StringTransport]] = []
+
+        def attempt() -> float:
+            """One fresh connection reads `data`; the CPU that took."""
+            peer = IPv4Address("TCP", "127.0.0.1", 40000)
+            proto = tcp.build_protocol(port, peer)
+            transport = StringTransport(hostAddress=IPv4Address("TCP", "127.0.0.1", port),
+                                        peerAddress=peer)
+            proto.makeConnection(transport)
+            opened.append((proto, transport))
+            return fuzzing.thread_cpu(lambda: proto.dataReceived(data))
+
+        cpu = fuzzing.least_cpu(attempt, STALL)
         if cpu > slowest[0]:
             slowest[:] = [cpu, data]
         assert cpu < STALL, f"{cpu * 1000:.0f} ms of reactor time for {data[:200]!r}"
         clock.advance(3)  # past the 2 s head deadline: an unfinished head gets its 408
-        answers[answer_kind(data, transport.value())] += 1
-        proto.connectionLost(Failure(ConnectionDone()))
+        for _, transport in opened:
+            answers[answer_kind(data, transport.value())] += 1
+        for proto, _ in opened:
+            proto.connectionLost(Failure(ConnectionDone()))
         clock.advance(60)  # whatever timers the request left behind run now
         assert not errors.errors, errors.errors[0]
 

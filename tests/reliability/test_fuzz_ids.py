@@ -7,7 +7,6 @@ more than 100 ms of CPU on one input would stall the reactor that calls it.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -35,12 +34,22 @@ STALL = 0.100
 
 
 def timed(fn: Callable[[], Any], what: object) -> Any:
-    started = time.thread_time()
-    try:
-        return fn()
-    finally:
-        cpu = time.thread_time() - started
-        assert cpu < STALL, f"{cpu * 1000:.0f} ms of CPU for {what!r}"
+    """`fn()` (its value, or what it raised), failing when it costs `STALL` of CPU every time
+    it is tried (see `fuzzing.least_cpu`)."""
+    outcome: list[Any] = []
+
+    def run() -> None:
+        try:
+            outcome[:] = [fn(), None]
+        except Exception as e:  # noqa: BLE001 - raised again below, after the CPU check
+            outcome[:] = [None, e]
+
+    cpu = fuzzing.least_cpu(lambda: fuzzing.thread_cpu(run), STALL)
+    assert cpu < STALL, f"{cpu * 1000:.0f} ms of CPU for {what!r}"
+    value, raised = outcome
+    if raised is not None:
+        raise raised
+    return value
 
 
 def test_last_event_ids() -> None:
