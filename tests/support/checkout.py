@@ -14,10 +14,11 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import socket
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+
+from ssekd.dev.broker import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 #: The ports the shipped configs and the README use.
@@ -25,17 +26,13 @@ FIXED_PORTS = (7114, 7143, 9092, 7180, 7115)
 
 
 def free_ports(count: int) -> list[int]:
-    """`count` different ports the OS says are free now (all held open until all are chosen)."""
-    held = []
-    try:
-        for _ in range(count):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            held.append(s)
-        return [s.getsockname()[1] for s in held]
-    finally:
-        for s in held:
-            s.close()
+    """`count` different ports free now (`free_port`'s, below the ephemeral range)."""
+    ports: list[int] = []
+    while len(ports) < count:
+        port = free_port()
+        if port not in ports:
+            ports.append(port)
+    return ports
 
 
 @dataclass(frozen=True)
