@@ -185,6 +185,22 @@ def channels(config: Config) -> list[Channel]:
     return result
 
 
+def readiness_urls(config: Config) -> list[str]:
+    """The readiness URL (`options.health` of an http server) on each plain port that has one:
+    what a balancer would ask before sending a client."""
+    urls: list[str] = []
+    for server in servers(config):
+        if server.secure:
+            continue
+        listener = config.bindings[server.binding]
+        for http in _http_servers(config, _tcp_exits(listener, server.port), False):
+            health = http.options.get("health")
+            if isinstance(health, Mapping):
+                urls.append(f"{server.url}{health.get('readiness', _HEALTH_PATHS[1])}")
+                break
+    return urls
+
+
 def _tcp_exits(b: Binding, port: int) -> list[str]:
     """Where a tcp server's connections on `port` can go: the first route for that port (and
     those after it while a route matches only some peers, by `cidr`), else its `exit`."""

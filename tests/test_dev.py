@@ -21,6 +21,7 @@ from ssekd.dev.broker import free_port, port_open, stop_process
 from ssekd.dev.launcher import (
     LINK_TOKEN_TTL,
     DaemonOutput,
+    answers_ready,
     bootstrap_topics,
     http_kafka_lines,
     key_url_guards,
@@ -94,6 +95,8 @@ def test_make_run_says_what_to_open_once_it_serves(clone: tuple[Path, Ports]) ->
         assert "(curl --cacert etc/tls/ca.pem)" in block
         assert "Ctrl-C stops ssekd, the development broker and the demo producer." in block
         assert out.index("BINDING_KAFKA_PARTITIONS_ASSIGNED events") < out.index(block)
+        # said once a client is served: what a balancer asks answers ready already
+        assert answers_ready(f"http://127.0.0.1:{ports[7114]}/health/ready")
         time.sleep(2)
         assert run.output().count("ssekd is serving") == 1, "said once"
     finally:
@@ -267,6 +270,16 @@ def test_make_run_with_the_flag_starts_one_where_nothing_listens(tmp_path: Path)
     broker_listened, said = run_dev(tmp_path, "--dev-broker")
     assert broker_listened, said
     assert "development broker (tansu) on 127.0.0.1:" in said
+
+
+def test_the_ready_block_waits_for_the_readiness_of_each_plain_port() -> None:
+    """Partitions assigned is not yet served: the block also waits for `/health/ready`, which
+    turns 200 once the bootstrap topics are loaded (on plain ports; TLS ones share the caches)."""
+    registry = discover()
+    config = load_config(ROOT / "etc" / "zilla.yaml", registry, environ={"KEYSTORE_PASSWORD": "x"})
+    assert asyncapi.readiness_urls(config) == ["http://localhost:7114/health/ready"]
+    del config.bindings["north_http_server"].options["health"]
+    assert asyncapi.readiness_urls(config) == []
 
 
 def test_the_ready_block_waits_for_the_guards_keys() -> None:

@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 from urllib.parse import quote, urlsplit
+from urllib.request import urlopen
 
 from ssekd import asyncapi
 from ssekd.config import ConfigError
@@ -315,11 +316,23 @@ class DaemonOutput:
             t.join(timeout)
 
 
+def answers_ready(url: str) -> bool:
+    """True when a GET of the readiness URL `url` answers 200."""
+    plain = url.replace("//localhost:", "//127.0.0.1:", 1)  # an http URL of our own config
+    try:
+        with urlopen(plain, timeout=1) as answer:  # noqa: S310
+            return bool(answer.status == 200)
+    except (OSError, ValueError):
+        return False  # 503 (an HTTPError) while loading, or not answering yet
+
+
 def wait_serving(process: subprocess.Popen[bytes], output: DaemonOutput,
-                 ports: Sequence[tuple[str, int]], timeout: float = READY_WAIT) -> bool:
+                 ports: Sequence[tuple[str, int]], readiness: Sequence[str] = (),
+                 timeout: float = READY_WAIT) -> bool:
     """Wait until the daemon accepts connections on every port, its bootstrap topics are
-    assigned (or Kafka is reported unreachable) and its guards have fetched their keys (or said
-    they could not), or `timeout` passed; False if it exited."""
+    assigned (or Kafka is reported unreachable), its guards have fetched their keys (or said
+    they could not) and its readiness URLs answer 200 (unless Kafka is unreachable: they will
+    not before it is back), or `timeout` passed; False if it exited."""
     deadline = time.monotonic() + timeout
     for host, port in ports:
         probe = "127.0.0.1" if host in ("0.0.0.0", "", "localhost") else host  # noqa: S104
@@ -336,6 +349,14 @@ def wait_serving(process: subprocess.Popen[bytes], output: DaemonOutput,
             return False
         output.changed.wait(0.1)
         output.changed.clear()
+    waiting = list(readiness)
+    while waiting and not output.kafka_unreachable and time.monotonic() < deadline:
+        if process.poll() is not None:
+            return False
+        waiting = [url for url in waiting if not answers_ready(url)]
+        if waiting:
+            output.changed.wait(0.2)
+            output.changed.clear()
     return process.poll() is None
 
 
@@ -443,7 +464,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         signal.signal(signal.SIGTERM, forward)
         signal.signal(signal.SIGINT, forward)
-        if wait_serving(daemon, output, ports) and not forwarded:
+        if wait_serving(daemon, output, ports, asyncapi.readiness_urls(config)) \
+                and not forwarded:
             output.print(ready_block(args.config, config, cas, links, started).text())
         status = daemon.wait()
         output.join()
