@@ -124,12 +124,15 @@ def assert_ran_on_the_workers(cluster: Cluster, event_log: Path) -> JobEvidence:
     print(f"{evidence.app_id}: tasks per executor {evidence.tasks}, "
           f"executors per worker {evidence.by_worker}")
     assert "driver" not in evidence.tasks
-    assert set(evidence.tasks) == set(evidence.executors) and len(evidence.tasks) == 2, \
-        "both executors ran tasks"
+    assert set(evidence.tasks) <= set(evidence.executors), "tasks ran on executors only"
     assert all(host == "127.0.0.1" and cores == 1 for host, cores in evidence.executors.values())
-    # The workers' own status pages: each ran one executor of this application.
-    assert sorted(len(ids) for ids in evidence.by_worker.values()) == [1, 1]
-    assert {i for ids in evidence.by_worker.values() for i in ids} == set(evidence.tasks)
+    # The workers' own status pages: each ran an executor of this application that ran tasks.
+    # (Not "exactly one each": on a loaded machine a worker may replace an executor that
+    # missed its heartbeats, and the job goes on with the new one.)
+    assert len(evidence.by_worker) == 2
+    assert all(set(ids) & set(evidence.tasks) for ids in evidence.by_worker.values()), \
+        "both workers ran tasks"
+    assert {i for ids in evidence.by_worker.values() for i in ids} == set(evidence.executors)
     return evidence
 
 
