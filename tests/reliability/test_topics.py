@@ -19,6 +19,7 @@ from twisted.internet.testing import MemoryReactorClock
 
 from ssekd.bindings.kafka.cache import CacheServer
 from ssekd.bindings.kafka.missing_topics import MissingTopics
+from ssekd.bindings.kafka.topic_names import InternalTopics
 from ssekd.bindings.sse.roles import StreamRequest, TryLater
 from ssekd.bindings.sse_kafka.proxy import RouteSubscription, SseKafkaProxy, SseKafkaRoute
 from ssekd.dev.broker import Broker, free_port
@@ -64,13 +65,13 @@ def _server(clock: MemoryReactorClock, **kw: Any) -> tuple[CacheServer, Client]:
     return server, client
 
 
-def _proxy(server: CacheServer, internal: frozenset[str] = frozenset()) -> SseKafkaProxy:
+def _proxy(server: CacheServer, internal: tuple[str, ...] = ()) -> SseKafkaProxy:
     routes = (
         SseKafkaRoute((Pattern.compile("/offsets"),), "cache", {"topic": "__consumer_offsets"}),
         SseKafkaRoute((Pattern.compile("/events/{topic}"),), "cache", None),
     )
     return SseKafkaProxy("sse_kafka", routes, {"cache": server}, EventLog("t"),  # type: ignore[dict-item]
-                         internal_topics=internal)
+                         internal_topics=InternalTopics.of(internal))
 
 
 def _open(proxy: SseKafkaProxy, path: str, sink: Any = None) -> Any:
@@ -81,10 +82,10 @@ def _open(proxy: SseKafkaProxy, path: str, sink: Any = None) -> Any:
 
 @pytest.mark.parametrize("topic", ["__consumer_offsets", "_schemas", "__transaction_state",
                                    "connect-configs", "connect-offsets", "connect-status",
-                                   "audit-log"])
+                                   "audit-log", "orders-changelog"])
 def test_internal_topics_from_the_path_are_404(topic: str) -> None:
     server, client = _server(MemoryReactorClock())
-    proxy = _proxy(server, internal=frozenset({"audit-log"}))
+    proxy = _proxy(server, internal=("audit-log", "*-changelog"))
     assert _open(proxy, f"/events/{topic}") == 404
     assert client.consumed == [], "nothing was consumed for it"
     assert any(f"{topic} is an internal topic" in line for line in proxy.events.recent)

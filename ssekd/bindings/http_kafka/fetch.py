@@ -36,7 +36,7 @@ from twisted.web import http
 from ssekd.bindings.http.roles import HttpContext
 from ssekd.bindings.http_kafka.exchange import Exchange
 from ssekd.bindings.http_kafka.headers import parse_prefer, progress_of, response_header
-from ssekd.bindings.http_kafka.produce import RETRY_AFTER_LOADING, Settings, topic_allowed
+from ssekd.bindings.http_kafka.produce import RETRY_AFTER_LOADING, Settings, topic_refused
 from ssekd.bindings.http_kafka.waits import KafkaExit, wait_for, when_loaded
 from ssekd.bindings.kafka.cache import SchemaUnavailable, TopicCache, TopicLimitReached
 from ssekd.bindings.kafka.message import HEADERS, KEY, PARTITION, SEQ, VALUE, Message, header
@@ -187,9 +187,9 @@ class Fetching:
             self.events.emit(self.binding, "BINDING_HTTP_KAFKA_NO_ROUTE", f"{path}: {e}")
             exchange.answer(http.NOT_FOUND)
             return
-        if not topic_allowed(topic, w.topic):
-            self.events.emit(self.binding, "BINDING_HTTP_KAFKA_NO_ROUTE",
-                             f"{path}: {topic!r} is not a topic a request may name")
+        refused = topic_refused(topic, w.topic, self.settings)
+        if refused is not None:
+            self.events.emit(self.binding, "BINDING_HTTP_KAFKA_NO_ROUTE", f"{path}: {refused}")
             exchange.answer(http.NOT_FOUND)
             return
         prefer = parse_prefer(request.requestHeaders.getRawHeaders(b"prefer"))

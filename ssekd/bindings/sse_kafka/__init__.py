@@ -5,7 +5,7 @@ or `["${base64(key)}","${etag}"]`. `topic` may be a list (several topics on one 
 addition: `ssekd.bindings.sse_kafka.topics`), with `event.topic` saying how events name theirs.
 Query parameter `since` (epoch ms or ISO-8601) starts a stream at a time when it has no last
 event id. Option `internal-topics` adds names a topic
-taken from the request may not be (besides those starting with `_` and Kafka Connect's).
+taken from the request may not be (`ssekd.bindings.kafka.topic_names`, shared with http-kafka).
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from typing import Any
 
 from ssekd.bindings._schemas import PATH_WHEN
 from ssekd.bindings.kafka.roles import KafkaCache
+from ssekd.bindings.kafka.topic_names import INTERNAL_TOPICS_OPTION, InternalTopics, is_topic_name
 from ssekd.bindings.sse.roles import StreamSource
 from ssekd.bindings.sse_kafka.proxy import (
     DEFAULT_TOPIC,
-    TOPIC_NAME,
     Cache,
     SseKafkaProxy,
     SseKafkaRoute,
@@ -62,7 +62,7 @@ def topic_list_problems(with_: Mapping[str, Any] | None
         if name in seen:
             out.append((("topic",), f"topic {name!r} listed twice"))
         seen.add(name)
-        if not TOPIC_NAME.fullmatch(name):
+        if not is_topic_name(name):
             out.append((("topic",), f"{name!r} is not a topic name ([A-Za-z0-9._-], 1-249 "
                         "characters)"))
     if event.get("id", ETAG_ID) != ETAG_ID:
@@ -97,7 +97,7 @@ def _build(ctx: BuildContext, binding: Binding) -> SseKafkaProxy:
     caches = {name: ctx.exit(name, Cache) for name in binding.exits}
     guards = {g: ctx.guard(g) for r in binding.routes for g in r.guarded}
     return SseKafkaProxy(binding.name, tuple(routes), caches, ctx.events, guards,
-                         frozenset(str(t) for t in binding.options.get("internal-topics", ())),
+                         InternalTopics.of(binding.options.get("internal-topics", ())),
                          ctx.metrics)
 
 
@@ -112,14 +112,7 @@ BINDING = BindingType("sse-kafka", {
                                 "filters and id format, and its exit (a kafka cache) feeds the "
                                 "stream. No match, or a topic name Kafka would refuse, is `404`.",
                  "properties": {
-            "internal-topics": {
-                "type": "array", "items": {"type": "string", "minLength": 1},
-                "x-ssekd-addition": True,
-                "x-ssekd-default": "none beyond the built-in ones",
-                "description": "More topics that are the cluster's own: a topic taken from the "
-                               "request (`${params...}` in `with.topic`) may not be one of "
-                               "these, or start with `_`, or be Kafka Connect's; it is `404` "
-                               "unless a route names it literally."},
+            "internal-topics": INTERNAL_TOPICS_OPTION,
         }},
         with_={"type": "object", "additionalProperties": False, "required": ["topic"],
                "default": {"topic": DEFAULT_TOPIC},

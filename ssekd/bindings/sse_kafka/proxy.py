@@ -9,9 +9,8 @@ every listed role: none is 401, an invalid token or a missing role 403, a guard 
 check tokens yet `TryLater`.
 
 A topic that comes from the request (a `${...}` in `with.topic`) must not be one of the cluster's
-internal topics - names starting with `_` (`__consumer_offsets`, `_schemas`), Kafka Connect's
-`connect-configs`/`-offsets`/`-status`, and the binding's `internal-topics`: those are 404 unless
-a route names them literally, so a `/{topic}` route cannot be used to read them. A cache that
+internal topics (`ssekd.bindings.kafka.topic_names`, the rule http-kafka applies too): those are
+404 unless a route names them literally, so a `/{topic}` route cannot be used to read them. A cache that
 follows as many topics as it may answers `TryLater` (a 200 that ends, so browsers come back),
 and so does a topic whose model's schema its catalog has not given yet (a registry that is down).
 """
@@ -19,7 +18,6 @@ and so does a topic whose model's schema its catalog has not given yet (a regist
 from __future__ import annotations
 
 import dataclasses
-import re
 import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -31,6 +29,8 @@ from ssekd.bindings.kafka.cache import SchemaUnavailable, TopicCache, TopicLimit
 from ssekd.bindings.kafka.roles import KafkaCache
 from ssekd.bindings.kafka.start import Start
 from ssekd.bindings.kafka.subscription import Subscription
+from ssekd.bindings.kafka.topic_names import InternalTopics
+from ssekd.bindings.kafka.topic_names import refusal as topic_refusal
 from ssekd.bindings.kafka.value_path import ValuePath, canonical
 from ssekd.bindings.sse.roles import StreamRequest, TryLater, refuse_unauthorized
 from ssekd.bindings.sse_kafka.encoder import Filter, KafkaEventEncoder
@@ -48,22 +48,8 @@ from ssekd.spi.stream import EventSink
 from ssekd.telemetry.events import EventLog
 from ssekd.telemetry.metrics import Counter, Gauge, Metrics
 
-#: Kafka's own rule for topic names; anything else from a path is a 404, not a consumer.
-#: Matched with `fullmatch`: `$` would also match before a final newline, and `topic%0A` (or an
-#: identity `alice\n`) would pass as a topic name and past the internal-topic check.
-TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
-
-
 #: The topic of a route without `with`: what its path captured as `{topic}`.
 DEFAULT_TOPIC = "${params.topic}"
-
-#: Kafka Connect's own topics (its default names), internal like those starting with `_`.
-CONNECT_TOPICS = ("connect-configs", "connect-offsets", "connect-status")
-
-
-def internal(topic: str, extra: frozenset[str] = frozenset()) -> bool:
-    """Whether `topic` is the cluster's own (offsets, schemas, Connect state), not an app's."""
-    return topic.startswith("_") or topic in CONNECT_TOPICS or topic in extra
 
 
 def _request_values_first(header: tuple[str, Any]) -> tuple[bool, str]:
@@ -188,7 +174,7 @@ class SseKafkaProxy:
     def __init__(self, name: str, routes: tuple[SseKafkaRoute, ...],
                  caches: Mapping[str, Cache], events: EventLog,
                  guards: Mapping[str, Guard] | None = None,
-                 internal_topics: frozenset[str] = frozenset(),
+                 internal_topics: InternalTopics = InternalTopics(),
                  metrics: Metrics | None = None) -> None:
         self.name = name
         self.routes = routes
@@ -196,7 +182,7 @@ class SseKafkaProxy:
         self.events = events
         #: The guards routes name in `guarded`, to report the refusals decided here.
         self.guards = dict(guards or {})
-        #: Names internal beyond `internal`'s own (options.internal-topics).
+        #: The cluster's own topics, built-in and `options.internal-topics`.
         self.internal_topics = internal_topics
         self.metrics = metrics or Metrics()
         #: id(route) -> its streams-open gauge (routes hold dicts: not hashable themselves)
@@ -254,13 +240,10 @@ class SseKafkaProxy:
             self.events.emit(self.name, "BINDING_SSE_KAFKA_NO_ROUTE", f"{request.describe}: {e}")
             return 404
         for topic, from_request in topics.items():
-            if not TOPIC_NAME.fullmatch(topic):
+            why = topic_refusal(topic, from_request, self.internal_topics)
+            if why is not None:
                 self.events.emit(self.name, "BINDING_SSE_KAFKA_NO_ROUTE",
-                                 f"{request.describe}: not a topic name")
-                return 404
-            if from_request and internal(topic, self.internal_topics):
-                self.events.emit(self.name, "BINDING_SSE_KAFKA_NO_ROUTE",
-                                 f"{request.describe}: {topic} is an internal topic")
+                                 f"{request.describe}: {why}")
                 return 404
         if len(topics) > MAX_STREAM_TOPICS:
             self.events.emit(self.name, "BINDING_SSE_KAFKA_TOO_MANY_TOPICS",
