@@ -269,6 +269,11 @@ class Authorization:
         """The query parameters any guard reads a token from: never logged, never relayed."""
         return frozenset(n for c in self.credentials.values() for n, _ in c.query)
 
+    @property
+    def header_names(self) -> frozenset[str]:
+        """The request headers (lower case) any guard reads a token from."""
+        return frozenset(n.lower() for c in self.credentials.values() for n, _ in c.headers)
+
     def redact(self, path: str) -> str:
         """`path` fit for a log line (`ssekd.telemetry.redact`): the values of credential query
         parameters and anything shaped like a JWT hidden - a token must never reach a log."""

@@ -32,6 +32,8 @@ class HttpContext:
     #: The query parameters the http binding's `authorization` reads tokens from: whatever a
     #: route says, their values are never passed on (an upstream URL) nor logged.
     credential_query: frozenset[str] = frozenset()
+    #: The request headers (lower case) it reads tokens from: never copied into a record.
+    credential_headers: frozenset[str] = frozenset()
 
     def identities(self) -> dict[str, str]:
         """guard name -> identity, for the guards whose session names one."""

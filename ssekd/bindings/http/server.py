@@ -171,6 +171,7 @@ class HttpRoot(Resource):
         ctx = HttpContext(binding=self.name)
         if self.authorization is not None:
             ctx.credential_query = self.authorization.query_names
+            ctx.credential_headers = self.authorization.header_names
         for guard, verdict in verdicts.items():
             if isinstance(verdict, Refusal):
                 ctx.refusals[guard] = verdict

@@ -12,7 +12,8 @@ Routes `when: [{method, path}]` with `with.capability`:
   `Prefer: wait=N` (`fetch.Fetching`).
 
 Options: Zilla's `idempotency.header` and `correlation.headers` (`reply-to`, `correlation-id`),
-and ssekd's `max-wait`, `ack-timeout` and `idempotency.window`.
+and ssekd's `max-wait`, `ack-timeout`, `idempotency.window` and `internal-topics` (the topics a
+name taken from the request may not be: `ssekd.bindings.kafka.topic_names`, as for sse-kafka).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 
 from ssekd.bindings.http.roles import HttpBinding
 from ssekd.bindings.http_kafka.fetch import Fetching, FetchWith
+from ssekd.bindings.http_kafka.headers import HeaderCopy
 from ssekd.bindings.http_kafka.produce import (
     ProduceWith,
     Producing,
@@ -33,6 +35,7 @@ from ssekd.bindings.http_kafka.replay import DEFAULT_WINDOW, Replays
 from ssekd.bindings.http_kafka.waits import KafkaExit
 from ssekd.bindings.kafka.producer import ACKS, DEFAULT_ACKS
 from ssekd.bindings.kafka.roles import KafkaCache
+from ssekd.bindings.kafka.topic_names import INTERNAL_TOPICS_OPTION, InternalTopics
 from ssekd.config.errors import ConfigError, ConfigIssue
 from ssekd.config.model import Binding
 from ssekd.patterns import Pattern, reference_problems
@@ -48,7 +51,7 @@ DEFAULT_ACK_TIMEOUT = 10.0
 
 #: `with` keys of each capability (the schema lists them all; `_build` refuses a mix).
 PRODUCE_KEYS = frozenset({"capability", "topic", "acks", "key", "overrides", "reply-to",
-                          "correlation-id", "async"})
+                          "correlation-id", "async", "request-headers"})
 FETCH_KEYS = frozenset({"capability", "topic", "filters", "merge"})
 
 
@@ -61,6 +64,7 @@ def _settings(options: Mapping[str, Any]) -> Settings:
         correlation_header=str(headers.get("correlation-id", DEFAULT_CORRELATION_HEADER)),
         max_wait=float(options.get("max-wait", DEFAULT_MAX_WAIT)),
         ack_timeout=float(options.get("ack-timeout", DEFAULT_ACK_TIMEOUT)),
+        internal_topics=InternalTopics.of(options.get("internal-topics", ())),
     )
 
 
@@ -96,13 +100,21 @@ def _route_with(binding: Binding, i: int, w: Mapping[str, Any], settings: Settin
         issues.append(ctx.issue(base + ("async",),
                                 "`async` needs `reply-to`: the answer a client polls for is "
                                 "the reply on that topic"))
+    overrides = tuple((str(n), str(v)) for n, v in (w.get("overrides") or {}).items())
+    correlation_header = str(w.get("correlation-id", settings.correlation_header))
+    copying = w.get("request-headers") or {}
+    rule = HeaderCopy.for_route(
+        "reply-to" in w, None if "copy" not in copying else [str(n) for n in copying["copy"]],
+        [str(n) for n in copying.get("never", ())],
+        [*(n for n, _ in overrides), settings.reply_to_header, correlation_header])
     return ProduceWith(
         topic=str(w["topic"]), acks=str(w.get("acks", DEFAULT_ACKS)),
         key=None if "key" not in w else str(w["key"]),
-        overrides=tuple((str(n), str(v)) for n, v in (w.get("overrides") or {}).items()),
+        overrides=overrides,
         reply_to=None if "reply-to" not in w else str(w["reply-to"]),
         async_headers=async_headers,
-        correlation_header=str(w.get("correlation-id", settings.correlation_header)),
+        correlation_header=correlation_header,
+        headers=rule,
         locations=tuple(location_pattern(v) for _, v in async_headers
                         if "${correlationId}" in v))
 
@@ -168,6 +180,8 @@ def produced_topics(binding: Binding) -> list[tuple[str, str | None]]:
 
 
 _HEADERS = {"type": "object", "additionalProperties": {"type": "string"}}
+_HEADER_NAME = {"type": "string", "pattern": "^:?[!#$%&'*+.^_`|~0-9A-Za-z-]+$",
+                "x-expected": "a header name"}
 
 OPTIONS = {
     "type": "object", "additionalProperties": False,
@@ -224,6 +238,7 @@ OPTIONS = {
                                        "with `Retry-After`. The write is not taken back: the "
                                        "same request again (same idempotency key) waits for "
                                        "it instead of writing twice. At most `max-wait`."},
+        "internal-topics": INTERNAL_TOPICS_OPTION,
     },
 }
 
@@ -252,7 +267,29 @@ WITH = {
         "key": {"type": "string", "x-ssekd-default": "no key",
                 "description": "produce: the record's key."},
         "overrides": {**_HEADERS, "x-ssekd-default": "none",
-                      "description": "produce: Kafka headers added after the request's own."},
+                      "description": "produce: Kafka headers added after the request's own. "
+                                     "A request header of the same name is never copied, so "
+                                     "a client cannot pre-empt an override (an identity)."},
+        "request-headers": {
+            "type": "object", "additionalProperties": False, "x-ssekd-addition": True,
+            "x-ssekd-default": "Zilla's: every header with `reply-to`, `content-type` without",
+            "description": "produce: which request headers the record carries. Never, "
+                           "whatever is listed: the connection's own headers, credentials "
+                           "(`authorization`, `cookie`, the headers the http binding's "
+                           "`authorization` reads), the overrides' names, the reply-to and "
+                           "correlation-id headers and `zilla:` names. `if-match` always "
+                           "goes, carrying its etag.",
+            "properties": {
+                "copy": {"type": "array", "items": _HEADER_NAME,
+                         "description": "Copy these headers only (pseudo-headers such as "
+                                        "`:path` included). By default a route with "
+                                        "`reply-to` copies `:method`, `:scheme`, "
+                                        "`:authority`, `:path` and every header but those "
+                                        "whose names say they hold a secret (`x-api-key`, "
+                                        "`*token*`, `*auth*`, `*session*`, ...); one without "
+                                        "copies `content-type`."},
+                "never": {"type": "array", "items": _HEADER_NAME,
+                          "description": "Headers never to copy."}}},
         "reply-to": {"type": "string", "minLength": 1, "x-ssekd-default": "no reply (`204`)",
                      "description": "produce: the topic the answer comes from: the first "
                                     "record there with the same correlation id; its `:status` "

@@ -6,14 +6,22 @@
   etag goes to Kafka (as the header `if-match`). Zilla silently drops a value without `/` or
   one in quotes; ssekd refuses it (`IfMatchRefused` -> `400`), since a write its client believes
   conditional must not go out unconditional.
-- The Kafka headers of a write: the request's pseudo-headers (`:method`, `:scheme`,
-  `:authority`, `:path`), then its headers in the order they came, as Zilla copies them, except
-  `content-length` and `prefer` (Zilla's exceptions), the hop-by-hop ones HTTP/1.1 uses for the
-  connection (`connection`, `keep-alive`, `transfer-encoding`, `te`, `upgrade`, `expect`,
-  `proxy-connection`, `host` - it is `:authority` already) and - ssekd goes further -
-  credentials (`authorization`, `proxy-authorization`, `cookie`, and in `:path` the query
-  parameters the http binding reads tokens from): a token must not be copied into a topic every
-  consumer reads. A route's `overrides` can forward the identity instead.
+- The Kafka headers of a write (`HeaderCopy`): what Zilla copies - on a route with `reply-to`
+  the request's pseudo-headers (`:method`, `:scheme`, `:authority`, `:path`) then its headers in
+  the order they came, but `content-length` and `prefer`; on a route without one only
+  `content-type` - unless the route's `request-headers.copy` lists the names to copy. Whatever a
+  route lists, these are never copied: the headers HTTP/1.1 uses for the connection
+  (`connection`, `keep-alive`, `transfer-encoding`, `te`, `upgrade`, `expect`,
+  `proxy-connection`, `host` - it is `:authority` already); credentials (`authorization`,
+  `proxy-authorization`, `cookie`, every header the http binding's `authorization` reads a token
+  from, and in `:path` the query parameters it reads tokens from): a token must not be copied
+  into a topic every consumer reads; the names the record carries from elsewhere - the route's
+  `overrides` (an identity a client must not pre-empt with a header of the same name), the
+  reply-to and correlation-id headers, and any `zilla:` name; and the route's
+  `request-headers.never`. Copying every header, a route also leaves out names that say they
+  carry a secret (`x-api-key`, `x-auth-token`, `x-session-id`, ...: `CREDENTIAL_HINT`) unless
+  its `copy` list names them. `if-match` carries only its etag, on every route: a condition is
+  never dropped.
 - The correlation id: `<idempotency key>-<md5 hex>` of the key, each forwarded header's name and
   value, the reply-to and override headers, and the body, in that order (Zilla's derivation,
   checked against its protocol scripts in tests/data/http-kafka-correlation.json): a client that
@@ -30,13 +38,20 @@ from urllib.parse import unquote_plus
 
 from twisted.web.server import Request
 
-#: Request headers never copied to Kafka (see the module docstring).
-NOT_FORWARDED = frozenset({
+#: Request headers never copied to Kafka, whatever a route lists (see the module docstring).
+NEVER_COPIED = frozenset({
     "content-length", "prefer",
     "connection", "keep-alive", "transfer-encoding", "te", "upgrade", "expect",
     "proxy-connection", "host", "http2-settings",
     "authorization", "proxy-authorization", "cookie",
 })
+#: The pseudo-headers a route with a reply copies first, in this order (Zilla's).
+PSEUDO_HEADERS = (":method", ":scheme", ":authority", ":path")
+#: What in a header's name says it carries a secret: left out when a route copies every header.
+CREDENTIAL_HINT = re.compile(
+    r"auth|token|secret|passw|api-?key|cookie|session|credential|signature|csrf|xsrf")
+#: The prefix of the headers Zilla's bindings write themselves (`zilla:correlation-id`, ...).
+RESERVED_PREFIX = "zilla:"
 
 _PREFER_WAIT = re.compile(r"^wait\s*=\s*([0-9]{1,9})$", re.IGNORECASE)
 _IF_MATCH = re.compile(r"^(?P<progress>[A-Za-z0-9\-_=]+)(?:/(?P<etag>.*))?$", re.DOTALL)
@@ -96,21 +111,56 @@ def progress_of(value: str) -> str | None:
     return None if m is None else m.group("progress")
 
 
-def forwarded(request: Request, pseudo: Sequence[tuple[str, str]],
-              if_match: str | None) -> list[tuple[str, bytes]]:
-    """The Kafka headers a request's own headers make: `pseudo` (`:method` ... `:path`), then
-    each header and each of its values in the order they came, but those `NOT_FORWARDED`, with
-    `if-match` carrying only its etag."""
-    out = [(name, value.encode("latin-1")) for name, value in pseudo]
+@dataclass(frozen=True)
+class HeaderCopy:
+    """Which request headers a produce route copies into its record (module docstring)."""
+
+    #: The names copied (pseudo-headers included), or None: every one (a route with a reply).
+    copy: frozenset[str] | None
+    #: Names never copied besides `NEVER_COPIED`: the route's overrides, the reply-to and
+    #: correlation-id headers, and its `request-headers.never`.
+    never: frozenset[str] = frozenset()
+
+    @classmethod
+    def for_route(cls, reply: bool, copy: Iterable[str] | None, never: Iterable[str],
+                  written: Iterable[str]) -> HeaderCopy:
+        """A route's rule: Zilla's default (every header with a reply, `content-type`
+        without), or the names its `copy` lists; never `never`, nor the names the record gets
+        from elsewhere (`written`: overrides, reply-to, correlation id)."""
+        listed = None if copy is None else frozenset(n.lower() for n in copy)
+        default = None if reply else frozenset({"content-type"})
+        return cls(default if listed is None else listed,
+                   frozenset(n.lower() for n in (*never, *written)))
+
+    def takes(self, name: str, credential_headers: Collection[str] = ()) -> bool:
+        """Whether the request header `name` (lower case) is copied."""
+        if (name in NEVER_COPIED or name in self.never or name in credential_headers
+                or name.startswith(RESERVED_PREFIX)):
+            return False
+        if self.copy is None:
+            return not CREDENTIAL_HINT.search(name)
+        return name in self.copy
+
+
+def forwarded(request: Request, pseudo: Sequence[tuple[str, str]], if_match: str | None,
+              rule: HeaderCopy, credential_headers: Collection[str] = ()
+              ) -> list[tuple[str, bytes]]:
+    """The Kafka headers a request's own headers make under `rule`: the pseudo-headers it
+    takes (`:method` ... `:path`), then each header and each of its values in the order they
+    came, with `if-match` (always) carrying only its etag. `credential_headers`: the headers
+    the http binding reads tokens from."""
+    out = [(name, value.encode("latin-1")) for name, value in pseudo
+           if rule.copy is None or name in rule.copy]
     for raw_name, values in request.requestHeaders.getAllRawHeaders():
         name = raw_name.decode("latin-1").lower()
-        if name in NOT_FORWARDED or name.startswith(":"):
+        if name.startswith(":"):
             continue
         if name == "if-match":
             if if_match is not None:
                 out.append((name, if_match.encode("utf-8")))
             continue
-        out.extend((name, v) for v in values)
+        if rule.takes(name, credential_headers):
+            out.extend((name, v) for v in values)
     return out
 
 

@@ -39,6 +39,7 @@ from twisted.web import http
 from ssekd.bindings.http.roles import HttpContext
 from ssekd.bindings.http_kafka.exchange import Exchange
 from ssekd.bindings.http_kafka.headers import (
+    HeaderCopy,
     IfMatchRefused,
     Prefer,
     correlation_id,
@@ -53,11 +54,11 @@ from ssekd.bindings.http_kafka.waits import KafkaExit, Replies, when_loaded
 from ssekd.bindings.kafka.cache import SchemaUnavailable, TopicLimitReached
 from ssekd.bindings.kafka.message import HEADERS, OFFSET, PARTITION, VALUE, Message, header
 from ssekd.bindings.kafka.producer import Delivered, Record, WriteFailed, WriteRefused
+from ssekd.bindings.kafka.topic_names import InternalTopics
+from ssekd.bindings.kafka.topic_names import refusal as topic_refusal
 from ssekd.patterns import Pattern, Unresolvable, substitute
 from ssekd.telemetry.events import EventLog
 
-#: Kafka's own rule for topic names.
-TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 #: `Retry-After` when a topic's cache could not be read in time.
 RETRY_AFTER_LOADING = 1.0
 _CORRELATION = "${correlationId}"
@@ -72,6 +73,8 @@ class Settings:
     correlation_header: str = "zilla:correlation-id"
     max_wait: float = 30.0
     ack_timeout: float = 10.0
+    #: The cluster's own topics, which a topic taken from a request may not be.
+    internal_topics: InternalTopics = field(default_factory=InternalTopics)
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,8 @@ class ProduceWith:
     correlation_header: str = "zilla:correlation-id"
     #: The `async` values with `${correlationId}`, as patterns a GET path is matched against.
     locations: tuple[Pattern, ...] = field(default=())
+    #: Which request headers the record carries (Zilla's rule unless `request-headers` says).
+    headers: HeaderCopy = field(default_factory=lambda: HeaderCopy(None))
 
     def correlation_of(self, path: str) -> str | None:
         """The correlation id a GET of an async location names, else None."""
@@ -100,11 +105,11 @@ class ProduceWith:
         return None
 
 
-def topic_allowed(topic: str, template: str) -> bool:
-    """Whether `topic`, made from a route's `topic` template, may be written or read: a name
-    Kafka allows as a whole, and - when the request named it - not an internal topic."""
-    return TOPIC_NAME.fullmatch(topic) is not None and \
-        not ("${" in template and topic.startswith("_"))
+def topic_refused(topic: str, template: str, settings: Settings) -> str | None:
+    """Why `topic`, made from a route's `topic` template, may not be written or read, else
+    None: the rule sse-kafka applies too (`topic_names.refusal`; a name the request supplied
+    may not be an internal topic)."""
+    return topic_refusal(topic, "${" in template, settings.internal_topics)
 
 
 def location_pattern(template: str) -> Pattern:
@@ -166,21 +171,24 @@ class Producing:
             self.events.emit(self.binding, "BINDING_HTTP_KAFKA_NO_ROUTE", f"{path}: {e}")
             exchange.answer(http.NOT_FOUND)
             return
-        if not topic_allowed(topic, w.topic):
-            self.events.emit(self.binding, "BINDING_HTTP_KAFKA_NO_ROUTE",
-                             f"{path}: {topic!r} is not a topic a request may name")
+        refused = topic_refused(topic, w.topic, self.settings)
+        if refused is not None:
+            self.events.emit(self.binding, "BINDING_HTTP_KAFKA_NO_ROUTE", f"{path}: {refused}")
             exchange.answer(http.NOT_FOUND)
             return
         pseudo = [(":method", headers[":method"]), (":scheme", headers[":scheme"]),
                   (":authority", headers[":authority"]),
                   (":path", without_credentials(headers[":path"], ctx.credential_query))]
-        kafka_headers = forwarded(request, pseudo, if_match)
+        kafka_headers = forwarded(request, pseudo, if_match, w.headers, ctx.credential_headers)
         if w.reply_to is not None:
             kafka_headers.append((self.settings.reply_to_header, w.reply_to.encode("utf-8")))
         kafka_headers += overrides
         body = request.content.read() if request.content is not None else b""
         correlation = correlation_id(idempotency, key, kafka_headers, body)
-        kafka_headers.append((w.correlation_header, correlation.encode("utf-8")))
+        if w.reply_to is not None:
+            # Zilla writes the correlation id only where a reply is to carry it back; without
+            # one it still tells a repeat from a new write (`replay.Replays`)
+            kafka_headers.append((w.correlation_header, correlation.encode("utf-8")))
         record = Record(topic, key, body, tuple(kafka_headers))
         respond_async = prefer.respond_async and bool(w.async_headers)
         began = self.clock.seconds()

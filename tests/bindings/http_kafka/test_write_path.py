@@ -74,26 +74,39 @@ def correlation_of(w: WriteDaemon, idempotency_key: str) -> list[str]:
 
 
 def test_produce_without_reply_is_204_and_the_record_is_zillas(writes: WriteDaemon) -> None:
-    """Body -> value, the key from the idempotency key, the request's headers in order as
-    Kafka headers (not content-length, prefer, authorization, host, nor the token's query
-    parameter in `:path`), the override, then the correlation id `<key>-<md5>`."""
+    """Body -> value, the key from the idempotency key, and as Zilla's no-reply scripts have
+    it only `content-type` and the route's override as headers: no pseudo-headers, no
+    correlation id, and none of the request's other headers (a trace, a token, an API key)."""
     key = f"oneway-{uuid.uuid4()}"
     got = writes.call("POST", "/oneway?x=1&access_token=not-a-token",
-                      {"Content-Type": "application/json",
-                                              "Idempotency-Key": key, "X-Trace": "t1",
-                                              "Prefer": "return=minimal",
-                                              "Authorization": "Bearer not-a-token"},
+                      {"Content-Type": "application/json", "Idempotency-Key": key,
+                       "X-Trace": "t1", "Prefer": "return=minimal", "X-Api-Key": "k",
+                       "Authorization": "Bearer not-a-token"},
                       b'{"n": 1}')
     assert got.status == 204, got
     (record,) = [r for r in read_records(writes.kafka.bootstrap, writes.topics.oneway)
                  if r.key() == key.encode()]
     assert record.value() == b'{"n": 1}'
+    assert record.headers() == [("content-type", b"application/json"), ("origin", b"tests")]
+
+
+def test_produce_with_reply_carries_the_requests_headers_as_zilla_copies_them(
+        writes: WriteDaemon) -> None:
+    """A route with a reply: the pseudo-headers, then the request's headers in order (not
+    content-length, prefer, authorization, host, secrets by name, nor the token's query
+    parameter in `:path`), the reply-to header, then the correlation id `<key>-<md5>`."""
+    key = f"c-{uuid.uuid4()}"
+    got = writes.call("POST", "/commands?x=1&access_token=not-a-token",
+                      {"Content-Type": "application/json", "Idempotency-Key": key,
+                       "X-Trace": "t1", "Prefer": "return=minimal", "X-Api-Key": "k",
+                       "Authorization": "Bearer not-a-token"}, b'{"n": 2}')
+    assert got.status == 201, got
+    (record,) = [r for r in writes.responder.records if r.key() == key.encode()]
     names = [n for n, _ in record.headers() if n != "accept-encoding"]  # http.client's own
-    assert names[:4] == [":method", ":scheme", ":authority", ":path"]
-    assert dict(record.headers())[":path"] == b"/oneway?x=1"
+    assert names == [":method", ":scheme", ":authority", ":path", "content-type",
+                     "idempotency-key", "x-trace", "zilla:reply-to", "zilla:correlation-id"]
+    assert dict(record.headers())[":path"] == b"/commands?x=1"
     assert dict(record.headers())[":authority"] == f"127.0.0.1:{writes.port}".encode()
-    assert names[4:] == ["content-type", "idempotency-key", "x-trace", "origin",
-                         "zilla:correlation-id"], names
     correlation = header(record, "zilla:correlation-id")
     assert correlation is not None and correlation.startswith(key.encode() + b"-")
     assert len(correlation) == len(key) + 1 + 32
