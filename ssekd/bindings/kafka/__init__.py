@@ -407,7 +407,10 @@ BINDING = BindingType("kafka", {
                                "settings (`security.*`, `ssl.*`, `sasl.*`) of `properties`; by "
                                "default `linger.ms: 1`, `partitioner: murmur2_random` (Java's "
                                "choice of partition for a key), and, for `acks: "
-                               "in_sync_replicas`, the idempotent producer."},
+                               "in_sync_replicas`, the idempotent producer. "
+                               "`allow.auto.create.topics` is always false: a write never "
+                               "creates a topic, and one to a topic the cluster lacks is "
+                               "`404`."},
             "max-inflight-bytes": {
                 "type": "integer", "minimum": 1024, "default": DEFAULT_MAX_INFLIGHT_BYTES,
                 "x-ssekd-addition": True,

@@ -136,9 +136,7 @@ class KafkaClient(Service):
         threads: list[threading.Thread] = [t for t in all_threads if t.is_alive()]
         for t in all_threads:
             t.stop()
-        poller = self.writes.stop()
-        if poller is not None and poller.is_alive():
-            threads.append(poller)
+        threads += [t for t in self.writes.stop() if t.is_alive()]
         done: Deferred[None] = Deferred()
 
         def join() -> None:

@@ -12,6 +12,11 @@ producer retries after a lost acknowledgement is not written twice); `leader_onl
 `none` (`acks=0`) cannot be idempotent. They share the client's servers and its security
 settings (TLS, SASL), so they reach the cluster the consumers reach.
 
+A record goes to the producer only for a topic the cluster has (`topic_directory`): the producers
+never ask a broker to create a topic (`allow.auto.create.topics` is off whatever the config
+says), and a record for a topic the cluster lacks fails at once as `unknown_topic` instead of
+waiting for `message.timeout.ms`.
+
 What a write may cost is bounded: the bytes of records produced and not yet reported
 (`max-inflight-bytes`). A record that would pass the bound, or one produced while the producer
 knows no broker is reachable, is refused before it is queued (`WriteRefused`: the request gets
@@ -31,6 +36,9 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Producer
 from twisted.internet.defer import Deferred, fail
 from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from ssekd.bindings.kafka.topic_directory import LookupUnavailable, TopicDirectory
 
 _log = Logger()
 
@@ -55,6 +63,10 @@ PRODUCER_DEFAULTS: Mapping[str, Any] = {
     # a write waits while no broker answers: look for one again within two seconds
     "reconnect.backoff.max.ms": 2000,
 }
+#: Set after the client's `producer-properties`: the write path never creates a topic.
+PRODUCER_FIXED: Mapping[str, Any] = {"allow.auto.create.topics": False}
+#: Seconds a topic's lookup waits for the cluster's answer.
+LOOKUP_TIMEOUT = 5.0
 
 
 @dataclass(frozen=True)
@@ -141,17 +153,51 @@ class Writes:
         self._warming: queue.SimpleQueue[tuple[str, str]] = queue.SimpleQueue()
         self._thread: _PollThread | None = None
         self._running = False
+        #: Which topics the cluster has: a record waits for its topic's answer.
+        self.topics = TopicDirectory(reactor, self._lookup, binding)
 
     # -- reactor thread ------------------------------------------------------------------------
 
     def produce(self, record: Record, acks: str = DEFAULT_ACKS) -> Deferred[Delivered]:
         """Queue `record`; the Deferred fires once the broker acknowledged it (`Delivered`) or
-        librdkafka gave it up (`WriteFailed`). Fails at once with `WriteRefused` when it is not
-        queued: no broker reachable, the in-flight bound full, or the service not running."""
+        librdkafka gave it up (`WriteFailed`; `unknown_topic` for a topic the cluster does not
+        have, without waiting for librdkafka's timeout). Fails with `WriteRefused` when it is
+        not queued: no broker reachable, the cluster could not say whether it has the topic,
+        the in-flight bound full, or the service not running."""
         if not self._running:
             return fail(WriteRefused("the kafka client is not running", RETRY_AFTER_DOWN))
         if not self.reachable:
             return fail(WriteRefused("no Kafka broker is reachable", RETRY_AFTER_DOWN))
+        try:
+            self._producer(acks)
+        except KafkaException as e:
+            error = e.args[0] if e.args and isinstance(e.args[0], KafkaError) else None
+            return fail(write_failed(error) if error is not None else WriteFailed(str(e)))
+
+        known = self.topics.known(record.topic)
+        if known is not None:  # answered now: queued (or refused) before this returns
+            return self._queue(record, acks) if known else fail(self._missing(record.topic))
+        out: Deferred[Delivered] = Deferred()
+
+        def present(found: bool) -> None:
+            queued = self._queue(record, acks) if found else fail(self._missing(record.topic))
+            queued.chainDeferred(out)
+
+        def unknown(failure: Failure) -> None:
+            failure.trap(LookupUnavailable)
+            out.errback(WriteRefused(str(failure.value), RETRY_AFTER_DOWN))
+
+        self.topics.exists(record.topic).addCallbacks(present, unknown).addErrback(out.errback)
+        return out
+
+    @staticmethod
+    def _missing(topic: str) -> WriteFailed:
+        return WriteFailed(f"the cluster has no topic {topic}", unknown_topic=True)
+
+    def _queue(self, record: Record, acks: str) -> Deferred[Delivered]:
+        """Hand `record` to librdkafka, within the in-flight bound."""
+        if not self._running:
+            return fail(WriteRefused("the kafka client is not running", RETRY_AFTER_DOWN))
         size = record.size
         if self.inflight and self.inflight + size > self.max_inflight_bytes:
             return fail(WriteRefused(f"{self.inflight} bytes already wait for the broker "
@@ -159,13 +205,14 @@ class Writes:
                                      RETRY_AFTER_FULL))
         d: Deferred[Delivered] = Deferred()
         reactor = self.reactor
+        topic = record.topic
 
         def reported(error: KafkaError | None, message: Any) -> None:  # poll thread
             if error is None:
                 reactor.callFromThread(self._delivered, d, size,
                                        Delivered(message.partition(), message.offset()))
             else:
-                reactor.callFromThread(self._failed, d, size, write_failed(error))
+                reactor.callFromThread(self._failed, d, size, write_failed(error), topic)
 
         try:
             producer = self._producer(acks)
@@ -202,9 +249,11 @@ class Writes:
         self._reached(True, "a record was acknowledged")
         d.callback(where)
 
-    def _failed(self, d: Deferred[Delivered], size: int, why: WriteFailed) -> None:
+    def _failed(self, d: Deferred[Delivered], size: int, why: WriteFailed, topic: str) -> None:
         self.inflight -= size
         self.pending -= 1
+        if why.unknown_topic:
+            self.topics.found(topic, False)
         self.event("BINDING_KAFKA_PRODUCE_FAILED", str(why))
         d.errback(why)
 
@@ -218,18 +267,22 @@ class Writes:
 
     def start(self) -> None:
         self._running = True
+        self.topics.start()
         if self._thread is None:
             self._thread = _PollThread(self)
             self._thread.start()
 
-    def stop(self) -> threading.Thread | None:
+    def stop(self) -> list[threading.Thread]:
         """Stop taking records; the poll thread sends what is queued (for a few seconds) and
-        ends. Returns it, for the caller to join off the reactor thread."""
+        ends, and so does the topic lookup thread. Returns them, for the caller to join off the
+        reactor thread."""
         self._running = False
+        threads = [t for t in (self.topics.stop(),) if t is not None]
         thread, self._thread = self._thread, None
         if thread is not None:
             thread.stopping.set()
-        return thread
+            threads.append(thread)
+        return threads
 
     # -- any thread ----------------------------------------------------------------------------
 
@@ -243,6 +296,23 @@ class Writes:
 
     def producers(self) -> list[Any]:
         return list(self._producers.values())
+
+    def _lookup(self, topic: str) -> bool:
+        """Whether the cluster has `topic`, asked with a metadata request for it alone (on the
+        directory's thread). The producers' `allow.auto.create.topics` is off: asking never
+        creates it. A topic this client may not see counts as missing."""
+        producers = self.producers()
+        if not producers:
+            raise KafkaException(KafkaError(KafkaError._STATE, "no producer yet"))
+        found = producers[0].list_topics(topic, timeout=LOOKUP_TIMEOUT).topics.get(topic)
+        if found is None:
+            return False
+        if found.error is None:
+            return bool(found.partitions)
+        if found.error.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC,
+                                  KafkaError.TOPIC_AUTHORIZATION_FAILED):
+            return False
+        raise KafkaException(found.error)
 
 
 class _PollThread(threading.Thread):

@@ -13,7 +13,12 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 
 from ssekd.bindings.kafka.librdkafka import close_consumer
-from ssekd.bindings.kafka.producer import ACKS, DEFAULT_MAX_INFLIGHT_BYTES, PRODUCER_DEFAULTS
+from ssekd.bindings.kafka.producer import (
+    ACKS,
+    DEFAULT_MAX_INFLIGHT_BYTES,
+    PRODUCER_DEFAULTS,
+    PRODUCER_FIXED,
+)
 from ssekd.bindings.kafka.stall import DEFAULT_STALL_TIMEOUT
 
 #: History reads queued or running at once, unless the client's options say otherwise.
@@ -103,6 +108,7 @@ class ClientSettings:
         conf["acks"] = ACKS[acks]
         conf["enable.idempotence"] = ACKS[acks] == "all"
         conf.update(self.producer_properties)
+        conf.update(PRODUCER_FIXED)
         return conf
 
     def admin_config(self, consumer: Mapping[str, Any]) -> dict[str, Any]:
@@ -142,7 +148,13 @@ def refused_property(settings: ClientSettings) -> tuple[str | None, str] | None:
 
 def refused_producer_property(settings: ClientSettings) -> tuple[str | None, str] | None:
     """`refused_property` for the producer's config (`producer-properties`): a producer made
-    without servers checks them before the daemon listens."""
+    without servers checks them before the daemon listens. One of ours that the write path
+    depends on (`PRODUCER_FIXED`: it never creates topics) cannot be set otherwise."""
+    for name, value in PRODUCER_FIXED.items():
+        if name in settings.producer_properties and \
+                str(settings.producer_properties[name]).lower() != str(value).lower():
+            return name, (f"{name} is {str(value).lower()} for ssekd's producers: a write "
+                          f"names a topic the cluster has, and never creates one")
     for acks in ACKS:
         conf = settings.producer_config(acks)
         conf.pop("bootstrap.servers", None)

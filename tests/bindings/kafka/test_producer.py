@@ -24,16 +24,19 @@ class ThreadedClock(MemoryReactorClock):
 
     def __init__(self) -> None:
         super().__init__()
-        self.calls: queue.Queue[tuple[Callable[..., Any], tuple[Any, ...]]] = queue.Queue()
+        # not `calls`: that is the clock's own list of delayed calls
+        self.from_threads: queue.Queue[tuple[Callable[..., Any], tuple[Any, ...]]] = \
+            queue.Queue()
 
     def callFromThread(self, f: Callable[..., Any], *args: Any, **kw: Any) -> None:  # noqa: N802
-        self.calls.put((f, args))
+        self.from_threads.put((f, args))
 
     def run_until(self, condition: Callable[[], bool], timeout: float = 20.0) -> None:
         deadline = time.monotonic() + timeout
         while not condition():
             try:
-                f, args = self.calls.get(timeout=max(0.01, deadline - time.monotonic()))
+                f, args = self.from_threads.get(
+                    timeout=max(0.01, deadline - time.monotonic()))
             except queue.Empty:
                 raise AssertionError("timed out") from None
             f(*args)
@@ -48,6 +51,7 @@ def writes(clock: ThreadedClock, events: list[str], max_inflight: int,
     w = Writes(clock, settings.producer_config, "kc",
                lambda name, detail: events.append(name), max_inflight)
     w.start()
+    w.topics.found("t", True)  # no broker to ask: the topic is taken as there
     return w
 
 
@@ -106,3 +110,21 @@ def test_producers_take_the_consumers_servers_and_security_and_nothing_consumer_
     leader = settings.producer_config("leader_only")
     assert (leader["acks"], leader["enable.idempotence"]) == ("1", False)
     assert settings.producer_config("none")["acks"] == "0"
+
+
+def test_the_producers_never_ask_a_broker_to_create_a_topic() -> None:
+    """librdkafka's producers ask for a topic to be created by default; ssekd's never do, and a
+    config that says otherwise is refused before the daemon listens."""
+    from ssekd.bindings.kafka.settings import refused_producer_property
+
+    settings = ClientSettings(servers=("k1:9092",), producer_properties={"linger.ms": 5})
+    for acks in ("none", "leader_only", "in_sync_replicas"):
+        assert settings.producer_config(acks)["allow.auto.create.topics"] is False
+    assert refused_producer_property(settings) is None
+    asked = ClientSettings(servers=("k1:9092",),
+                           producer_properties={"allow.auto.create.topics": "true"})
+    refused = refused_producer_property(asked)
+    assert refused is not None and refused[0] == "allow.auto.create.topics"
+    assert "never creates one" in refused[1]
+    assert refused_producer_property(ClientSettings(
+        servers=("k1:9092",), producer_properties={"allow.auto.create.topics": False})) is None
