@@ -46,6 +46,7 @@ from twisted.internet.interfaces import IListeningPort
 from twisted.python.failure import Failure
 
 from ssekd import sd_notify
+from ssekd.daemon_secret import daemon_secret
 from ssekd.engine import ENGINE, Engine, build_figures
 from ssekd.graph import watched_sources
 from ssekd.heartbeats import Heartbeats
@@ -223,6 +224,7 @@ class Supervisor(Service):
         self.rundir = tempfile.mkdtemp(prefix="ssekd-workers-")
         self.events.emit(ENGINE, "ENGINE_STARTED",
                          f"{self.engine.config_path} pid {os.getpid()} with {self.count} workers")
+        daemon_secret()  # made before the first worker starts: they all inherit it
         for i in range(1, self.count + 1):
             self.spawn(i)
         self.heartbeats.start()

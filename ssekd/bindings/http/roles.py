@@ -87,6 +87,14 @@ class HttpBinding(Protocol):
 
 
 @runtime_checkable
+class RedactsPaths(Protocol):
+    """An http exit whose paths may carry a secret of its own (http-kafka's async locations):
+    the http binding shows a path through `redact_path` wherever it logs one."""
+
+    def redact_path(self, uri: str) -> str: ...
+
+
+@runtime_checkable
 class HttpClientBinding(Protocol):
     """Sends requests to one upstream HTTP server (http client)."""
 

@@ -29,7 +29,7 @@ from ssekd.bindings.http.channel import BodyCountingRequest, LimitedHTTPChannel,
 from ssekd.bindings.http.cors import AccessControl
 from ssekd.bindings.http.h2c import SwitchingChannelProtocol
 from ssekd.bindings.http.health import HealthPaths
-from ssekd.bindings.http.roles import HttpBinding, HttpContext
+from ssekd.bindings.http.roles import HttpBinding, HttpContext, RedactsPaths
 from ssekd.bindings.http.routing import Condition, head_headers, match_any, request_headers
 from ssekd.deferred_answer import answer_later
 from ssekd.spi.connection import ConnectionInfo
@@ -110,6 +110,9 @@ class HttpRoot(Resource):
         #: The renewal requests, whose reach includes the daemon's other workers (`siblings`).
         self.renewals = (Renewals(name, authorization, siblings) if authorization is not None
                          else None)
+        #: The exits whose paths may carry secrets of their own, for `logged`.
+        exits = [r.exit for r in self.routes] + ([default] if default is not None else [])
+        self.redactors = list({id(e): e for e in exits if isinstance(e, RedactsPaths)}.values())
 
     def render(self, request: Request) -> bytes | int:
         request.setHeader(b"server", SERVER_NAME)
@@ -151,7 +154,10 @@ class HttpRoot(Resource):
                                                             verdicts))
 
     def logged(self, uri: str) -> str:
-        """`uri` as a log line may show it: credentials and JWT-shaped text hidden."""
+        """`uri` as a log line may show it: credentials, JWT-shaped text and what an exit
+        says is secret in its paths hidden."""
+        for exit_ in self.redactors:
+            uri = exit_.redact_path(uri)
         if self.authorization is not None:
             return self.authorization.redact(uri)
         return redact_uri(uri)

@@ -22,22 +22,24 @@ from collections.abc import Mapping
 from typing import Any
 
 from ssekd.bindings.http.roles import HttpBinding
-from ssekd.bindings.http_kafka.fetch import Fetching, FetchWith
+from ssekd.bindings.http_kafka.fetch import DEFAULT_CONTENT_TYPES, Fetching, FetchWith
 from ssekd.bindings.http_kafka.headers import HeaderCopy
+from ssekd.bindings.http_kafka.locations import CORRELATION, LocationSigner, LocationTemplate
 from ssekd.bindings.http_kafka.produce import (
+    DEFAULT_IDEMPOTENCY_MAX_LENGTH,
     ProduceWith,
     Producing,
     Settings,
-    location_pattern,
 )
 from ssekd.bindings.http_kafka.proxy import HttpKafkaProxy, HttpKafkaRoute, When
-from ssekd.bindings.http_kafka.replay import DEFAULT_WINDOW, Replays
+from ssekd.bindings.http_kafka.replay import DEFAULT_WINDOW, MAX_BYTES, Replays
 from ssekd.bindings.http_kafka.waits import KafkaExit
 from ssekd.bindings.kafka.producer import ACKS, DEFAULT_ACKS
 from ssekd.bindings.kafka.roles import KafkaCache
 from ssekd.bindings.kafka.topic_names import INTERNAL_TOPICS_OPTION, InternalTopics
 from ssekd.config.errors import ConfigError, ConfigIssue
 from ssekd.config.model import Binding
+from ssekd.daemon_secret import daemon_secret
 from ssekd.patterns import Pattern, reference_problems
 from ssekd.spi.binding import BindingType, BuildContext, Exit, KindSpec
 
@@ -52,7 +54,7 @@ DEFAULT_ACK_TIMEOUT = 10.0
 #: `with` keys of each capability (the schema lists them all; `_build` refuses a mix).
 PRODUCE_KEYS = frozenset({"capability", "topic", "acks", "key", "overrides", "reply-to",
                           "correlation-id", "async", "request-headers"})
-FETCH_KEYS = frozenset({"capability", "topic", "filters", "merge"})
+FETCH_KEYS = frozenset({"capability", "topic", "filters", "merge", "content-types"})
 
 
 def _settings(options: Mapping[str, Any]) -> Settings:
@@ -60,6 +62,8 @@ def _settings(options: Mapping[str, Any]) -> Settings:
     return Settings(
         idempotency_header=str((options.get("idempotency") or {}).get(
             "header", DEFAULT_IDEMPOTENCY_HEADER)).lower(),
+        idempotency_max_length=int((options.get("idempotency") or {}).get(
+            "max-length", DEFAULT_IDEMPOTENCY_MAX_LENGTH)),
         reply_to_header=str(headers.get("reply-to", DEFAULT_REPLY_TO_HEADER)),
         correlation_header=str(headers.get("correlation-id", DEFAULT_CORRELATION_HEADER)),
         max_wait=float(options.get("max-wait", DEFAULT_MAX_WAIT)),
@@ -82,7 +86,8 @@ def _templates(w: Mapping[str, Any]) -> list[str]:
 
 
 def _route_with(binding: Binding, i: int, w: Mapping[str, Any], settings: Settings,
-                issues: list[ConfigIssue], ctx: BuildContext) -> ProduceWith | FetchWith:
+                issues: list[ConfigIssue], ctx: BuildContext,
+                guards: tuple[str, ...] = ()) -> ProduceWith | FetchWith:
     base: tuple[str | int, ...] = ("bindings", binding.name, "routes", i, "with")
     capability = w["capability"]
     allowed = PRODUCE_KEYS if capability == "produce" else FETCH_KEYS
@@ -94,7 +99,9 @@ def _route_with(binding: Binding, i: int, w: Mapping[str, Any], settings: Settin
         filters = tuple((None if "key" not in f else str(f["key"]),
                          tuple((str(n), str(v)) for n, v in (f.get("headers") or {}).items()))
                         for f in w.get("filters") or ())
-        return FetchWith(str(w["topic"]), filters, "merge" in w)
+        return FetchWith(str(w["topic"]), filters, "merge" in w,
+                         tuple(str(t).lower() for t in w.get("content-types",
+                                                             DEFAULT_CONTENT_TYPES)))
     async_headers = tuple((str(n).lower(), str(v)) for n, v in (w.get("async") or {}).items())
     if async_headers and "reply-to" not in w:
         issues.append(ctx.issue(base + ("async",),
@@ -115,8 +122,9 @@ def _route_with(binding: Binding, i: int, w: Mapping[str, Any], settings: Settin
         async_headers=async_headers,
         correlation_header=correlation_header,
         headers=rule,
-        locations=tuple(location_pattern(v) for _, v in async_headers
-                        if "${correlationId}" in v))
+        locations=tuple(LocationTemplate.compile(v) for _, v in async_headers
+                        if CORRELATION in v),
+        guards=guards)
 
 
 def _build(ctx: BuildContext, binding: Binding) -> HttpKafkaProxy:
@@ -151,14 +159,20 @@ def _build(ctx: BuildContext, binding: Binding) -> HttpKafkaProxy:
                        for problem in reference_problems(_templates(w), patterns,
                                                          ctx.config.guards)]
         routes.append(HttpKafkaRoute(whens, r.exit, _route_with(binding, i, w, settings,
-                                                                issues, ctx), r.guarded))
+                                                                issues, ctx,
+                                                                tuple(sorted(r.guarded))),
+                                     r.guarded))
     if issues:
         raise ConfigError(issues)
     exits = {name: ctx.exit(name, KafkaExit) for name in binding.exits}
     guards = {g: ctx.guard(g) for r in binding.routes for g in r.guarded}
-    window = float((binding.options.get("idempotency") or {}).get("window", DEFAULT_WINDOW))
-    replays = Replays(ctx.reactor, window)
-    producing = Producing(binding.name, settings, ctx.reactor, ctx.events, replays)
+    idempotency = binding.options.get("idempotency") or {}
+    replays = Replays(ctx.reactor, float(idempotency.get("window", DEFAULT_WINDOW)),
+                      max_bytes=int(idempotency.get("max-bytes", MAX_BYTES)))
+    secret = binding.options.get("location-secret")
+    signer = LocationSigner(binding.name, daemon_secret() if secret is None
+                            else str(secret).encode("utf-8"))
+    producing = Producing(binding.name, settings, ctx.reactor, ctx.events, replays, signer)
     fetching = Fetching(binding.name, settings, ctx.reactor, ctx.events)
     return HttpKafkaProxy(binding.name, tuple(routes), exits, settings, ctx.events, guards,
                           producing, fetching)
@@ -239,6 +253,18 @@ OPTIONS = {
                                        "same request again (same idempotency key) waits for "
                                        "it instead of writing twice. At most `max-wait`."},
         "internal-topics": INTERNAL_TOPICS_OPTION,
+        "location-secret": {
+            "type": "string", "minLength": 32, "x-ssekd-addition": True,
+            "x-ssekd-default": "the daemon's own secret, made at start and shared by its workers",
+            "description": "The key of the MAC an async location carries (`${correlationId}` "
+                           "in `async` values stands for `<correlation id>.<tag>`): a GET of a "
+                           "location answers only for the path params it was issued for and, "
+                           "on a guarded route, the same identity; anything else is `404`. "
+                           "Give every daemon behind one balancer the same value (from "
+                           "`${{ env.NAME }}`) so each accepts the others' locations; by "
+                           "default a location is good on the daemon that issued it, until "
+                           "it stops (the same request again, same idempotency key, gets the "
+                           "reply)."},
     },
 }
 
@@ -305,7 +331,9 @@ WITH = {
                                  "e.g. `location: /items/${params.id};${correlationId}`. A GET "
                                  "of that location (another `when` of the route) answers the "
                                  "reply, or `202` again - after `Prefer: wait=N` seconds at "
-                                 "most. Needs `reply-to`."},
+                                 "most. Needs `reply-to`. In a location, `${correlationId}` "
+                                 "stands for the correlation id and a tag binding it to the "
+                                 "path's params and the requester (`location-secret`)."},
         "filters": {"type": "array", "x-ssekd-default": "every record",
                     "description": "fetch: a record is in the answer when any filter takes it.",
                     "items": {"type": "object", "additionalProperties": False, "properties": {
@@ -314,6 +342,17 @@ WITH = {
                         "headers": {**_HEADERS,
                                     "description": "Each named header must be present with "
                                                    "this value; with `key`, all must match."}}}},
+        "content-types": {
+            "type": "array", "x-ssekd-addition": True,
+            "items": {"type": "string", "pattern": r"^[a-zA-Z0-9!#$&^_.+*-]+/[a-zA-Z0-9!#$&^_.+*-]+$",
+                      "x-expected": "a media type such as application/json (* for any part)"},
+            "default": list(DEFAULT_CONTENT_TYPES),
+            "description": "fetch: the media types a value is served as, from its record's "
+                           "`content-type` header (`*` stands for any characters); any other "
+                           "is served as `application/octet-stream`, so that what a writer "
+                           "stored as `text/html` never runs as a page of this origin. Every "
+                           "answer also carries `X-Content-Type-Options: nosniff` and a "
+                           "`Content-Security-Policy` that allows nothing."},
         "merge": {"type": "object", "additionalProperties": False,
                   "required": ["content-type"], "x-ssekd-default": "one value",
                   "description": "fetch: answer a JSON array of every key's latest value, "

@@ -3,11 +3,16 @@
 A request waits on Deferreds (an acknowledgement, a reply, a change of a topic); when its client
 goes away first, every wait it holds is cancelled (timers and cache watchers go with them) and
 nothing is written to the dead request.
+
+Every answer says it is data, not a page of the daemon's origin (`DATA_ONLY`): what a fetch
+serves, and what a reply carries, was written by someone else (a `POST` of `<script>` with
+`Content-Type: text/html`, read back by a fetch route), so a browser must neither guess another
+type for it (`nosniff`) nor run or load anything from it (the content security policy).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from twisted.internet.defer import CancelledError, Deferred
@@ -16,18 +21,26 @@ from twisted.python.failure import Failure
 from twisted.web import http
 from twisted.web.server import Request
 
+from ssekd.telemetry.redact import hide_jwts
+
 T = TypeVar("T")
 
 _log = Logger()
+
+#: Headers of every http-kafka answer (module docstring).
+DATA_ONLY = (("x-content-type-options", b"nosniff"),
+             ("content-security-policy", b"default-src 'none'; frame-ancestors 'none'; sandbox"))
 
 
 class Exchange:
     """The request and what it waits on."""
 
-    __slots__ = ("_waits", "gone", "request")
+    __slots__ = ("_waits", "gone", "redact", "request")
 
-    def __init__(self, request: Request) -> None:
+    def __init__(self, request: Request, redact: Callable[[str], str] = str) -> None:
         self.request = request
+        #: What a logged path becomes (an async location's token hidden).
+        self.redact = redact
         self.gone = False
         self._waits: list[Deferred[Any]] = []
         req: Any = request  # twisted.web is untyped for mypy
@@ -61,6 +74,8 @@ class Exchange:
             return
         req: Any = self.request
         req.setResponseCode(status)
+        for own, data_only in DATA_ONLY:
+            req.responseHeaders.setRawHeaders(own.encode("latin-1"), [data_only])
         for name, value in headers:
             req.responseHeaders.addRawHeader(name.encode("latin-1"),
                                              value if isinstance(value, bytes)
@@ -83,5 +98,6 @@ class Exchange:
         else is a bug, logged, and the client gets a `500` without a traceback."""
         if failure.check(CancelledError) or self.gone:
             return
-        _log.failure("http-kafka request {uri}", failure, uri=getattr(self.request, "uri", b""))
+        uri = bytes(getattr(self.request, "uri", b"")).decode("latin-1")
+        _log.failure("http-kafka request {uri}", failure, uri=hide_jwts(self.redact(uri)))
         self.text(http.INTERNAL_SERVER_ERROR, "internal error")

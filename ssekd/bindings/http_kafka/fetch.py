@@ -9,7 +9,10 @@ loaded within `max-wait` seconds). What it answers:
   the order those records arrived. `ETag` is the progress of the topic (every partition's next
   offset, the token of docs/protocol.md);
 - without `merge`: the latest such value alone (the route's filter names a key: one item),
-  with the record's `content-type` header; `ETag` is `<progress>/<etag>` when the record has an
+  with the record's `content-type` header when the route's `content-types` take it (JSON and
+  plain text by default), else as `application/octet-stream`: a writer's `text/html` is never
+  served as a page of the daemon's origin (and every answer carries `nosniff` and a content
+  security policy, `exchange.DATA_ONLY`); `ETag` is `<progress>/<etag>` when the record has an
   `etag` header, else `<progress>`; `404` when there is none (never written, or deleted), `204`
   for an empty value.
 
@@ -26,6 +29,7 @@ event says so, rather than an answer with items missing.
 
 from __future__ import annotations
 
+import fnmatch
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -45,6 +49,10 @@ from ssekd.event_ids import ProgressId, UndecodableId, clean_etag
 from ssekd.patterns import Unresolvable, substitute
 from ssekd.telemetry.events import EventLog
 
+#: The media types a fetch serves a stored value as, unless its route's `content-types` says.
+DEFAULT_CONTENT_TYPES = ("application/json", "application/*+json", "text/plain")
+#: What any other stored type is served as: bytes, which no browser renders.
+OCTET_STREAM = "application/octet-stream"
 #: Bytes of candidate records one indexed read takes at a time.
 _STEP_BYTES = 1 << 20
 _STEP_RECORDS = 10_000
@@ -72,6 +80,19 @@ class FetchWith:
     #: (key template or None, ((header, value template), ...)) per filter
     filters: tuple[tuple[str | None, tuple[tuple[str, str], ...]], ...] = ()
     merge: bool = False
+    #: The media types a stored value is served as (`*` in a pattern: any characters).
+    content_types: tuple[str, ...] = DEFAULT_CONTENT_TYPES
+
+    def served_as(self, stored: bytes | None) -> str | None:
+        """The `Content-Type` of an answer whose record says `stored`: itself when the route
+        takes its media type, `application/octet-stream` when not, None when it has none."""
+        if stored is None or not response_header("content-type", stored):
+            return None if stored is None else OCTET_STREAM
+        text = stored.decode("latin-1")
+        media = text.partition(";")[0].strip().lower()
+        if any(fnmatch.fnmatchcase(media, allowed) for allowed in self.content_types):
+            return text
+        return OCTET_STREAM
 
 
 class View:
@@ -208,12 +229,13 @@ class Fetching:
                 self._unavailable(exchange, f"the cache of {topic} is not loaded yet")
                 return
             left = max(0.0, wait - (self.clock.seconds() - began))
-            self._answer(exchange, cache, View(cache.log, filters), w.merge, since, left)
+            self._answer(exchange, cache, View(cache.log, filters), w, since, left)
 
         loaded.addCallback(then).addErrback(exchange.failed)
 
-    def _answer(self, exchange: Exchange, cache: TopicCache, view: View, merge: bool,
+    def _answer(self, exchange: Exchange, cache: TopicCache, view: View, w: FetchWith,
                 since: dict[int, int] | None, wait: float) -> None:
+        merge = w.merge
         why = view.incomplete()
         if why is not None:
             self.events.emit(self.binding, "BINDING_HTTP_KAFKA_FETCH_INCOMPLETE", why)
@@ -222,7 +244,7 @@ class Fetching:
         unchanged = since is not None and not view.changed_since(since)
         missing = not merge and since is None and not view.records()
         if (unchanged or missing) and wait > 0:
-            self._hold(exchange, cache, view, merge, since, wait, unchanged)
+            self._hold(exchange, cache, view, w, since, wait, unchanged)
             return
         token = ProgressId.encode(view.progress())
         if merge:
@@ -242,9 +264,9 @@ class Fetching:
         etag = clean_etag(header(m, "etag"))
         tag = token if etag is None else f"{token}/{etag}"
         headers = [("etag", tag)]
-        content_type = header(m, "content-type")
-        if content_type is not None and response_header("content-type", content_type):
-            headers.insert(0, ("content-type", content_type.decode("latin-1")))
+        content_type = w.served_as(header(m, "content-type"))
+        if content_type is not None:
+            headers.insert(0, ("content-type", content_type))
         if unchanged:
             exchange.answer(http.NOT_MODIFIED, headers)
         elif not m[VALUE]:
@@ -252,7 +274,7 @@ class Fetching:
         else:
             exchange.answer(http.OK, headers, m[VALUE])
 
-    def _hold(self, exchange: Exchange, cache: TopicCache, view: View, merge: bool,
+    def _hold(self, exchange: Exchange, cache: TopicCache, view: View, w: FetchWith,
               since: dict[int, int] | None, wait: float, unchanged: bool) -> None:
         """Wait (at most `wait` seconds) until a record arrives that may change the answer,
         then answer with the time left: `200` when it did change, else wait again or `304`
@@ -269,7 +291,7 @@ class Fetching:
 
         def again(_: object) -> None:
             left = max(0.0, wait - (self.clock.seconds() - began))
-            self._answer(exchange, cache, view, merge, since, left)
+            self._answer(exchange, cache, view, w, since, left)
 
         held = exchange.hold(wait_for(cache, self.clock, wait, touched))
         held.addCallback(again).addErrback(exchange.failed)

@@ -49,6 +49,7 @@ from ssekd.bindings.http_kafka.headers import (
     response_header,
     without_credentials,
 )
+from ssekd.bindings.http_kafka.locations import LocationSigner, LocationTemplate
 from ssekd.bindings.http_kafka.replay import Replays, State, Write
 from ssekd.bindings.http_kafka.waits import KafkaExit, Replies, when_loaded
 from ssekd.bindings.kafka.cache import SchemaUnavailable, TopicLimitReached
@@ -56,12 +57,16 @@ from ssekd.bindings.kafka.message import HEADERS, OFFSET, PARTITION, VALUE, Mess
 from ssekd.bindings.kafka.producer import Delivered, Record, WriteFailed, WriteRefused
 from ssekd.bindings.kafka.topic_names import InternalTopics
 from ssekd.bindings.kafka.topic_names import refusal as topic_refusal
-from ssekd.patterns import Pattern, Unresolvable, substitute
+from ssekd.daemon_secret import daemon_secret
+from ssekd.patterns import Unresolvable, substitute
 from ssekd.telemetry.events import EventLog
 
+#: Characters an idempotency key may have, unless `idempotency.max-length` says otherwise.
+DEFAULT_IDEMPOTENCY_MAX_LENGTH = 256
+#: What an idempotency key is made of: visible ASCII (a UUID, a ULID, any token of RFC 9110).
+_IDEMPOTENCY_KEY = re.compile(r"[!-~]+")
 #: `Retry-After` when a topic's cache could not be read in time.
 RETRY_AFTER_LOADING = 1.0
-_CORRELATION = "${correlationId}"
 
 
 @dataclass(frozen=True)
@@ -69,6 +74,7 @@ class Settings:
     """The binding's options (`idempotency`, `correlation`, and ssekd's waits)."""
 
     idempotency_header: str = "idempotency-key"
+    idempotency_max_length: int = DEFAULT_IDEMPOTENCY_MAX_LENGTH
     reply_to_header: str = "zilla:reply-to"
     correlation_header: str = "zilla:correlation-id"
     max_wait: float = 30.0
@@ -91,18 +97,26 @@ class ProduceWith:
     #: The Kafka header carrying the correlation id (the route's `correlation-id`, else the
     #: binding's `correlation.headers.correlation-id`).
     correlation_header: str = "zilla:correlation-id"
-    #: The `async` values with `${correlationId}`, as patterns a GET path is matched against.
-    locations: tuple[Pattern, ...] = field(default=())
+    #: The `async` values with `${correlationId}`, which a GET path is matched against.
+    locations: tuple[LocationTemplate, ...] = field(default=())
+    #: The guards of the route (`guarded`): a location binds their identities.
+    guards: tuple[str, ...] = ()
     #: Which request headers the record carries (Zilla's rule unless `request-headers` says).
     headers: HeaderCopy = field(default_factory=lambda: HeaderCopy(None))
 
-    def correlation_of(self, path: str) -> str | None:
-        """The correlation id a GET of an async location names, else None."""
-        for pattern in self.locations:
-            found = pattern.match(path)
-            if found is not None and found.get("correlationId"):
-                return found["correlationId"]
+    def location_of(self, path: str) -> tuple[LocationTemplate, str, dict[str, str]] | None:
+        """The location a GET path is, with its token and params, else None."""
+        for template in self.locations:
+            found = template.match(path)
+            if found is not None:
+                return template, *found
         return None
+
+    def redact(self, uri: str) -> str:
+        """`uri` with the token of a location of this route hidden (locations.py)."""
+        for template in self.locations:
+            uri = template.redact(uri)
+        return uri
 
 
 def topic_refused(topic: str, template: str, settings: Settings) -> str | None:
@@ -112,23 +126,18 @@ def topic_refused(topic: str, template: str, settings: Settings) -> str | None:
     return topic_refusal(topic, "${" in template, settings.internal_topics)
 
 
-def location_pattern(template: str) -> Pattern:
-    """An `async` value as a pattern: `${correlationId}` and `${params.x}` capture a segment."""
-    text = template.replace(_CORRELATION, "{correlationId}")
-    text = re.sub(r"\$\{params\.([A-Za-z_][A-Za-z0-9_]*)\}", r"{\1}", text)
-    return Pattern.compile(text)
-
-
 class Producing:
     """Answers the requests of produce routes (one per http-kafka binding)."""
 
     def __init__(self, binding: str, settings: Settings, clock: Any, events: EventLog,
-                 replays: Replays) -> None:
+                 replays: Replays, signer: LocationSigner | None = None) -> None:
         self.binding = binding
         self.settings = settings
         self.clock = clock
         self.events = events
         self.replays = replays
+        #: Makes and checks the tokens of async locations.
+        self.signer = signer or LocationSigner(binding, daemon_secret())
         #: (reply topic, correlation header) -> its replies (made again for a new cache of the
         #: topic: one dropped while idle, then followed again)
         self._replies: dict[tuple[str, str], Replies] = {}
@@ -140,11 +149,20 @@ class Producing:
         request: Any = exchange.request
         path = request.path.decode("latin-1")
         if request.method == b"GET" and w.locations:
-            correlation = w.correlation_of(path)
-            if correlation is not None:
+            location = w.location_of(path)
+            if location is not None:
+                template, token, location_params = location
+                correlation = self.signer.correlation(token, template.names, location_params,
+                                                      _identities(ctx, w))
+                if correlation is None:
+                    self.events.emit(self.binding, "BINDING_HTTP_KAFKA_LOCATION_REFUSED",
+                                     f"{w.redact(path)}: not a location issued for this path"
+                                     f"{' and identity' if w.guards else ''}")
+                    exchange.answer(http.NOT_FOUND)
+                    return
                 self._correlate(exchange, w, exit_, correlation,
                                 parse_prefer(request.requestHeaders.getRawHeaders(b"prefer")),
-                                params)
+                                params, ctx)
                 return
         prefer = parse_prefer(request.requestHeaders.getRawHeaders(b"prefer"))
         if_match: str | None = None
@@ -158,6 +176,14 @@ class Producing:
                 exchange.text(http.BAD_REQUEST, str(e))
                 return
         supplied = request.getHeader(self.settings.idempotency_header.encode("latin-1"))
+        if supplied and not self._idempotency_key_ok(supplied):
+            self.events.emit(self.binding, "BINDING_HTTP_KAFKA_IDEMPOTENCY_KEY_REFUSED",
+                             f"{request.method.decode('latin-1')} {path}: {len(supplied)} "
+                             f"bytes")
+            exchange.text(http.BAD_REQUEST, f"{self.settings.idempotency_header} must be 1 to "
+                          f"{self.settings.idempotency_max_length} characters of visible "
+                          f"ASCII")
+            return
         idempotency = supplied.decode("latin-1") if supplied else str(uuid.uuid4())
         identities = ctx.identities()
         values = {"idempotencyKey": idempotency}
@@ -193,7 +219,7 @@ class Producing:
         respond_async = prefer.respond_async and bool(w.async_headers)
         began = self.clock.seconds()
         if w.reply_to is None:
-            self._write(exchange, w, exit_, record, correlation, began, None, False, params)
+            self._write(exchange, w, exit_, record, correlation, began, None, False, params, ctx)
             return
         # the reply topic is read before writing: a reply already there is a repeat's answer,
         # and once loaded the cache cannot miss the reply to come
@@ -210,18 +236,25 @@ class Producing:
                                   RETRY_AFTER_LOADING)
                 return
             self._write(exchange, w, exit_, record, correlation, began, replies,
-                        respond_async, params)
+                        respond_async, params, ctx)
 
         loaded.addCallback(then).addErrback(exchange.failed)
 
+    def _idempotency_key_ok(self, key: bytes) -> bool:
+        """Whether a client's idempotency key may be used: what a remembered write costs is
+        bounded by its length (`replay.Replays`), and it goes into Kafka keys and locations."""
+        return len(key) <= self.settings.idempotency_max_length and \
+            _IDEMPOTENCY_KEY.fullmatch(key.decode("latin-1")) is not None
+
     def _write(self, exchange: Exchange, w: ProduceWith, exit_: KafkaExit, record: Record,
                correlation: str, began: float, replies: Replies | None, respond_async: bool,
-               params: Mapping[str, str]) -> None:
+               params: Mapping[str, str], ctx: HttpContext) -> None:
         """Write `record` unless this correlation id was written already, then answer."""
         write = self.replays.get(correlation)
         if write is None and replies is not None and replies.find(correlation) is not None:
             self._replayed(record.topic, correlation, "its reply is on the reply topic")
-            self._after_ack(exchange, w, correlation, began, replies, respond_async, params)
+            self._after_ack(exchange, w, correlation, began, replies, respond_async, params,
+                            ctx)
             return
         if write is None or write.state is State.FAILED:
             write = self._produce(exit_, record, w.acks, correlation)
@@ -233,7 +266,8 @@ class Producing:
             if replies is None:
                 exchange.answer(http.NO_CONTENT)
                 return
-            self._after_ack(exchange, w, correlation, began, replies, respond_async, params)
+            self._after_ack(exchange, w, correlation, began, replies, respond_async, params,
+                            ctx)
 
         def not_delivered(failure: Failure) -> None:
             if failure.check(TimeoutError):
@@ -289,14 +323,14 @@ class Producing:
         return out
 
     def _after_ack(self, exchange: Exchange, w: ProduceWith, correlation: str, began: float,
-                   replies: Replies, respond_async: bool,
-                   params: Mapping[str, str]) -> None:
+                   replies: Replies, respond_async: bool, params: Mapping[str, str],
+                   ctx: HttpContext) -> None:
         if respond_async:
             held = replies.find(correlation)
             if held is not None:
                 self._answer_reply(exchange, held, w.correlation_header)
             else:
-                exchange.answer(http.ACCEPTED, self._async_headers(w, params, correlation))
+                exchange.answer(http.ACCEPTED, self._async_headers(w, params, correlation, ctx))
             return
         left = max(0.0, self.settings.max_wait - (self.clock.seconds() - began))
         waited = exchange.hold(replies.wait(correlation, left))
@@ -317,12 +351,13 @@ class Producing:
     # -- GET of an async location ------------------------------------------------------------
 
     def _correlate(self, exchange: Exchange, w: ProduceWith, exit_: KafkaExit, correlation: str,
-                   prefer: Prefer, params: Mapping[str, str]) -> None:
+                   prefer: Prefer, params: Mapping[str, str], ctx: HttpContext) -> None:
         assert w.reply_to is not None  # `async` needs `reply-to` (checked when built)
         try:
             replies = self._replies_of(exit_, w.reply_to, w.correlation_header)
         except (TopicLimitReached, SchemaUnavailable) as e:
-            self._unavailable(exchange, f"reply topic {w.reply_to}: {e}", RETRY_AFTER_LOADING)
+            self._unavailable(exchange, f"reply topic {w.reply_to}: {e}", RETRY_AFTER_LOADING,
+                              w)
             return
         wait = min(prefer.wait or 0.0, self.settings.max_wait)
         began = self.clock.seconds()
@@ -331,7 +366,7 @@ class Producing:
         def then(ok: bool | None) -> None:
             if not ok:
                 self._unavailable(exchange, f"reply topic {w.reply_to} is not loaded yet",
-                                  RETRY_AFTER_LOADING)
+                                  RETRY_AFTER_LOADING, w)
                 return
             left = max(0.0, wait - (self.clock.seconds() - began))
             waited = exchange.hold(replies.wait(correlation, left))
@@ -339,7 +374,7 @@ class Producing:
 
         def answer(reply: Message | None) -> None:
             if reply is None:
-                exchange.answer(http.ACCEPTED, self._async_headers(w, params, correlation))
+                exchange.answer(http.ACCEPTED, self._async_headers(w, params, correlation, ctx))
             else:
                 self._answer_reply(exchange, reply, w.correlation_header)
 
@@ -347,16 +382,19 @@ class Producing:
 
     # -- answers -------------------------------------------------------------------------------
 
-    def _async_headers(self, w: ProduceWith, params: Mapping[str, str],
-                       correlation: str) -> list[tuple[str, str]]:
-        """The route's `async` headers (`location`), with the request's params and the
-        correlation id; a GET of the location gets them again with its `202`. A value whose
-        references the request cannot fill is left out."""
-        values = {"correlationId": correlation}
+    def _async_headers(self, w: ProduceWith, params: Mapping[str, str], correlation: str,
+                       ctx: HttpContext) -> list[tuple[str, str]]:
+        """The route's `async` headers (`location`), with the request's params and, for
+        `${correlationId}`, the location token of this correlation id, these params and the
+        requester (locations.py); a GET of the location gets them again with its `202`. A
+        value whose references the request cannot fill is left out."""
+        identities = _identities(ctx, w)
         out = []
         for name, template in w.async_headers:
+            names = LocationTemplate.compile(template).names
+            token = self.signer.token(correlation, names, params, identities)
             try:
-                out.append((name, substitute(template, params, None, values)))
+                out.append((name, substitute(template, params, None, {"correlationId": token})))
             except Unresolvable:
                 continue
         return out
@@ -391,10 +429,12 @@ class Producing:
         else:
             exchange.text(http.BAD_REQUEST, f"the broker refused the record: {failed}")
 
-    def _unavailable(self, exchange: Exchange, reason: str, retry_after: float) -> None:
+    def _unavailable(self, exchange: Exchange, reason: str, retry_after: float,
+                     w: ProduceWith | None = None) -> None:
+        path = exchange.request.path.decode("latin-1")
         self.events.emit(self.binding, "BINDING_HTTP_KAFKA_UNAVAILABLE",
                          f"{exchange.request.method.decode('latin-1')} "
-                         f"{exchange.request.path.decode('latin-1')}: {reason}")
+                         f"{path if w is None else w.redact(path)}: {reason}")
         exchange.text(http.SERVICE_UNAVAILABLE, reason,
                       [("retry-after", str(max(1, math.ceil(retry_after))))])
 
@@ -410,3 +450,8 @@ class Producing:
             replies = self._replies[key] = Replies(cache, header, self.clock)
         return replies
 
+
+def _identities(ctx: HttpContext, w: ProduceWith) -> dict[str, str]:
+    """The identities a location binds: those of the route's guards."""
+    found = ctx.identities()
+    return {g: found.get(g, "") for g in w.guards}

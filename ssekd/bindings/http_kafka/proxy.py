@@ -55,6 +55,10 @@ class HttpKafkaRoute:
     with_: ProduceWith | FetchWith
     guarded: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
+    def redact(self, uri: str) -> str:
+        """`uri` fit for a log line: an async location's token hidden."""
+        return self.with_.redact(uri) if isinstance(self.with_, ProduceWith) else uri
+
     def match(self, method: str, path: str) -> dict[str, str] | None:
         if not self.when:
             return {}
@@ -96,6 +100,13 @@ class HttpKafkaProxy(Service):
                 literal = [] if "${" in w.topic else [w.topic]
                 self.exits[route.exit].warm(w.acks, literal)
 
+    def redact_path(self, uri: str) -> str:
+        """`uri` as the http binding's access event may show it: the token of any async
+        location hidden (locations.py), whichever route it belongs to."""
+        for route in self.routes:
+            uri = route.redact(uri)
+        return uri
+
     @property
     def max_idle(self) -> float:
         """A response waits quietly for `max-wait` seconds at most (a reply, `Prefer: wait`):
@@ -110,10 +121,10 @@ class HttpKafkaProxy(Service):
             params = route.match(method, path)
             if params is None:
                 continue
-            refused = self._refused(request, ctx, route, f"{method} {path}")
+            refused = self._refused(request, ctx, route, f"{method} {route.redact(path)}")
             if refused is not None:
                 return refused
-            exchange = Exchange(request)
+            exchange = Exchange(request, route.redact)
             exit_ = self.exits[route.exit]
             try:
                 if isinstance(route.with_, ProduceWith):

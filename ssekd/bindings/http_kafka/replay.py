@@ -11,10 +11,12 @@ connection) sends the same request again with the same idempotency key: the same
   writing;
 - `FAILED` (or not listed): nothing was written; the repeat writes.
 
-Entries stay `window` seconds after they settle, at most `MAX_ENTRIES` (oldest settled ones go
-first). The table is per process: after a restart, or on another worker, a write with a reply is
-still recognised by its reply on the reply topic (the cache reads that topic from its start),
-a write without one is not.
+Entries stay `window` seconds after they settle, at most `MAX_ENTRIES` of them and at most
+`max_bytes` of memory (each costs its correlation id plus `ENTRY_BYTES`, measured; the oldest
+settled ones go first). The idempotency key a client sends is bounded too
+(`idempotency.max-length`), so no request can make one entry large. The table is per process:
+after a restart, or on another worker, a write with a reply is still recognised by its reply on
+the reply topic (the cache reads that topic from its start), a write without one is not.
 """
 
 from __future__ import annotations
@@ -30,6 +32,11 @@ from ssekd.bindings.kafka.producer import Delivered
 
 #: Correlation ids remembered at most (settled ones beyond it are forgotten, oldest first).
 MAX_ENTRIES = 100_000
+#: Bytes the table may hold at most, unless `idempotency.max-bytes` says otherwise.
+MAX_BYTES = 64 * 1024 * 1024
+#: What an entry costs besides its correlation id: the `Write`, its outcome and two table slots
+#: (measured with tracemalloc on CPython 3.11: ~380 bytes).
+ENTRY_BYTES = 400
 #: Seconds a settled write is remembered, unless `idempotency.window` says otherwise.
 DEFAULT_WINDOW = 600.0
 
@@ -77,10 +84,13 @@ class Replays:
     """Correlation id -> `Write`, bounded in count and age."""
 
     def __init__(self, clock: Any, window: float = DEFAULT_WINDOW,
-                 max_entries: int = MAX_ENTRIES) -> None:
+                 max_entries: int = MAX_ENTRIES, max_bytes: int = MAX_BYTES) -> None:
         self.clock = clock
         self.window = window
         self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        #: What the entries cost (`ENTRY_BYTES` plus each correlation id).
+        self.bytes = 0
         self._writes: dict[str, Write] = {}
         #: Settled writes in the order they settled, to forget the oldest first.
         self._settled: collections.OrderedDict[str, Write] = collections.OrderedDict()
@@ -96,6 +106,8 @@ class Replays:
         """A new write of `correlation` (replacing a failed one)."""
         self._expire()
         self._settled.pop(correlation, None)
+        if correlation not in self._writes:
+            self.bytes += _cost(correlation)
         write = self._writes[correlation] = Write()
         return write
 
@@ -108,14 +120,21 @@ class Replays:
 
     def _expire(self) -> None:
         """Forget settled writes older than the window, and the oldest settled ones while there
-        are more than `max_entries`. Pending ones stay (what waits for the broker is bounded by
-        the client's `max-inflight-bytes`). Each call looks only at what it forgets, plus one."""
+        are more than `max_entries` or they cost more than `max_bytes`. Pending ones stay (what
+        waits for the broker is bounded by the client's `max-inflight-bytes`). Each call looks
+        only at what it forgets, plus one."""
         settled = self._settled
         horizon = self.clock.seconds() - self.window
         while settled:
             correlation, write = next(iter(settled.items()))
-            if write.settled_at >= horizon and len(self._writes) <= self.max_entries:
+            if write.settled_at >= horizon and len(self._writes) <= self.max_entries \
+                    and self.bytes <= self.max_bytes:
                 return
             del settled[correlation]
             if self._writes.get(correlation) is write:
                 del self._writes[correlation]
+                self.bytes -= _cost(correlation)
+
+
+def _cost(correlation: str) -> int:
+    return ENTRY_BYTES + len(correlation)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from twisted.internet.testing import MemoryReactorClock
 from twisted.python.failure import Failure
 
-from ssekd.bindings.http_kafka.replay import Replays, State
+from ssekd.bindings.http_kafka.replay import ENTRY_BYTES, Replays, State
 from ssekd.bindings.kafka.producer import Delivered, WriteFailed
 
 
@@ -65,3 +65,28 @@ def test_at_most_max_entries_oldest_settled_first() -> None:
     assert len(replays) == 3
     assert replays.get("a") is None
     assert [replays.get(n) is writes[n] for n in "bcd"] == [True, True, True]
+
+
+def test_what_the_table_holds_is_bounded_in_bytes_not_only_in_entries() -> None:
+    """Long correlation ids cost more: the table forgets the oldest settled writes once they
+    cost more than `max_bytes`, however few they are, and its count matches what it holds."""
+    clock = MemoryReactorClock()
+    replays = Replays(clock, window=600, max_entries=100_000, max_bytes=10 * (ENTRY_BYTES + 300))
+    for i in range(50):
+        name = f"{i:03d}" + "k" * 297
+        replays.settle(name, replays.begin(name), Delivered(0, i))
+    assert len(replays) == 10
+    assert replays.bytes == 10 * (ENTRY_BYTES + 300)
+    assert replays.get("049" + "k" * 297) is not None and replays.get("039" + "k" * 297) is None
+
+
+def test_the_byte_count_follows_replacements_and_expiry() -> None:
+    clock = MemoryReactorClock()
+    replays = Replays(clock, window=10)
+    write = replays.begin("a")
+    replays.settle("a", write, Failure(WriteFailed("no")))
+    replays.begin("a")  # a failed write written again: still one entry
+    assert replays.bytes == ENTRY_BYTES + 1
+    replays.settle("a", replays.get("a"), Delivered(0, 1))  # type: ignore[arg-type]
+    clock.advance(11)
+    assert replays.get("a") is None and replays.bytes == 0

@@ -170,9 +170,16 @@ def test_respond_async_then_a_get_of_the_location_waits_for_the_reply(
 
 
 def test_a_get_of_a_location_nobody_answers_is_202_after_the_wait(writes: WriteDaemon) -> None:
-    got = writes.call("GET", "/items/a2;nobody-0123", {"Prefer": "wait=1"})
-    assert got.status == 202 and got.headers["location"] == "/items/a2;nobody-0123"
+    put = writes.call("PUT", "/items/a2", {"Prefer": "respond-async", "X-Reply": "none",
+                                           "Idempotency-Key": f"n-{uuid.uuid4()}"}, b"{}")
+    assert put.status == 202, put
+    location = put.headers["location"]
+    got = writes.call("GET", location, {"Prefer": "wait=1"})
+    assert got.status == 202 and got.headers["location"] == location
     assert 0.9 <= got.seconds < 3
+    # a location nobody issued, or one issued for another item, is no location at all
+    assert writes.call("GET", "/items/a2;nobody-0123").status == 404
+    assert writes.call("GET", location.replace("/items/a2;", "/items/a3;")).status == 404
 
 
 def snapshot(w: WriteDaemon, key: str, value: bytes | None, etag: str | None = None,
