@@ -249,8 +249,11 @@ class Producing:
     def _write(self, exchange: Exchange, w: ProduceWith, exit_: KafkaExit, record: Record,
                correlation: str, began: float, replies: Replies | None, respond_async: bool,
                params: Mapping[str, str], ctx: HttpContext) -> None:
-        """Write `record` unless this correlation id was written already, then answer."""
-        write = self.replays.get(correlation)
+        """Write `record` unless this correlation id was written to its topic already, then
+        answer. The table knows a write by topic and correlation id: the id does not always
+        name the topic (without a reply it hashes `content-type` alone, as Zilla's does, not
+        `:path`), and the same key and body sent to two topics are two writes."""
+        write = self.replays.get(_replay_key(record.topic, correlation))
         if write is None and replies is not None and replies.find(correlation) is not None:
             self._replayed(record.topic, correlation, "its reply is on the reply topic")
             self._after_ack(exchange, w, correlation, began, replies, respond_async, params,
@@ -290,11 +293,12 @@ class Producing:
         acked.addCallbacks(delivered, not_delivered).addErrback(exchange.failed)
 
     def _produce(self, exit_: KafkaExit, record: Record, acks: str, correlation: str) -> Write:
-        write = self.replays.begin(correlation)
+        entry = _replay_key(record.topic, correlation)
+        write = self.replays.begin(entry)
         d = exit_.produce(record, acks)
 
         def settle(outcome: Delivered | Failure) -> None:
-            self.replays.settle(correlation, write, outcome)
+            self.replays.settle(entry, write, outcome)
 
         d.addBoth(settle)
         return write
@@ -455,3 +459,8 @@ def _identities(ctx: HttpContext, w: ProduceWith) -> dict[str, str]:
     """The identities a location binds: those of the route's guards."""
     found = ctx.identities()
     return {g: found.get(g, "") for g in w.guards}
+
+
+def _replay_key(topic: str, correlation: str) -> str:
+    """What `replay.Replays` knows a write by (a topic name has no `/`)."""
+    return f"{topic}/{correlation}"

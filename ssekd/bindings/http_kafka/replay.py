@@ -2,7 +2,8 @@
 
 A client that does not hear back (a timeout, a `503` while the broker was slow, a dropped
 connection) sends the same request again with the same idempotency key: the same correlation id
-(`headers.correlation_id`). This table says what became of the first one:
+(`headers.correlation_id`) to the same topic - the table's key is `<topic>/<correlation id>`.
+This table says what became of the first one:
 
 - `PENDING`: produced, the broker has not acknowledged it yet. The repeat waits for that same
   acknowledgement instead of producing again (a `503` said the outcome was not known: the write

@@ -255,3 +255,18 @@ def test_a_location_answers_only_its_path_and_identity_and_never_reaches_the_log
     output = audit.daemon.output()
     assert "/owned/t1;…" in output
     assert token not in output and token.partition(".")[0] not in output
+
+
+def test_the_same_key_and_body_to_two_topics_are_two_writes(audit: Audit) -> None:
+    """Found by the write path's fuzz test: without a reply the correlation id hashes
+    `content-type` alone (Zilla's), so the same idempotency key and body sent to a second topic
+    was taken for a repeat of the first write and answered `204` without being written."""
+    key = f"same-{uuid.uuid4()}"
+    for topic in ("notes", "commands"):
+        got = audit.call("POST", f"/w/{topic}", {"Idempotency-Key": key,
+                                                 "Content-Type": "application/json"}, b"{}")
+        assert got.status == 204, (topic, got)
+    for topic in ("notes", "commands"):
+        assert [r for r in read_records(audit.broker.bootstrap, topic)
+                if header(r, "content-type") == b"application/json" and r.value() == b"{}"
+                and r.key() is None], f"nothing written to {topic}"
