@@ -216,10 +216,26 @@ OPTIONS = {
                                           "UUID when absent). It starts the correlation id "
                                           "(`<key>-<md5 of the record>`) and `${idempotencyKey}` "
                                           "in `with.key`; the same request sent again with the "
-                                          "same key is not written again."},
+                                          "same key is not written again. A key is visible "
+                                          "ASCII (`!` to `~`), at most `max-length` "
+                                          "characters: anything else is `400` (an empty one "
+                                          "counts as none)."},
+                "max-length": {"type": "integer", "minimum": 16, "maximum": 4096,
+                               "default": DEFAULT_IDEMPOTENCY_MAX_LENGTH,
+                               "x-ssekd-addition": True,
+                               "description": "Characters an idempotency key may have at most "
+                                              "(a UUID has 36); a longer one is `400`. It "
+                                              "bounds what each remembered write costs."},
+                "max-bytes": {"type": "integer", "minimum": 65536, "default": MAX_BYTES,
+                              "x-ssekd-addition": True,
+                              "description": "Bytes the table of remembered writes may hold "
+                                             "(each costs its correlation id and ~400 bytes); "
+                                             "beyond it, and beyond 100,000 writes, the oldest "
+                                             "are forgotten before their `window` ends."},
                 "window": {"type": "number", "exclusiveMinimum": 0, "default": DEFAULT_WINDOW,
                            "x-ssekd-addition": True,
-                           "description": "Seconds a write is remembered by its correlation id "
+                           "description": "Seconds a write is remembered by its topic and "
+                                          "correlation id "
                                           "after the broker answered: a repeat within it gets "
                                           "the first write's outcome. Beyond it (or after a "
                                           "restart) a write with `reply-to` is still known by "

@@ -1,5 +1,5 @@
 """http-kafka's options and the `with` keys the other tests leave at their defaults, taking
-effect on a daemon with the real broker: another idempotency header and window, other
+effect on a daemon with the real broker: another idempotency header, window and key length, other
 correlation header names (binding-wide and per route), `acks: leader_only` and `none`, and
 `merge` in Zilla's patch form."""
 
@@ -32,7 +32,8 @@ def daemon_config(port: int, bootstrap: str, commands: str, fire: str, named: st
         return {"when": [{"method": method, "path": path}], "exit": "cc", "with": with_}
 
     hk0 = {"type": "http-kafka", "kind": "proxy",
-           "options": {"idempotency": {"header": "x-request-id", "window": WINDOW},
+           "options": {"idempotency": {"header": "x-request-id", "window": WINDOW,
+                                       "max-length": 40, "max-bytes": 65536},
                        "correlation": {"headers": {"reply-to": "app:reply-to",
                                                    "correlation-id": "app:correlation"}},
                        "max-wait": 5, "ack-timeout": 3},
@@ -74,6 +75,10 @@ def test_other_header_names_acks_window_and_patch_merge(kafka: Kafka, tmp_path: 
         correlation = header(record, "app:correlation")
         assert correlation is not None and correlation.startswith(key.encode() + b"-")
         assert header(record, "zilla:correlation-id") is None
+
+        # `max-length: 40`: a key of 41 characters is refused before anything is written
+        refused = request(port, "POST", "/named", {"X-Request-Id": "r" * 41}, b"two")
+        assert refused.status == 400 and b"1 to 40 characters" in refused.body, refused
 
         got = request(port, "POST", "/named", {"X-Request-Id": "n1"}, b"two")
         assert got.status == 201, got
