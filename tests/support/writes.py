@@ -47,6 +47,8 @@ def config(port: int, bootstrap: str, topics: Topics, keys: list[dict[str, Any]]
                       route([("POST", "/oneway")],
                             {**produce, "topic": topics.oneway, "key": "${idempotencyKey}",
                              "overrides": {"origin": "tests"}}),
+                      route([("DELETE", "/oneway/{id}"), ("POST", "/oneway/{id}")],
+                            {**produce, "topic": topics.oneway, "key": "${params.id}"}),
                       route([("POST", "/commands")],
                             {**produce, "key": "${idempotencyKey}", "reply-to": topics.replies}),
                       route([("PUT", "/items/{id}"), ("GET", "/items/{id};{correlationId}")],

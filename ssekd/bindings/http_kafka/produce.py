@@ -1,6 +1,7 @@
 """The produce capability: a request becomes one Kafka record, answered once the broker has it.
 
-The record: the body as its value, the route's `key` (`${params.x}`, `${idempotencyKey}`, an
+The record: the body as its value (none - a tombstone - for a request without a body on a route
+without `reply-to`), the route's `key` (`${params.x}`, `${idempotencyKey}`, an
 identity), the request's headers as Kafka headers (`headers.forwarded`), the reply-to header when
 the route has `reply-to`, the route's `overrides`, and last the correlation id
 (`headers.correlation_id`). Then:
@@ -215,7 +216,11 @@ class Producing:
             # Zilla writes the correlation id only where a reply is to carry it back; without
             # one it still tells a repeat from a new write (`replay.Replays`)
             kafka_headers.append((w.correlation_header, correlation.encode("utf-8")))
-        record = Record(topic, key, body, tuple(kafka_headers))
+        # Without a reply, a request without a body (a DELETE) is a tombstone, as in Zilla's
+        # scripts (`data.null`): it deletes its key from a compacted topic. With a reply the
+        # record is the command a service reads, and its value stays empty.
+        value = body if body or w.reply_to is not None else None
+        record = Record(topic, key, value, tuple(kafka_headers))
         respond_async = prefer.respond_async and bool(w.async_headers)
         began = self.clock.seconds()
         if w.reply_to is None:

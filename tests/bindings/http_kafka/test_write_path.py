@@ -90,6 +90,22 @@ def test_produce_without_reply_is_204_and_the_record_is_zillas(writes: WriteDaem
     assert record.headers() == [("content-type", b"application/json"), ("origin", b"tests")]
 
 
+def test_a_request_without_a_body_on_a_route_without_reply_is_a_tombstone(
+        writes: WriteDaemon) -> None:
+    """Zilla's delete.item.no.reply script: a DELETE is a record with a null value (a
+    tombstone, which deletes the key from a compacted topic), not an empty one; so is any
+    request without a body there. A body, even of one byte, is a value."""
+    key = f"gone-{uuid.uuid4().hex[:8]}"
+    assert writes.call("DELETE", f"/oneway/{key}").status == 204
+    assert writes.call("POST", f"/oneway/{key}-empty", {"Content-Length": "0"}, b"").status == 204
+    assert writes.call("POST", f"/oneway/{key}-x", {}, b"x").status == 204
+    records = {r.key(): r.value() for r in read_records(writes.kafka.bootstrap,
+                                                        writes.topics.oneway)
+               if (r.key() or b"").startswith(key.encode())}
+    assert records == {key.encode(): None, f"{key}-empty".encode(): None,
+                       f"{key}-x".encode(): b"x"}
+
+
 def test_produce_with_reply_carries_the_requests_headers_as_zilla_copies_them(
         writes: WriteDaemon) -> None:
     """A route with a reply: the pseudo-headers, then the request's headers in order (not
