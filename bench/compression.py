@@ -13,7 +13,9 @@ stream sees them:
 For each setting: the bytes sent over the bytes of events (`wire`), the CPU per stream and write
 and per event (process time, all 1,000 streams written in turn with the same data as a tail
 group is), and the memory a stream's compressor holds (tracemalloc, against zlib's formula).
-`plain` is the same path without gzip.
+`plain` is the same path without gzip. The `context: event` rows compress each event with no
+memory of the ones before (a full flush after each, against the length oracle a shared window
+is): beside the same setting with the default `context: stream`, what that costs.
 
     python -m bench.compression            # 200 writes per stream and shape
     python -m bench.compression --quick    # 40
@@ -47,6 +49,9 @@ SETTINGS: list[tuple[str, Compression | None]] = [
     ("gzip 6, window 2^10 (the default)", Compression()),
     ("gzip 6, window 2^12, memory 2", Compression(6, 12, 2)),
     ("gzip 6, window 2^15, memory 8 (zlib's)", Compression(6, 15, 8)),
+    ("gzip 1, window 2^10, context: event", Compression(1, 10, 1, "event")),
+    ("gzip 6, window 2^10, context: event", Compression(context="event")),
+    ("gzip 6, window 2^15, memory 8, context: event", Compression(6, 15, 8, "event")),
 ]
 SHAPES = {"trickle": 1, "burst": 50}
 
@@ -173,8 +178,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for shape, per_write in SHAPES.items():
         for name, setting in SETTINGS:
             r = run(setting, per_write, writes if per_write == 1 else max(4, writes // 10))
-            rows.append({"shape": shape, "setting": name, **r})
-            print(f"{shape:8} {name:40} {r}", flush=True)
+            rows.append({"shape": shape, "setting": name,
+                         "context": setting.context if setting is not None else None, **r})
+            print(f"{shape:8} {name:45} {r}", flush=True)
     print()
     print(table(f"gzip at {STREAMS:,} streams (in-process, per stream)",
                 ["writes", "setting", "wire/plain", "bytes/event", "µs/write", "µs/event",

@@ -96,7 +96,11 @@ CASES = [
     ("compression-unknown-key", "    kind: server\n    exit: sse_kafka0",
      "    kind: server\n    options: {{compression: {{brotli: true}}}}\n    exit: sse_kafka0",
      29, "bindings.sse0.options.compression.brotli",
-     "unexpected property 'brotli' (expected one of: level, memory-level, window-bits)"),
+     "unexpected property 'brotli' (expected one of: context, level, memory-level, "
+     "window-bits)"),
+    ("compression-context", "    kind: server\n    exit: sse_kafka0",
+     "    kind: server\n    options: {{compression: {{context: batch}}}}\n    exit: sse_kafka0",
+     29, "bindings.sse0.options.compression.context", "expected one of"),
     ("compress-not-a-boolean", "topic: items", "topic: items\n          compress: no-thanks", 38,
      "bindings.sse_kafka0.routes[0].with.compress", "expected boolean, got 'no-thanks'"),
     ("unknown-id-form", "value: {{/status: open}}",
@@ -179,7 +183,8 @@ def test_compression_settings_reach_the_sse_server(tmp_path: Path) -> None:
     built = []
     for options, expected in [
             ("{compression: {level: 1, window-bits: 12, memory-level: 3}}", Compression(1, 12, 3)),
-            ("{compression: {}}", Compression(6, 10, 1)),
+            ("{compression: {}}", Compression(6, 10, 1, "stream")),
+            ("{compression: {context: event}}", Compression(6, 10, 1, "event")),
             ("{}", None)]:
         config = tmp_path / f"zilla-{len(built)}.yaml"
         config.write_text(GOOD.replace("    kind: server\n    exit: sse_kafka0",

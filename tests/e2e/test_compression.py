@@ -2,13 +2,15 @@
 addition, the sse server's `compression`): a raw HTTP/1.1 reader decoding as bytes arrive gets
 each live event while the stream is open (so every batch was flushed), curl `--compressed`
 over HTTP/1.1 and HTTP/2, headless Chromium's EventSource, the trailer at a drain, and plain
-bytes for a client that does not ask or a route that says `compress: false`."""
+bytes for a client that does not ask or a route that says `compress: false`; with `context:
+event`, each event on the wire decodes with no history at all (no length oracle across events)."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import urllib.request
+import zlib
 from pathlib import Path
 
 import pytest
@@ -17,7 +19,7 @@ from ssekd.dev.broker import Broker, free_port
 from tests.support.broker import Kafka
 from tests.support.browser import Browser
 from tests.support.daemon import start_daemon
-from tests.support.sse import SseClient
+from tests.support.sse import Event, SseClient
 from tests.support.streamd import write_config
 from tests.support.wait import wait_until
 
@@ -129,4 +131,67 @@ def test_a_browser_reads_a_gzip_stream_as_it_comes(kafka: Kafka, kafka_broker: B
             sorted(f"order-{i}" for i in range(15))
     finally:
         browser.close()
+        daemon.stop()
+
+
+class WireClient(SseClient):
+    """`SseClient` that also keeps the body as it came off the wire (gzip, de-chunked)."""
+
+    def _take(self, body: bytes) -> None:
+        self.wire = getattr(self, "wire", b"") + body
+        super()._take(body)
+
+
+def _flushed_pieces(body: bytes) -> list[bytes]:
+    """A gzip body cut after each flush marker (the empty stored block a flush ends with,
+    `00 00 ff ff`), its 10-byte header left off: each piece is what one flush sent."""
+    assert body[:3] == b"\x1f\x8b\x08" and body[3] == 0, "zlib's gzip header, no name"
+    pieces = body[10:].split(b"\x00\x00\xff\xff")
+    assert pieces[-1] == b"", "the stream is open: its last bytes are a flush"
+    return [p + b"\x00\x00\xff\xff" for p in pieces[:-1]]
+
+
+def _wire_text(events: list[Event]) -> bytes:
+    return b"".join(f"id:{e.id}\ndata:{e.data}\n\n".encode() for e in events)
+
+
+@pytest.mark.timeout(120)
+def test_context_event_sends_each_event_alone_and_decodes_to_exactly_the_events(
+        kafka: Kafka, kafka_broker: Broker, tmp_path: Path) -> None:
+    """`compression: {context: event}` on a real daemon: a stream caught up in one batch (a
+    secret, then a writer's records that repeat it or not) and live records one at a time decode
+    to exactly the events, with curl `--compressed` (HTTP/1.1 and HTTP/2) and with Python's gzip
+    on the raw bytes; and each event's bytes on the wire inflate with a fresh decoder, knowing
+    nothing sent before them, so no event's size can depend on another's content."""
+    topic = kafka.topic(1)
+    port = free_port()
+    config = write_config(tmp_path, kafka_broker.bootstrap, port,
+                          compression="{context: event}")
+    secret = b'{"user":"alice","session":"tok_Q7xK2mZ9vR4p"}'
+    guesses = [b'{"user":"mallory","session":"tok_%s"}' % g
+               for g in (b"Q7xK2mZ9vR4p", b"p4Rv9Zm2Kx7Q", b"Q7xK2mZ9vR4x")]
+    first = [secret, *guesses, *_records(40)]
+    kafka.send(topic, first)
+    daemon = start_daemon(config, wait_ports=[port])
+    try:
+        with WireClient(port, f"/events/{topic}", GZIP) as c:
+            assert c.gzip
+            got = c.events(len(first))
+            live = _records(3, start=40)
+            for value in live:  # one batch each, each decoded while the stream is open
+                kafka.send(topic, [value])
+                got += c.events(1)
+            assert [e.data for e in got] == [v.decode() for v in first + live]
+            wire = c.wire
+        assert zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(wire) == _wire_text(got)
+        pieces = _flushed_pieces(wire)
+        alone = [zlib.decompressobj(-zlib.MAX_WBITS).decompress(p) for p in pieces]
+        assert alone[0] == b"", "the first flush: the header only (no retry on this route)"
+        assert alone[1:] == [_wire_text([e]) for e in got], "one event to a flush, each whole"
+        for http in ((), ("--http2-prior-knowledge",)):
+            headers, body = _curl(f"http://127.0.0.1:{port}/events/{topic}", "--compressed",
+                                  *http)
+            assert headers.get("content-encoding") == "gzip", (http, headers)
+            assert body == _wire_text(got), http
+    finally:
         daemon.stop()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ssekd.bindings.http.roles import HttpBinding, HttpClientBinding
 from ssekd.bindings.sse.client import DEFAULT_MAX_UPSTREAMS, SseClient, SseClientRoute
-from ssekd.bindings.sse.compression import Compression
+from ssekd.bindings.sse.compression import CONTEXTS, Compression
 from ssekd.bindings.sse.relay import FeedSettings
 from ssekd.bindings.sse.roles import StreamSource
 from ssekd.bindings.sse.server import (
@@ -40,7 +40,8 @@ def _build(ctx: BuildContext, binding: Binding) -> SseServer:
     compression = None if gzip is None else Compression(
         level=int(gzip.get("level", _GZIP.level)),
         window_bits=int(gzip.get("window-bits", _GZIP.window_bits)),
-        memory_level=int(gzip.get("memory-level", _GZIP.memory_level)))
+        memory_level=int(gzip.get("memory-level", _GZIP.memory_level)),
+        context=gzip.get("context", _GZIP.context))
     return SseServer(binding.name, ctx.exit(binding.exit, StreamSource), ctx.reactor, ctx.events,
                      retry=opts.get("retry"),
                      max_idle=float(opts.get("max-idle-time", DEFAULT_MAX_IDLE)),
@@ -130,7 +131,12 @@ BINDING = BindingType("sse", {
                                "sse-kafka route with `compress: false`. Each gzip stream holds "
                                "a compressor of 2^(window-bits + 2) + 2^(memory-level + 9) "
                                "bytes plus about 6 KiB (11 KiB with the defaults). `{}` turns it "
-                               "on with the defaults.",
+                               "on with the defaults. Sizes leak content (CRIME, BREACH): with "
+                               "the default `context: stream`, an event that repeats a secret "
+                               "sent earlier on the same stream compresses smaller, so whoever "
+                               "writes some of a stream's events and sees its sizes can guess "
+                               "the secrets in the others; use `context: event` where one "
+                               "stream mixes writers.",
                 "properties": {
                     "level": {"type": "integer", "minimum": 1, "maximum": 9,
                               "default": _GZIP.level, "x-ssekd-addition": True,
@@ -143,6 +149,18 @@ BINDING = BindingType("sse", {
                                      "default": _GZIP.memory_level, "x-ssekd-addition": True,
                                      "description": "The size of its hash table: "
                                                     "2^(memory-level + 7) entries."},
+                    "context": {"type": "string", "enum": list(CONTEXTS),
+                                "default": _GZIP.context, "x-ssekd-addition": True,
+                                "description": "What an event's compression may refer back "
+                                               "to. `stream`: every earlier event in the "
+                                               "window (smaller). `event`: nothing; each event "
+                                               "is compressed alone (a full flush after each), "
+                                               "so its size depends on its own bytes only: "
+                                               "for routes whose streams mix events of "
+                                               "different writers, where a secret of one "
+                                               "could be guessed from the sizes of another's. "
+                                               "A secret and someone else's bytes in one "
+                                               "event stay exposed either way."},
                 }},
             "limits": {"type": "object", "additionalProperties": False, "x-ssekd-addition": True,
                        "description": "Bounds on the streams of this binding. A stream refused "

@@ -19,6 +19,17 @@ Only where the client asks for it (`Accept-Encoding` naming gzip with a weight a
 9110 §12.5.3), and never for a route whose records are already compressed (sse-kafka's
 `with.compress: false`): gzip on compressed bytes costs CPU and memory and saves nothing.
 Brotli is left out: no library the project keeps does it.
+
+A shared window is also a length oracle (CRIME, BREACH): an event whose bytes someone else
+controls, sent after an event that holds a secret, compresses smaller when it repeats the
+secret, and whoever sees the stream's sizes (on the network path, or the writer reading its own
+stream) can guess the secret a few characters at a time. So `context` says what an event may
+refer back to: `stream` (the default) is the whole history in the window; `event` compresses
+each event of a write (each block that ends with a blank line) with no memory of the ones
+before: a `Z_FULL_FLUSH` after each clears zlib's hash table, so its matches start over and the
+bytes an event costs depend on that event alone. It stays one gzip member a browser decodes as
+it comes, and costs most of what the shared history saved (`bench/compression.py`). What it
+cannot help is a secret and someone else's bytes inside one event.
 """
 
 from __future__ import annotations
@@ -26,6 +37,7 @@ from __future__ import annotations
 import re
 import zlib
 from dataclasses import dataclass
+from typing import Literal
 
 #: zlib's deflate state besides its window and hash table (deflate_state, its pending buffer and
 #: the Python object, as tracemalloc measures them on CPython 3.11: `bench/compression.py`).
@@ -33,6 +45,12 @@ _STATE_BYTES = 6_200
 
 _CODING = re.compile(r"\s*([A-Za-z0-9!#$%&'*+.^_`|~-]+)\s*(?:;(.*))?$")
 _WEIGHT = re.compile(r"\s*q\s*=\s*([0-9.]+)\s*$", re.IGNORECASE)
+
+#: What an event's compression may refer back to: the stream's history, or nothing before it.
+Context = Literal["stream", "event"]
+CONTEXTS: tuple[Context, ...] = ("stream", "event")
+#: What ends an event (and a comment, a `retry:`) on ssekd's wire: a field never holds a newline.
+_END = b"\n\n"
 
 
 @dataclass(frozen=True)
@@ -45,6 +63,9 @@ class Compression:
     window_bits: int = 10
     #: The hash table is 2^(memory-level + 7) entries (1 to 9).
     memory_level: int = 1
+    #: `stream`: events refer back to earlier ones (smaller); `event`: each is compressed alone,
+    #: so one writer's event cannot be sized against another's secret (see the module's doc).
+    context: Context = "stream"
 
     def memory_per_stream(self) -> int:
         """Bytes a stream's compressor holds (zlib's formula for deflate, plus its state)."""
@@ -91,13 +112,15 @@ def accepts_gzip(header: bytes | str | None) -> bool:
 
 class GzipWriter:
     """One stream's gzip member: each write compressed and flushed, so the client can decode
-    everything it was sent; `finish` adds the trailer (CRC and length) when the stream ends."""
+    everything it was sent; `finish` adds the trailer (CRC and length) when the stream ends.
+    With `context: event`, each event of a write is compressed and fully flushed on its own."""
 
-    __slots__ = ("_deflate", "plain", "sent")
+    __slots__ = ("_deflate", "_per_event", "plain", "sent")
 
     def __init__(self, settings: Compression) -> None:
         self._deflate = zlib.compressobj(settings.level, zlib.DEFLATED,
                                          16 + settings.window_bits, settings.memory_level)
+        self._per_event = settings.context == "event"
         #: Bytes given to the compressor, and bytes it made (the header included).
         self.plain = 0
         self.sent = 0
@@ -105,10 +128,34 @@ class GzipWriter:
     def write(self, data: bytes) -> bytes:
         """`data` compressed and flushed (never empty: the first call carries the header)."""
         d = self._deflate
-        out = d.compress(data) + d.flush(zlib.Z_SYNC_FLUSH)
+        if self._per_event:
+            out = self._each_event(data)
+        else:
+            out = d.compress(data) + d.flush(zlib.Z_SYNC_FLUSH)
         self.plain += len(data)
         self.sent += len(out)
         return out
+
+    def _each_event(self, data: bytes) -> bytes:
+        """Each event of `data` compressed, then a full flush: zlib forgets its history (the
+        hash table that finds matches), so the next event's bytes cannot refer back to it.
+        A write that does not end with a blank line has its tail flushed the same way."""
+        d = self._deflate
+        full = zlib.Z_FULL_FLUSH
+        view = memoryview(data)
+        parts = []
+        start = 0
+        end = data.find(_END)
+        while end >= 0:
+            end += 2
+            parts.append(d.compress(view[start:end]))
+            parts.append(d.flush(full))
+            start = end
+            end = data.find(_END, start)
+        if start < len(data) or not parts:  # a tail, or nothing (the header still goes)
+            parts.append(d.compress(view[start:]))
+            parts.append(d.flush(full))
+        return b"".join(parts)
 
     def finish(self) -> bytes:
         """The end of the member: the client can check the whole stream arrived."""

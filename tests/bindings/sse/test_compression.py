@@ -1,6 +1,7 @@
 """gzip on event streams (an ssekd addition, the sse server's `compression`): who gets it
-(`Accept-Encoding`, and never a route that says `compress: false`), and that every write is
-flushed so a client decodes each event as it comes, the trailer closing a stream that ends."""
+(`Accept-Encoding`, and never a route that says `compress: false`), that every write is
+flushed so a client decodes each event as it comes, the trailer closing a stream that ends,
+and that `context: event` takes away the length oracle a shared window is (issue 36 item 7)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from hypothesis import strategies as st
 from twisted.internet.testing import MemoryReactorClock
 
 from ssekd.bindings.http.roles import HttpContext
-from ssekd.bindings.sse.compression import Compression, GzipWriter, accepts_gzip
+from ssekd.bindings.sse.compression import CONTEXTS, Compression, Context, GzipWriter, accepts_gzip
 from ssekd.telemetry.metrics import Metrics
 from tests.bindings.sse.test_sse_server import FakeSource, _request, _server
 
@@ -49,11 +50,17 @@ def _decoder() -> Any:
     return zlib.decompressobj(16 + zlib.MAX_WBITS)
 
 
-@given(st.lists(st.binary(max_size=3000), max_size=12), st.integers(1, 9), st.integers(9, 15),
-       st.integers(1, 9))
+#: Bytes that end events, split a line's end and are neither, as an event writer's may hold.
+_SSE_BYTES = st.lists(st.sampled_from([b"\n\n", b"\n", b"data:", b"x", b"\x00\xff", b"\n\n\n"])
+                      | st.binary(max_size=300), max_size=20).map(b"".join)
+
+
+@given(st.lists(st.binary(max_size=3000) | _SSE_BYTES, max_size=12), st.integers(1, 9),
+       st.integers(9, 15), st.integers(1, 9), st.sampled_from(CONTEXTS))
 def test_each_write_decodes_at_once_and_the_whole_is_one_gzip_member(
-        writes: list[bytes], level: int, window_bits: int, memory_level: int) -> None:
-    writer = GzipWriter(Compression(level, window_bits, memory_level))
+        writes: list[bytes], level: int, window_bits: int, memory_level: int,
+        context: Context) -> None:
+    writer = GzipWriter(Compression(level, window_bits, memory_level, context))
     decoder = _decoder()
     sent = []
     for data in writes:
@@ -64,6 +71,76 @@ def test_each_write_decodes_at_once_and_the_whole_is_one_gzip_member(
     sent.append(writer.finish())
     assert gzip.decompress(b"".join(sent)) == b"".join(writes)
     assert (writer.plain, writer.sent) == (sum(map(len, writes)), sum(map(len, sent)))
+
+
+#: A session token in one writer's event, and a record another writer controls that may repeat
+#: it: what a stream that mixes writers (a shared topic, a feed of everyone's changes) carries.
+SECRET = b"tok_Q7xK2mZ9vR4p"
+#: Wrong guesses of the same length and letters (so, alone, each costs what the secret does):
+#: reversed, its halves swapped (each half a match: smaller, not as small), shuffled.
+WRONG = [b"tok_" + bytes(reversed(SECRET[4:])), b"tok_" + SECRET[10:] + SECRET[4:10],
+         b"tok_" + SECRET[4:][1::2] + SECRET[4:][::2]]
+
+
+def _secret(n: int) -> bytes:
+    return b'id:%d\ndata:{"user":"alice","session":"%s"}\n\n' % (n, SECRET)
+
+
+def _guess(n: int, guess: bytes) -> bytes:
+    return b'id:%d\ndata:{"user":"mallory","session":"%s"}\n\n' % (n, guess)
+
+
+def _guess_sizes(context: Context, batched: bool) -> dict[bytes, int]:
+    """For each guess, the bytes its event costs on a stream that carried the secret before
+    (`batched`: the bytes of one write holding the secret and then the guess, as a catching-up
+    stream gets them)."""
+    assert all(len(w) == len(SECRET) and sorted(w) == sorted(SECRET) for w in WRONG)
+    sizes = {}
+    for guess in [SECRET, *WRONG]:
+        writer = GzipWriter(Compression(context=context))
+        writer.write(b"retry:1000\n\n")
+        if batched:  # the write is both: the secret's share is the same for every guess
+            sizes[guess] = len(writer.write(_secret(1) + _guess(2, guess)))
+        else:
+            writer.write(_secret(1))
+            writer.write(b'id:2\ndata:{"user":"mallory","note":"hello"}\n\n')
+            sizes[guess] = len(writer.write(_guess(3, guess)))
+    return sizes
+
+
+@pytest.mark.parametrize("batched", [False, True], ids=["a-write-each", "one-write"])
+def test_a_shared_context_is_a_length_oracle_and_context_event_is_not(batched: bool) -> None:
+    """`context: stream` (the default): the guess that repeats the secret sent earlier costs
+    fewer bytes than every wrong guess, so a writer who sees the sizes learns the secret.
+    `context: event`: every guess of that length costs the same, in separate writes and when
+    the secret and the guess share a write."""
+    shared = _guess_sizes("stream", batched)
+    assert all(shared[SECRET] < shared[w] for w in WRONG), shared
+    alone = _guess_sizes("event", batched)
+    assert len(set(alone.values())) == 1, alone
+    assert Compression().context == "stream", "the default keeps what streams get today"
+
+
+@given(st.lists(_SSE_BYTES, max_size=6), st.lists(_SSE_BYTES, max_size=6),
+       st.lists(st.binary(min_size=1, max_size=400).map(lambda b: b + b"\n\n"), min_size=1,
+                max_size=4),
+       st.integers(1, 9), st.integers(9, 15), st.integers(1, 9))
+def test_with_context_event_an_event_costs_the_same_whatever_came_before(
+        history: list[bytes], other: list[bytes], events: list[bytes], level: int,
+        window_bits: int, memory_level: int) -> None:
+    """Whatever two streams were sent before, the same events then cost the same bytes on each:
+    nothing of the history reaches them (and each write is still decodable as it comes)."""
+    settings = Compression(level, window_bits, memory_level, "event")
+    outs = []
+    for past in (history, other):
+        writer = GzipWriter(settings)
+        decoder = _decoder()
+        for data in [b"", *past]:
+            decoder.decompress(writer.write(data))
+        out = writer.write(b"".join(events))
+        assert decoder.decompress(out) == b"".join(events)
+        outs.append(out)
+    assert outs[0] == outs[1]
 
 
 def test_memory_per_stream_is_zlibs_formula() -> None:
@@ -96,8 +173,10 @@ def _open(accept: bytes | None, compress: bool = True,
     return req, (source, clock, server), metrics
 
 
-def test_a_client_that_asks_gets_gzip_flushed_per_write() -> None:
-    req, (source, clock, server), metrics = _open(b"gzip, deflate, br")
+@pytest.mark.parametrize("context", CONTEXTS)
+def test_a_client_that_asks_gets_gzip_flushed_per_write(context: Context) -> None:
+    req, (source, clock, server), metrics = _open(b"gzip, deflate, br",
+                                                  compression=Compression(context=context))
     headers = req.responseHeaders
     assert headers.getRawHeaders(b"content-encoding") == [b"gzip"]
     assert headers.getRawHeaders(b"vary") == [b"Accept-Encoding"]
