@@ -75,6 +75,8 @@ AAPI_SERVER_ROUTES = f"{AAPI_COMPOSE}::test_server_routes_send_operations_to_the
 AAPI_TLS = "e2e/test_asyncapi_example.py::" \
            "test_an_https_server_of_the_spec_is_served_over_tls_with_the_vault_s_key"
 AAPI_PATHNAME = f"{AAPI_COMPOSE}::test_a_server_pathname_is_in_front_of_every_path"
+#: The write path's security tests on a real daemon.
+AUDIT = "bindings/http_kafka/test_write_path_audit.py"
 #: The write path (http-kafka) and the kafka client's producers.
 WRITES = "bindings/http_kafka/test_write_path.py"
 WRITE_OPTIONS = "bindings/http_kafka/test_options.py::" \
@@ -202,6 +204,8 @@ COVERAGE: dict[str, str] = {
     "bindings.sse/server.options.compression.window-bits": f"{ADDITIONS}::{COMPRESSION_SETTINGS}",
     "bindings.sse/server.options.compression.memory-level":
         f"{ADDITIONS}::{COMPRESSION_SETTINGS}",
+    "bindings.sse/server.options.compression.context": "e2e/test_compression.py::"
+        "test_context_event_sends_each_event_alone_and_decodes_to_exactly_the_events",
     "bindings.sse-kafka/proxy.options.internal-topics":
         "reliability/test_topics.py::test_a_route_that_names_an_internal_topic_literally_serves_it",
     "bindings.sse-kafka/proxy.routes[].when[].path": f"{FILTERS}::test_filter_by_key_from_path_params",
@@ -297,6 +301,22 @@ COVERAGE: dict[str, str] = {
     "bindings.http-kafka/proxy.routes[].with.merge.patch": WRITE_OPTIONS,
     "bindings.http-kafka/proxy.routes[].with.merge.patch.initial": WRITE_OPTIONS,
     "bindings.http-kafka/proxy.routes[].with.merge.patch.path": WRITE_OPTIONS,
+    "bindings.http-kafka/proxy.options.internal-topics":
+        f"{AUDIT}::test_connect_and_internal_topics_are_404_to_every_binding",
+    "bindings.http-kafka/proxy.options.idempotency.max-length": WRITE_OPTIONS,
+    "bindings.http-kafka/proxy.options.idempotency.max-bytes":
+        "bindings/http_kafka/test_replay.py::"
+        "test_what_the_table_holds_is_bounded_in_bytes_not_only_in_entries",
+    "bindings.http-kafka/proxy.options.location-secret":
+        f"{AUDIT}::test_a_location_answers_only_its_path_and_identity_and_never_reaches_the_log",
+    "bindings.http-kafka/proxy.routes[].with.request-headers":
+        f"{AUDIT}::test_a_client_header_never_pre_empts_an_override_nor_carries_a_secret",
+    "bindings.http-kafka/proxy.routes[].with.request-headers.copy":
+        "bindings/http_kafka/test_headers.py::test_a_route_lists_what_to_copy_and_what_never_to",
+    "bindings.http-kafka/proxy.routes[].with.request-headers.never":
+        "bindings/http_kafka/test_headers.py::test_a_route_lists_what_to_copy_and_what_never_to",
+    "bindings.http-kafka/proxy.routes[].with.content-types":
+        f"{AUDIT}::test_a_writers_html_is_served_back_as_bytes_that_nothing_runs",
     "bindings.kafka/client.options.producer-properties":
         f"{PRODUCER}::test_producers_take_the_consumers_servers_and_security_and_nothing_"
         f"consumer_only",
