@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from ssekd.dev.broker import Broker, free_port, start_broker
-from tests.support.asyncapi_example import adapt
+from tests.support.asyncapi_example import WHERE, adapt
 from tests.support.broker import Kafka
 from tests.support.daemon import Daemon
 from tests.support.jwt import CurlStream, JwksServer, curl, rsa_key, wait_keys_loaded
@@ -53,7 +53,7 @@ def events(broker: Broker) -> Kafka:
 
 
 def _start(folder: Path, broker: Broker, run_daemon: Callable[..., Daemon],
-           config: str = "asyncapi.sse.kafka.proxy/zilla.yaml",
+           config: str = "zilla-examples/asyncapi.sse.kafka.proxy/etc/zilla.yaml",
            edit: Callable[[Path], None] | None = None,
            env: dict[str, str] | None = None) -> tuple[Daemon, int]:
     port = free_port()
@@ -92,7 +92,7 @@ def test_example_with_an_x_zilla_sse_kafka_filter_streams_only_what_it_lets_thro
         tmp_path: Path, broker: Broker, events: Kafka,
         run_daemon: Callable[..., Daemon]) -> None:
     def add_filter(folder: Path) -> None:
-        spec = folder / "asyncapi.sse.kafka.proxy" / "specs" / "sse-asyncapi.yaml"
+        spec = folder / WHERE / "specs" / "sse-asyncapi.yaml"
         text = spec.read_text()
         bindings = '      x-zilla-sse:\n        method: "GET"\n'
         assert bindings in text
@@ -128,13 +128,13 @@ def test_an_https_server_of_the_spec_is_served_over_tls_with_the_vault_s_key(
     tls_port = free_port()
 
     def add_https(folder: Path) -> None:
-        spec = folder / "asyncapi.sse.kafka.proxy" / "specs" / "sse-asyncapi.yaml"
+        spec = folder / WHERE / "specs" / "sse-asyncapi.yaml"
         text = spec.read_text()
         server = "    protocol: http\n"
         assert text.count(server) == 1
         spec.write_text(text.replace(server, server + (
             f"  secure_sse:\n    host: localhost:{tls_port}\n    protocol: https\n")))
-        config = folder / "asyncapi.sse.kafka.proxy" / "zilla.yaml"
+        config = folder / WHERE / "zilla.yaml"
         text = config.read_text()
         first = "    kind: server\n    options:\n"
         assert text.count(first) == 1
