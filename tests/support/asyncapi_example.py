@@ -1,7 +1,8 @@
 """Zilla's public `asyncapi.sse.kafka.proxy` example (the `etc/` of
-tests/data/zilla-examples/asyncapi.sse.kafka.proxy: its zilla.yaml and two specs) and ssekd's guarded variant of it (tests/data/asyncapi-guarded), made
-runnable here by changing only the hosts they name: the SSE server's `localhost:7114` becomes a
-free port, the Kafka broker `kafka.examples.dev:29092` the test broker."""
+tests/data/zilla-examples/asyncapi.sse.kafka.proxy: its zilla.yaml and two specs) and ssekd's
+guarded variant of it (tests/data/asyncapi-guarded), made runnable here by changing only the
+hosts they name: the SSE server's `localhost:7114` becomes a free port, the Kafka broker
+`kafka.examples.dev:29092` the test broker."""
 
 from __future__ import annotations
 
