@@ -206,6 +206,9 @@ COVERAGE: dict[str, str] = {
         f"{ADDITIONS}::{COMPRESSION_SETTINGS}",
     "bindings.sse/server.options.compression.context": "e2e/test_compression.py::"
         "test_context_event_sends_each_event_alone_and_decodes_to_exactly_the_events",
+    "bindings.sse/server.routes[].when[].path":
+        "bindings/sse/test_sse_server.py::"
+        "test_routes_pick_the_exit_by_path_then_the_binding_exit_then_404",
     "bindings.sse-kafka/proxy.options.internal-topics":
         "reliability/test_topics.py::test_a_route_that_names_an_internal_topic_literally_serves_it",
     "bindings.sse-kafka/proxy.routes[].when[].path": f"{FILTERS}::test_filter_by_key_from_path_params",

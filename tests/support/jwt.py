@@ -297,8 +297,8 @@ class CurlStream:
 class H2Client(H2SseClient):
     """The tests' HTTP/2 client, plus any method and the raw bytes of each stream."""
 
-    def __init__(self, port: int) -> None:
-        super().__init__(port)
+    def __init__(self, port: int, **kw: Any) -> None:
+        super().__init__(port, **kw)
         self.raw: dict[int, list[tuple[float, bytes]]] = {}
 
     def request(self, method: str, path: str, headers: dict[str, str] | None = None) -> int:

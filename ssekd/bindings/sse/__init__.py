@@ -1,7 +1,9 @@
 """sse binding: kind server answers text/event-stream requests the http binding routes here; kind
 client relays upstream event streams to them (`client`, `relay`).
 
-Options: `retry` (ms, sent once at the start of each stream), `max-idle-time` (seconds without a
+Kind server's `routes` (Zilla's): `when: [{path}]`, `exit` and `guarded`, the first that takes
+the path wins, then the binding's `exit`. Options: `retry` (ms, sent once at the start of each
+stream), `max-idle-time` (seconds without a
 write before a `:` keepalive comment; default 15, below Twisted's HTTP/2 idle timeout), and
 `limits`: `streams` open at once (default 10000; more are told to come back later) and `max-lag`
 (default 60 s: a stream whose client reads nothing that long is ended and reconnects by id).
@@ -19,6 +21,7 @@ from ssekd.bindings.sse.server import (
     DEFAULT_MAX_LAG,
     DEFAULT_MAX_STREAMS,
     DEFAULT_TRY_LATER_RETRY,
+    SseRoute,
     SseServer,
 )
 from ssekd.config import ConfigError
@@ -33,7 +36,14 @@ _GZIP = Compression()
 
 
 def _build(ctx: BuildContext, binding: Binding) -> SseServer:
-    assert binding.exit is not None  # the schema requires it
+    if binding.exit is None and not binding.routes:
+        raise ConfigError([ctx.issue(("bindings", binding.name),
+                                     "expected `exit` or `routes`: an sse server hands each "
+                                     "stream to the exit of the route that takes its path")])
+    routes = [SseRoute(tuple(Pattern.compile(str(w["path"])) for w in r.when if "path" in w),
+                       ctx.exit(r.exit, StreamSource), r.guarded)
+              for r in binding.routes if r.exit is not None]
+    guards = {g: ctx.guard(g) for r in routes for g in r.guarded}
     opts = binding.options
     limits = opts.get("limits", {})
     gzip = opts.get("compression")
@@ -42,12 +52,14 @@ def _build(ctx: BuildContext, binding: Binding) -> SseServer:
         window_bits=int(gzip.get("window-bits", _GZIP.window_bits)),
         memory_level=int(gzip.get("memory-level", _GZIP.memory_level)),
         context=gzip.get("context", _GZIP.context))
-    return SseServer(binding.name, ctx.exit(binding.exit, StreamSource), ctx.reactor, ctx.events,
+    default = None if binding.exit is None else ctx.exit(binding.exit, StreamSource)
+    return SseServer(binding.name, default, ctx.reactor, ctx.events,
                      retry=opts.get("retry"),
                      max_idle=float(opts.get("max-idle-time", DEFAULT_MAX_IDLE)),
                      max_streams=int(limits.get("streams", DEFAULT_MAX_STREAMS)),
                      max_lag=float(limits.get("max-lag", DEFAULT_MAX_LAG)),
-                     metrics=ctx.metrics, compression=compression)
+                     metrics=ctx.metrics, compression=compression, routes=routes,
+                     guards=guards)
 
 
 def _build_client(ctx: BuildContext, binding: Binding) -> SseClient:
@@ -109,7 +121,14 @@ _CLIENT_OPTIONS = {
 
 BINDING = BindingType("sse", {
     "server": KindSpec(
-        role=HttpBinding, build=_build, exit=Exit.REQUIRED, exit_roles=(StreamSource,),
+        role=HttpBinding, build=_build, exit=Exit.OPTIONAL, exit_roles=(StreamSource,),
+        when={"type": "object", "additionalProperties": False,
+              "properties": {"path": {"type": "string", "pattern": "^/",
+                                      "x-expected": "a path starting with /",
+                                      "description": "Pattern for the request path (query "
+                                                     "string left out): `*` matches anything, "
+                                                     "`{name}` a segment. A route without "
+                                                     "`when` takes every path."}}},
         options={"type": "object", "additionalProperties": False,
                  "description": "Answers `GET` with a `text/event-stream` response and opens the "
                                 "stream at its exit; reads the last event id from `Last-Event-ID` "

@@ -2,7 +2,14 @@
 
 It owns the HTTP side of a stream - method check, last event id (header, else `lastEventId`
 query parameter, at most 254 characters), response headers, `retry:`, keepalive - and hands the
-rest to its exit, a *stream source* (sse-kafka), through `StreamSource.open`.
+rest to its exit, a *stream source* (sse-kafka, an sse client), through `StreamSource.open`.
+
+Its `routes` pick that exit as Zilla's sse binding does: the first route whose `when` path matches
+(none: the binding's `exit`; neither: `404`), and a route's `guarded` admits a request only with a
+session of each guard having every listed role (none `401`, a missing role or a bad token `403`,
+a guard that cannot check tokens yet a `200` that ends with `retry:`). Challenges and expiry come
+from the lease the http binding in front gives every request with credentials, so they work the
+same whichever binding - http, sse or sse-kafka - guards the stream.
 
 Its limits (`options.limits`): `streams` open at once, beyond which a stream is told to come back
 later, and `max-lag`, the seconds a stream may stay paused by a client that reads nothing before
@@ -13,7 +20,8 @@ after that, whereas a `429` or `503` would make it give up for good (docs/protoc
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote_to_bytes
 
@@ -22,11 +30,13 @@ from twisted.web.server import NOT_DONE_YET, Request
 
 from ssekd.bindings.http.roles import HttpContext
 from ssekd.bindings.sse.compression import Compression, accepts_gzip
-from ssekd.bindings.sse.roles import StreamRequest, StreamSource, TryLater
+from ssekd.bindings.sse.roles import StreamRequest, StreamSource, TryLater, refuse_unauthorized
 from ssekd.bindings.sse.stats import SseStats
 from ssekd.bindings.sse.stream import SseStream
 from ssekd.bindings.sse.wire import comment, retry_field
 from ssekd.event_ids import MAX_ID_LENGTH
+from ssekd.patterns import Pattern
+from ssekd.spi.guard import Guard
 from ssekd.telemetry.events import EventLog
 from ssekd.telemetry.metrics import Metrics
 
@@ -87,19 +97,38 @@ def query_params(uri: bytes) -> dict[str, str]:
     return out
 
 
+@dataclass(frozen=True)
+class SseRoute:
+    """One of the sse server's routes: the paths it takes (none: every path), its exit and the
+    roles it requires of each guard."""
+
+    paths: tuple[Pattern, ...]
+    source: StreamSource
+    guarded: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def matches(self, path: str) -> bool:
+        return not self.paths or any(p.match(path) is not None for p in self.paths)
+
+
 class SseServer(Service):
     """Runtime of an `sse` binding of kind `server`."""
 
     #: GET only: a request body is never read (see `api.HttpBinding.takes_body`).
     takes_body = False
 
-    def __init__(self, name: str, source: StreamSource, clock: Any, events: EventLog,
+    def __init__(self, name: str, source: StreamSource | None, clock: Any, events: EventLog,
                  retry: int | None = None, max_idle: float = DEFAULT_MAX_IDLE,
                  max_streams: int = DEFAULT_MAX_STREAMS,
                  max_lag: float = DEFAULT_MAX_LAG,
                  metrics: Metrics | None = None,
-                 compression: Compression | None = None) -> None:
+                 compression: Compression | None = None,
+                 routes: Sequence[SseRoute] = (),
+                 guards: Mapping[str, Guard] | None = None) -> None:
         self.name = name
+        #: The routes, in order, then the binding's own exit (None: no such exit).
+        self.routes = tuple(routes)
+        #: The guards routes name in `guarded`, to report the refusals decided here.
+        self.guards = dict(guards or {})
         metrics = metrics or Metrics()
         self.stats = SseStats(metrics, name)
         #: The batch being delivered at the tail (`sse.delivery.latency`).
@@ -165,14 +194,24 @@ class SseServer(Service):
             last_id = query["lastEventId"]
         if last_id is not None and len(last_id) > MAX_ID_LENGTH:
             return self._reject(request, 400, f"GET {path} last event id of {len(last_id)} chars")
+        route = self._route(path)
+        if route is None:
+            return self._reject(request, 404, f"GET {path}: no route")
+        stream_request = StreamRequest(path, last_id, query, ctx, f"GET {path}",
+                                       RequestHeaders(getattr(request, "requestHeaders", None)))
+        if route.guarded:
+            refused = refuse_unauthorized(stream_request, str(self.name), route.guarded,
+                                          self.guards)
+            if isinstance(refused, TryLater):
+                return self._try_later(request, f"GET {path}", refused)
+            if refused is not None:
+                return self._reject(request, refused, f"GET {path}")
         if len(self.streams) >= self.max_streams:
             self.stats.ended_by_limit("streams")
             return self._try_later(request, f"GET {path}",
                                    TryLater(f"{len(self.streams)} streams open (limits.streams)"))
         stream = SseStream(self, request, ctx.lease)
-        result = self.source.open(
-            StreamRequest(path, last_id, query, ctx, f"GET {path}",
-                          RequestHeaders(getattr(request, "requestHeaders", None))), stream)
+        result = route.source.open(stream_request, stream)
         if isinstance(result, int):
             return self._reject(request, result, f"GET {path}")
         if isinstance(result, TryLater):
@@ -193,6 +232,14 @@ class SseServer(Service):
         self.stats.opened()
         stream.start(result, retry_field(self.retry) if self.retry is not None else b"", gzip)
         return NOT_DONE_YET
+
+    def _route(self, path: str) -> SseRoute | None:
+        """The first route that takes `path`, else the binding's exit (a route of every path),
+        else None."""
+        for route in self.routes:
+            if route.matches(path):
+                return route
+        return None if self.source is None else SseRoute((), self.source)
 
     def answer_unavailable(self, request: Request, reason: str, retry_after: float) -> bytes:
         """A temporary refusal decided in front of this binding (a guard that cannot check

@@ -128,3 +128,65 @@ def test_backpressure_reaches_the_handle() -> None:
     stream.stopProducing()
     assert source.handle.calls == ["pause", "resume", "close"]
     assert not server.streams
+
+
+class _Session:
+    def __init__(self, identity: str, *roles: str) -> None:
+        self.identity = identity
+        self.roles = frozenset(roles)
+        self.expires = None
+
+
+def test_routes_pick_the_exit_by_path_then_the_binding_exit_then_404() -> None:
+    """Zilla's sse routes: the first route whose path matches takes the stream, else the
+    binding's own exit, else `404` (and a binding may have routes only)."""
+    from ssekd.bindings.sse.server import SseRoute
+    from ssekd.patterns import Pattern
+
+    clock = MemoryReactorClock()
+    news, other, default = FakeSource(), FakeSource(), FakeSource()
+    routes = [SseRoute((Pattern.compile("/news/*"),), news),  # type: ignore[arg-type]
+              SseRoute((Pattern.compile("/a"), Pattern.compile("/b")), other)]  # type: ignore[arg-type]
+    server = _server(default, clock, routes=routes)
+    for path, source in ((b"/news/x", news), (b"/b", other), (b"/events", default)):
+        server.render(_request(path), HttpContext("http"))
+        assert source.requests[-1].path == path.decode()
+    only_routes = SseServer("sse", None, clock, EventLog("t"), routes=routes)
+    req = _request(b"/events")
+    only_routes.render(req, HttpContext("http"))
+    assert req.responseCode == 404 and not default.requests[1:]
+
+
+def test_a_guarded_route_admits_only_sessions_with_its_roles() -> None:
+    """No session: `401` with `WWW-Authenticate`; a session without the role, or a token the
+    http binding refused, `403`; a guard that cannot check yet: a `200` stream that ends with
+    `retry:` (a browser comes back); the right role opens the stream. The source sees only
+    the admitted one."""
+    from ssekd.bindings.sse.server import SseRoute
+    from ssekd.spi.guard import Refusal
+
+    clock = MemoryReactorClock()
+    source = FakeSource()
+    route = SseRoute((), source, {"jwt0": ("proxy:stream",)})  # type: ignore[arg-type]
+    server = SseServer("sse", None, clock, EventLog("t"), routes=[route])
+
+    bodies: list[Any] = []
+
+    def answer(ctx: HttpContext) -> DummyRequest:
+        req = _request(b"/events")
+        bodies.append(server.render(req, ctx))
+        return req
+
+    none = answer(HttpContext("http"))
+    assert none.responseCode == 401
+    assert none.responseHeaders.getRawHeaders(b"www-authenticate") == [b"Bearer"]
+    lacking = HttpContext("http", sessions={"jwt0": _Session("alice", "read")})  # type: ignore[dict-item]
+    assert answer(lacking).responseCode == 403
+    refused = HttpContext("http", refusals={"jwt0": Refusal(403, "token expired")})
+    assert answer(refused).responseCode == 403
+    later = answer(HttpContext("http", refusals={"jwt0": Refusal(503, "keys", 2.0)}))
+    assert later.responseCode == 200 and b"retry:2000" in bodies[-1]
+    assert source.requests == []
+    admitted = HttpContext("http", sessions={"jwt0": _Session("alice", "proxy:stream")})  # type: ignore[dict-item]
+    assert answer(admitted).responseCode == 200
+    assert len(source.requests) == 1
