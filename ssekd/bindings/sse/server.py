@@ -230,7 +230,10 @@ class SseServer(Service):
                 gzip = self.compression.writer()
         self.streams[stream] = None
         self.stats.opened()
-        stream.start(result, retry_field(self.retry) if self.retry is not None else b"", gzip)
+        first = retry_field(self.retry) if self.retry is not None else b""
+        # what the source says before any event (an id it could not read), if anything
+        notice = getattr(result, "notice", b"")
+        stream.start(result, first + notice if isinstance(notice, bytes) else first, gzip)
         return NOT_DONE_YET
 
     def _route(self, path: str) -> SseRoute | None:

@@ -33,6 +33,7 @@ from ssekd.bindings.kafka.topic_names import InternalTopics
 from ssekd.bindings.kafka.topic_names import refusal as topic_refusal
 from ssekd.bindings.kafka.value_path import ValuePath, canonical
 from ssekd.bindings.sse.roles import StreamRequest, TryLater, refuse_unauthorized
+from ssekd.bindings.sse.wire import comment
 from ssekd.bindings.sse_kafka.encoder import Filter, KafkaEventEncoder
 from ssekd.bindings.sse_kafka.topics import TOPIC_AS_EVENT, TopicsSubscription
 from ssekd.event_ids import (
@@ -47,6 +48,12 @@ from ssekd.spi.guard import Guard
 from ssekd.spi.stream import EventSink
 from ssekd.telemetry.events import EventLog
 from ssekd.telemetry.metrics import Counter, Gauge, Metrics
+
+#: What a stream whose last event id did not decode says first (docs/protocol.md): a comment,
+#: which EventSource ignores and a person or a log reading the stream sees. It never repeats the
+#: id, which the client wrote.
+UNREADABLE_ID_NOTICE = comment("last event id not understood: this stream starts at the "
+                               "oldest event ssekd holds, as a new one would")
 
 #: The topic of a route without `with`: what its path captured as `{topic}`.
 DEFAULT_TOPIC = "${params.topic}"
@@ -141,15 +148,18 @@ class RouteSubscription:
     `route` (its label, for the stream-end event), counts what it writes in `delivered`, and
     is gzip'd only where `compress` (the route's `with.compress`) allows it."""
 
-    __slots__ = ("compress", "delivered", "gauge", "route", "subscription")
+    __slots__ = ("compress", "delivered", "gauge", "notice", "route", "subscription")
 
     def __init__(self, subscription: Subscription | TopicsSubscription, gauge: Gauge, route: str = "-",
-                 delivered: Counter | None = None, compress: bool = True) -> None:
+                 delivered: Counter | None = None, compress: bool = True,
+                 notice: bytes = b"") -> None:
         self.subscription = subscription
         self.gauge = gauge
         self.route = route
         self.delivered = delivered
         self.compress = compress
+        #: What the stream says first, before any event (`UNREADABLE_ID_NOTICE`).
+        self.notice = notice
         gauge.value += 1
 
     def pause(self) -> None:
@@ -262,7 +272,8 @@ class SseKafkaProxy:
             return RouteSubscription(self._subscribe(cache, topic, filters, id_format, sink,
                                                      start),
                                      self._subscribers[id(route)], route.label(),
-                                     self._delivered[id(route)], bool(w.get("compress", True)))
+                                     self._delivered[id(route)], bool(w.get("compress", True)),
+                                     UNREADABLE_ID_NOTICE if start.undecodable_id else b"")
         except (TopicLimitReached, SchemaUnavailable) as e:
             return self._try_later(request, e)
 
@@ -315,8 +326,10 @@ class SseKafkaProxy:
         except (TopicLimitReached, SchemaUnavailable) as e:
             stream.close()
             return self._try_later(request, e)
+        unreadable = any(start.undecodable_id for start in starts.values())
         return RouteSubscription(stream, self._subscribers[id(route)], route.label(),
-                                 self._delivered[id(route)], bool(w.get("compress", True)))
+                                 self._delivered[id(route)], bool(w.get("compress", True)),
+                                 UNREADABLE_ID_NOTICE if unreadable else b"")
 
     def _topic_starts(self, request: StreamRequest, cache: Cache, topics: list[str]
                       ) -> dict[str, Start] | int:

@@ -3,6 +3,7 @@ requests; hostile last event ids; `since`; `live`."""
 
 from __future__ import annotations
 
+import subprocess
 import time
 from urllib.parse import quote
 
@@ -153,6 +154,29 @@ def test_garbage_id_in_query_resumes_from_start(streamd: Streamd, kafka: Kafka,
     assert from_the_start(got) == START
     (line,) = log_lines(streamd, f"BINDING_SSE_KAFKA_LAST_EVENT_ID_UNREADABLE GET /events/"
                                  f"{filtered_topic} ")
+
+
+@pytest.mark.parametrize("version", [[], ["--http2-prior-knowledge"]])
+def test_an_unreadable_id_is_told_to_the_client_before_the_first_event(
+        streamd: Streamd, filtered_topic: str, version: list[str]) -> None:
+    """The stream says, in a comment before its first event, that the id it came back with was
+    not understood and where it starts; it does not echo the id. A readable id gets no such
+    line."""
+    def raw(last_id: str) -> str:
+        done = subprocess.run(["curl", "-s", "-N", "--max-time", "2", *version,
+                               "-H", f"Last-Event-ID: {last_id}",
+                               streamd.url(f"/events/{filtered_topic}")],
+                              capture_output=True, text=True, check=False)
+        return done.stdout
+
+    out = raw("not-an-id<script>")
+    notice = ": last event id not understood: this stream starts at the oldest event ssekd " \
+             "holds, as a new one would\n\n"
+    assert out.startswith(notice), out[:300]
+    assert out.count(notice) == 1 and "<script>" not in out
+    assert "\nid:" in "\n" + out[len(notice):]
+    first_id = out[len(notice):].split("\n", 1)[0][3:]
+    assert "not understood" not in raw(first_id)
 
 
 #: (id, path, headers, status, what the daemon logs for it); `{t}` is the test's topic.
