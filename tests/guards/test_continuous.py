@@ -157,7 +157,10 @@ class Stack:
     def renew(self, token: str | None, **kw: Any) -> int:
         req, body = self.request(b"POST", token, content_type=b"application/x-challenge-response",
                                  **kw)
-        assert body == b"" or (body is NOT_DONE_YET and req.finished), "siblings answer at once"
+        assert isinstance(body, bytes) or (body is NOT_DONE_YET and req.finished), \
+            "siblings answer at once"
+        #: What the client read: a 204 has no body, a refusal says why in plain text.
+        self.body = body if isinstance(body, bytes) else b"".join(req.written)
         return int(req.responseCode)
 
     def failures(self) -> list[str]:
@@ -241,10 +244,15 @@ def test_renewals_that_renew_nothing_are_refused_with_a_reason(key: SigningKey) 
     req = s.open(s.token(ttl=5, scope="read write"), port=5001)
     s.clock.advance(2)
     assert s.renew(None) == 401
+    assert s.body.startswith(b"renewal refused: renewal without credentials\n")
     assert s.renew(s.token(ttl=60, sub="mallory")) == 403
+    assert b"only streams opened with a token of the same identity" in s.body
     assert s.renew(s.token(ttl=60, scope="read")) == 403, "drops a role the stream had"
     assert s.renew(s.token(ttl=60), host="10.9.9.9") == 403, "no stream of that client"
+    assert s.body.startswith(b"renewal refused: renewal with no stream to renew\n")
+    assert b"keep the stream open" in s.body, "the body says what a renewal needs"
     assert s.renew("garbage") == 403
+    assert s.body.startswith(b"renewal refused: malformed token")
     assert s.renew(s.key.sign({"iss": ISSUER, "aud": AUDIENCE, "scope": "read write",
                                "exp": s.clock.seconds() + 60})) == 403, "no identity"
     expired = s.token(ttl=1)

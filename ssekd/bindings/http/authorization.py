@@ -323,6 +323,35 @@ def answer_refusal(request: Request, target: HttpBinding | None, guard: str, ref
     return b""
 
 
+#: What a client is told a refused renewal needs, by the start of the refusal's reason.
+_RENEWAL_HINTS = (
+    ("renewal without credentials", "send the new token where the stream sent its own (the "
+                                    "http binding's `authorization`: a header, a cookie or the "
+                                    "query)"),
+    ("renewal with a token that names no identity", "the token needs the guard's identity "
+                                                     "claim (`sub` by default): a renewal "
+                                                     "renews the streams of that identity"),
+    ("renewal with no stream to renew", "no stream opened with this guard's token is open "
+                                        "from this client. A renewal reaches the streams of its "
+                                        "own connection (HTTP/2), and over HTTP/1.1 those of the "
+                                        "client's other connections: keep the stream open (in "
+                                        "another terminal, or in the background) and renew it "
+                                        "before its token's exp"),
+    ("renewal for", "a renewal renews only streams opened with a token of the same identity, "
+                    "and only when the new token keeps every role of the old one"),
+)
+
+
+def renewal_refused(request: Request, refusal: Refusal) -> bytes:
+    """The body of a refused renewal: what was refused and what a renewal needs, in plain text
+    (its status and events are `answer_refusal`'s). The reason names no token, at most the
+    identity the client's own token names."""
+    hint = next((h for start, h in _RENEWAL_HINTS if refusal.reason.startswith(start)),
+                "the token was not accepted: see the guard's rules in the security docs")
+    request.setHeader(b"Content-Type", b"text/plain; charset=utf-8")
+    return f"renewal refused: {refusal.reason}\n{hint}\n".encode()
+
+
 class Renewals:
     """The challenge responses (renewal `POST`s, `is_renewal`) of one http binding.
 
@@ -343,8 +372,9 @@ class Renewals:
         auth = self.authorization
         if not verdicts:
             guard = next(iter(auth.guards), "")
-            return answer_refusal(request, None, guard,
-                                  Refusal(401, "renewal without credentials"), auth)
+            refusal = Refusal(401, "renewal without credentials")
+            answer_refusal(request, None, guard, refusal, auth)
+            return renewal_refused(request, refusal)
         origin = Origin.of(request)
         outcomes = self._here(origin, verdicts)
         tokens = auth.tokens(request)
@@ -382,4 +412,5 @@ class Renewals:
             return b""
         guard, refused = next((g, o.refusal) for g, o in outcomes.items()
                               if o.refusal is not None)
-        return answer_refusal(request, None, guard, refused, self.authorization)
+        answer_refusal(request, None, guard, refused, self.authorization)
+        return renewal_refused(request, refused)
