@@ -74,6 +74,9 @@ class Exchange:
             return
         req: Any = self.request
         req.setResponseCode(status)
+        # Twisted dates a response when the request came; a held one (a reply, `Prefer: wait`)
+        # is made now, and `Date` says when a message was made (RFC 9110 §6.6.1)
+        req.setHeader(b"date", http.datetimeToString())
         for own, data_only in DATA_ONLY:
             req.responseHeaders.setRawHeaders(own.encode("latin-1"), [data_only])
         for name, value in headers:

@@ -7,9 +7,11 @@ from __future__ import annotations
 import json
 import subprocess
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
 from pathlib import Path
 
 import pytest
@@ -225,8 +227,12 @@ def test_fetch_merged_with_etag_304_and_long_poll(writes: WriteDaemon) -> None:
     assert ProgressId.decode(etag)  # a progress token: partition -> next offset
     same = writes.call("GET", "/items", {"If-None-Match": etag})
     assert (same.status, same.body, same.headers["etag"]) == (304, b"", etag)
-    quiet = writes.call("GET", "/items", {"If-None-Match": etag, "Prefer": "wait=1"})
-    assert quiet.status == 304 and 0.9 <= quiet.seconds < 2.5
+    asked = time.time()
+    quiet = writes.call("GET", "/items", {"If-None-Match": etag, "Prefer": "wait=2"})
+    assert quiet.status == 304 and 1.9 <= quiet.seconds < 3.5
+    # `Date` says when it was answered, not when it came (RFC 9110: when the message was made)
+    answered = parsedate_to_datetime(quiet.headers["date"]).timestamp()
+    assert answered >= int(asked) + 1, (asked, quiet.headers["date"])
 
     answers: list[Answer] = []
     poll = threading.Thread(target=lambda: answers.append(
