@@ -2,8 +2,8 @@
 event on the demo stream.
 
     .venv/bin/python -m bench.first_event           # warm: pip's cache as this machine has it
-    .venv/bin/python -m bench.first_event --cold    # cold: an empty pip cache, every wheel
-                                                    # fetched from the package index
+    .venv/bin/python -m bench.first_event --cold    # cold: empty pip and uv caches, every
+                                                    # wheel fetched from the package index
 
 The clone holds what `git clone` of the working tree would (tracked files and new ones not
 ignored), its configs on free ports (tests/support/checkout.py says why). `make run` makes the
@@ -76,6 +76,7 @@ def main() -> dict[str, object]:
                                                             "MAKELEVEL", "MFLAGS")}
     if args.cold:
         env["PIP_CACHE_DIR"] = str(work / "pip-cache")
+        env["UV_CACHE_DIR"] = str(work / "uv-cache")
     log = work / "make-run.log"
     started = time.monotonic()
     with open(log, "wb") as out:

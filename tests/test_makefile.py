@@ -37,6 +37,9 @@ def test_make_run_installs_the_demo_extra_only(tmp_path: Path) -> None:
     for line in run + setup:
         assert "editable_mode=compat" not in line
         assert "-c constraints.txt" in line, "the versions of the lock (tests/test_packaging.py)"
+        # uv installs, pip where uv cannot be had; the build's setuptools is the lock's too
+        assert "/uv\" pip install" in line and "--build-constraint constraints.txt" in line
+        assert "-m pip install -q --no-compile" in line
     # once `make setup` (or `make test`) has run, `make run` has nothing to install
     (tmp_path / ".venv" / "bin").mkdir(parents=True)
     (tmp_path / ".venv" / "bin" / "python").touch()
