@@ -15,7 +15,7 @@ import os
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from twisted.application.service import MultiService, Service
 from twisted.internet import defer, threads
@@ -38,11 +38,14 @@ from ssekd.health import Health
 from ssekd.spi.connection import ConnectionFactory, ListenSpec
 from ssekd.spi.plugins import GuardTypes, Registry, discover, discover_guards
 from ssekd.spi.workers import Siblings
-from ssekd.telemetry import otlp, prometheus
+from ssekd.telemetry import otlp_spec, prometheus
 from ssekd.telemetry.events import EventLog, stdout_stream
 from ssekd.telemetry.memory_limit import MemoryLimit
 from ssekd.telemetry.metrics import Metrics, Reading
 from ssekd.workers.sockets import family_of, listening_socket
+
+if TYPE_CHECKING:  # the SDK is imported where an otlp exporter is made
+    from ssekd.telemetry.otlp import OtlpExporter
 
 log = Logger()
 
@@ -185,14 +188,17 @@ class Engine(MultiService):
                      ctx.catalogs_stamp, pushers, reused)
 
     def _otlp_exporters(self, config: Config, previous: Graph | None
-                        ) -> tuple[dict[str, otlp.OtlpExporter], set[str]]:
+                        ) -> tuple[dict[str, OtlpExporter], set[str]]:
         """The otlp exporters of `config`; one whose options and attributes are unchanged is
-        kept from before a reload (its threads and its failure state go on)."""
-        found: dict[str, otlp.OtlpExporter] = {}
+        kept from before a reload (its threads and its failure state go on). The exporter's
+        module (the OpenTelemetry SDK) is imported only when there is one (`otlp_spec`)."""
+        found: dict[str, OtlpExporter] = {}
         reused: set[str] = set()
         attributes = config.telemetry.attributes
-        for s in otlp.specs([(x.name, x.type, x.options)
-                             for x in config.telemetry.exporters.values()]):
+        for s in otlp_spec.specs([(x.name, x.type, x.options)
+                                  for x in config.telemetry.exporters.values()]):
+            from ssekd.telemetry import otlp
+
             old = previous.exporters.get(s.name) if previous is not None else None
             if old is not None and old.spec == s and old.attributes == attributes:
                 found[s.name] = old

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from twisted.application.service import IService
 from twisted.logger import Logger, LogLevel
@@ -25,9 +26,11 @@ from ssekd.spi.connection import ListenerBinding, ListenSpec
 from ssekd.spi.guard import Guard
 from ssekd.spi.plugins import GuardTypes, Registry
 from ssekd.spi.workers import Siblings
-from ssekd.telemetry import otlp
 from ssekd.telemetry.events import EventLog
 from ssekd.telemetry.metrics import Metrics
+
+if TYPE_CHECKING:  # the SDK is imported where an otlp exporter is made
+    from ssekd.telemetry.otlp import OtlpExporter
 
 log = Logger()
 
@@ -294,7 +297,7 @@ class Graph:
     catalogs: dict[str, Catalog] = field(default_factory=dict)
     catalogs_stamp: tuple[object, ...] = ()
     #: The otlp exporters (services), by exporter name.
-    exporters: dict[str, otlp.OtlpExporter] = field(default_factory=dict)
+    exporters: dict[str, OtlpExporter] = field(default_factory=dict)
     #: Otlp exporters carried over from before a reload (their config did not change).
     reused_exporters: set[str] = field(default_factory=set)
 

@@ -136,3 +136,16 @@ def test_the_shipped_configs_check_clean_with_no_secret_in_the_environment(
     result = subprocess.run(["make", "check"], cwd=clone, capture_output=True, text=True,
                             env=env, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_check_does_not_import_the_opentelemetry_sdk_for_a_config_without_otlp(
+        tmp_path: Path) -> None:
+    """Most of `ssekd check`'s time is importing; the OpenTelemetry SDK alone took a third of a
+    second, for configs that have no otlp exporter (getting-started says what check spends)."""
+    root = Path(__file__).resolve().parents[1]
+    probe = ("import sys; from ssekd import cli; "
+             "status = cli.main(['check', '--config', sys.argv[1]]); "
+             "print(sorted({m.split('.')[0] for m in sys.modules if m.startswith('opentelemetry')}))")
+    done = subprocess.run([sys.executable, "-c", probe, str(root / "etc" / "zilla.yaml")],
+                          capture_output=True, text=True, cwd=root, check=False, timeout=60)
+    assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout + done.stderr

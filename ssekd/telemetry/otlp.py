@@ -32,9 +32,7 @@ import re
 import socket
 import threading
 import time
-import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import requests
@@ -56,53 +54,18 @@ from twisted.logger import Logger
 from ssekd.telemetry.events import EventLog
 from ssekd.telemetry.metrics import Metrics, label_name
 from ssekd.telemetry.otlp_metrics import metrics_data
+from ssekd.telemetry.otlp_spec import MAX_EXPORT_SECONDS, OtlpSpec, spec, specs
+
+__all__ = ["MAX_EXPORT_SECONDS", "OtlpExporter", "OtlpSpec", "spec", "specs"]
 
 log = Logger()
 
-DEFAULT_INTERVAL = 30.0
-DEFAULT_PATHS = {"metrics": "/v1/metrics", "logs": "/v1/logs"}
-SIGNALS = ("metrics", "logs")
 #: Log records waiting for the collector before the oldest are dropped.
 LOG_QUEUE = 2048
 #: Log records posted in one request.
 LOG_BATCH = 512
-#: The longest one post may take (retries included), and the longest a stop waits.
-MAX_EXPORT_SECONDS = 10.0
 #: A reason longer than this is cut (an SDK message can quote a whole exception chain).
 REASON_CHARS = 300
-
-
-@dataclass(frozen=True)
-class OtlpSpec:
-    """One `type: otlp` exporter's options, defaults applied and URLs resolved."""
-
-    name: str
-    interval: float
-    signals: frozenset[str]
-    metrics_url: str
-    logs_url: str
-
-    @property
-    def timeout(self) -> float:
-        return min(self.interval, MAX_EXPORT_SECONDS)
-
-
-def spec(name: str, options: Mapping[str, Any]) -> OtlpSpec:
-    """The spec of an exporter from its (schema-checked) options. Each signal's path is
-    resolved against `endpoint.location` as a URI reference, as Zilla does: `/v1/metrics`
-    replaces the location's path, a whole URL replaces the location."""
-    endpoint = options["endpoint"]
-    location = str(endpoint["location"])
-    overrides = endpoint.get("overrides", {})
-    urls = {s: urllib.parse.urljoin(location, str(overrides.get(s, DEFAULT_PATHS[s])))
-            for s in SIGNALS}
-    return OtlpSpec(name, float(options.get("interval", DEFAULT_INTERVAL)),
-                    frozenset(options.get("signals", SIGNALS)), urls["metrics"], urls["logs"])
-
-
-def specs(exporters: Sequence[tuple[str, str, Mapping[str, Any]]]) -> list[OtlpSpec]:
-    """The specs of the `(name, type, options)` exporters that are otlp ones."""
-    return [spec(name, options) for name, type_, options in exporters if type_ == "otlp"]
 
 
 # -- what went wrong, once per interval -----------------------------------------------------------
