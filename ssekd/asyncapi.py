@@ -82,6 +82,13 @@ _JSON_SCHEMA_VERSIONS = {"Draft3Validator": "draft-03", "Draft4Validator": "draf
                          "Draft201909Validator": "2019-09", "Draft202012Validator": "2020-12"}
 
 
+#: Listening addresses a client on this machine reaches as `localhost`, so that is the host
+#: shown: every address, and IPv4's loopback, where the development configs (etc/) listen. A
+#: client that tries `::1` first (curl, Chromium) is refused there and goes on to 127.0.0.1; a TLS
+#: client sends `localhost` as its server name, which an IP address would not give it.
+LOCALHOST_SHOWN = frozenset({"0.0.0.0", "::", "", "127.0.0.1"})  # noqa: S104 (only described)
+
+
 @dataclass(frozen=True)
 class Server:
     """One listening port, as a client reaches it."""
@@ -130,7 +137,7 @@ def servers(config: Config) -> list[Server]:
         if b.type != "tcp" or b.kind != "server":
             continue
         host = str(b.options.get("host", "0.0.0.0"))  # noqa: S104 (only described here)
-        shown = "localhost" if host in ("0.0.0.0", "::", "") else host  # noqa: S104
+        shown = "localhost" if host in LOCALHOST_SHOWN else host
         composed = b.origin.servers if isinstance(b.origin, Origin) else ()
         for port in _ports(b.options.get("port")):
             for exit_name in _tcp_exits(b, port):

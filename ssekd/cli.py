@@ -105,16 +105,24 @@ def check(args: argparse.Namespace) -> int:
         return 0
     # Build the graph as the daemon would (vault stores, port ranges, folders), listening nowhere.
     from ssekd.engine import Engine
-    from ssekd.telemetry.events import EventLog
+    from ssekd.telemetry.events import EventLog, format_time, severity
 
-    events = EventLog(config.namespace)
+    # What the build reports, each event once and in order: a `note:`, or a `warning:` on
+    # stderr when the event warns (its severity in JSON lines is not INFO), such as a
+    # proxy-protocol.from that believes any peer. The config is valid either way: exit 0.
+    heard: list[tuple[bool, str]] = []
+    events = EventLog(config.namespace, max_per_second=sys.maxsize)
+    events.sinks.append(lambda now, namespace, binding, name, detail: heard.append(
+        (severity(name) != "INFO",
+         f"{namespace}:{binding} [{format_time(now)}] {name} {detail}")))
     try:
         Engine(Path(args.config), reactor=_NoReactor(), events=events, print_events=False)
         issues = []
     except ConfigError as e:
         issues = e.issues
-    for line in events.recent:
-        print(f"note: {line}")
+    for warns, line in heard:
+        print(f"{'warning' if warns else 'note'}: {line}",
+              file=sys.stderr if warns else sys.stdout)
     errors = [i for i in issues if not i.environment or args.strict]
     for issue in issues:
         print(f"{'error' if issue in errors else 'warning'}: {issue}", file=sys.stderr)

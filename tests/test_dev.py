@@ -145,7 +145,7 @@ def test_a_second_make_run_says_the_port_is_in_use_in_one_line(
         assert daemon.wait(30) == 1
         assert daemon.output().strip().splitlines() == [
             f"ssekd: port {ports[7143]} is in use (another ssekd?): cannot listen on "
-            f"0.0.0.0:{ports[7143]}"]
+            f"127.0.0.1:{ports[7143]}"]
         assert first.running()
     finally:
         assert first.interrupt() == 0

@@ -12,6 +12,11 @@ any client could claim any address. Everything after the header sees the client'
 routing by `cidr`, the connection limits, `getPeer()` below (the http binding's requests, the
 tls binding's events, the JWT guard's renewals by client).
 
+So `from` must name the balancers only. A network in it that holds every address (`0.0.0.0/0`,
+`::/0`: `covers_everyone`) lets every peer forge its address; it is accepted, since that is what
+the config says, but never silently: the tcp binding's build reports it as an event, which the
+daemon prints at start and `ssekd check` as a `warning:`.
+
 The headers are parsed by Twisted's own parsers (`twisted.protocols.haproxy`). Twisted's
 wrapper around them is not used: it builds the protocol inside as the connection opens, before
 the header has said which client it is, when routing and the per-address limits need that
@@ -48,6 +53,8 @@ V2_SIGNATURE: bytes = V2Parser.PREFIX
 V1_UNKNOWN = b"PROXY UNKNOWN\r\n"
 #: Seconds a trusted balancer may take to send the header, by default.
 DEFAULT_TIMEOUT = 10.0
+#: Every IPv4 address as a dual-stack socket (`host: "::"`) reports its peers: `::ffff:a.b.c.d`.
+IPV4_MAPPED = ipaddress.IPv6Network("::ffff:0:0/96")
 
 SCHEMA: Mapping[str, Any] = {
     "type": "object", "additionalProperties": False, "required": ["from"],
@@ -62,7 +69,9 @@ SCHEMA: Mapping[str, Any] = {
             "type": "array", "minItems": 1, "x-ssekd-addition": True,
             "items": {"type": "string", "minLength": 1},
             "description": "Networks of the balancers that send the header, e.g. "
-                           "`[10.0.0.0/8]` or `[127.0.0.1]`; only they are believed",
+                           "`[10.0.0.0/8]` or `[127.0.0.1]`; only they are believed. A network "
+                           "that holds every address (`0.0.0.0/0`, `::/0`) lets any peer forge "
+                           "its client address: `ssekd check` and the daemon's start warn of it",
         },
         "timeout": {
             "type": "number", "exclusiveMinimum": 0, "default": DEFAULT_TIMEOUT,
@@ -101,6 +110,16 @@ class ProxyProtocol:
                 raise BadNetwork(i, f"an address or network such as 10.0.0.0/8: {e}") from e
         return cls(tuple(networks), float(options.get("timeout", DEFAULT_TIMEOUT)))
 
+    def trusting_everyone(self) -> list[tuple[int, str]]:
+        """(index in `from`, what it holds) of each network that holds every address of IPv4
+        or IPv6 (`covers_everyone`): from there any peer may name any client."""
+        found = []
+        for i, network in enumerate(self.trusted):
+            holds = covers_everyone(network)
+            if holds is not None:
+                found.append((i, holds))
+        return found
+
     def trusts(self, peer: IAddress) -> bool:
         host = getattr(peer, "host", None)
         if host is None:
@@ -110,6 +129,33 @@ class ProxyProtocol:
         except ValueError:
             return False
         return any(address in network for network in self.trusted)
+
+
+def covers_everyone(network: Network) -> str | None:
+    """What of the Internet `network` holds when it is all of IPv4 or of IPv6, else None.
+
+    A balancer sits at a known address; a network that holds every address is a mistake (a
+    `0.0.0.0/0` meant to say "all balancers", or copied from a firewall rule), and with it the
+    header is believed from anyone, who can then claim any client address: past routes by
+    `cidr`, past `connections-per-ip`, into every event and log line. The config stays valid
+    (that is what it says), but `ssekd check` and the daemon's start say so.
+
+    Only networks that hold everything: a prefix of length 0, and an IPv6 network that holds
+    every IPv4-mapped address (`::ffff:0:0/96`, `::/64`, ...), which is every IPv4 client of a
+    dual-stack listener. A network that is merely wide (`10.0.0.0/8`, a cloud provider's
+    range) may be where the balancers are; no line drawn through the prefix lengths would tell
+    those from mistakes."""
+    if network.prefixlen == 0:
+        return f"every IPv{network.version} address"
+    if isinstance(network, ipaddress.IPv6Network) and network.supernet_of(IPV4_MAPPED):
+        return "every IPv4 address, as a dual-stack listener sees it (::ffff:0:0/96)"
+    return None
+
+
+#: What a network `covers_everyone` lets a peer do, for the warning.
+TRUSTS_EVERYONE = ("any peer can then forge its client address with a PROXY header (past "
+                   "routes by cidr and connections-per-ip, into every event); list only the "
+                   "balancers' addresses")
 
 
 def header_version(head: bytes) -> int | None:

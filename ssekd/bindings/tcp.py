@@ -24,6 +24,7 @@ from ssekd.bindings.connection_limits import (
 )
 from ssekd.bindings.proxy_protocol import SCHEMA as PROXY_PROTOCOL_SCHEMA
 from ssekd.bindings.proxy_protocol import (
+    TRUSTS_EVERYONE,
     BadNetwork,
     HeaderRefusingConnection,
     ProxiedConnection,
@@ -39,6 +40,9 @@ Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 #: Where a tcp server listens when its options name no host.
 DEFAULT_HOST = "0.0.0.0"
+#: Said when `proxy-protocol.from` holds every address (`ProxyProtocol.trusting_everyone`): as
+#: the build's event at the daemon's start and reload, and as a warning by `ssekd check`.
+PROXY_PROTOCOL_UNSAFE = "BINDING_TCP_PROXY_PROTOCOL_UNSAFE"
 
 
 def expand_ports(value: Any) -> list[int]:
@@ -224,6 +228,11 @@ def _build_server(ctx: BuildContext, binding: Binding) -> TcpServer:
         except BadNetwork as e:
             raise ConfigError([ctx.issue(base + ("options", "proxy-protocol", "from", e.index),
                                          f"expected {e.expected}")]) from e
+        for i, holds in proxy.trusting_everyone():
+            entry = options["proxy-protocol"]["from"][i]
+            where = ctx.issue(base + ("options", "proxy-protocol", "from", i),
+                              f"{entry} holds {holds}: {TRUSTS_EVERYONE}")
+            ctx.events.emit(binding.name, PROXY_PROTOCOL_UNSAFE, str(where))
     return TcpServer(binding.name, options.get("host", DEFAULT_HOST), ports, routes, default,
                      limits, ctx.events, proxy=proxy, clock=ctx.reactor)
 

@@ -72,7 +72,8 @@ ERRORS = frozenset({
     "OTLP_EXPORT_FAILED"})
 #: Events that say it works degraded, by their name's end (severity WARNING).
 WARNING_ENDINGS = ("_UNAVAILABLE", "_FAILED", "_INVALID", "_UNKNOWN", "_STALLED", "_TRY_LATER",
-                   "_LIMIT", "_TOO_LARGE", "_RESET", "_PAST_END", "_SUPPRESSED", "_DRAINING")
+                   "_LIMIT", "_TOO_LARGE", "_RESET", "_PAST_END", "_SUPPRESSED", "_DRAINING",
+                   "_UNSAFE")
 #: Events a client causes (a refused request, token or handshake): INFO, like any access line.
 CLIENT_EVENTS = frozenset({"BINDING_SSE_REQUEST_REJECTED", "BINDING_TLS_HANDSHAKE_FAILED",
                            "GUARD_JWT_AUTHORIZATION_FAILED", "BINDING_TCP_CONNECTION_REFUSED",

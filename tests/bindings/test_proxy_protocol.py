@@ -26,11 +26,11 @@ from ssekd.bindings.proxy_protocol import (
     header_version,
     socket_transport,
 )
-from ssekd.bindings.tcp import Condition, TcpRoute, TcpServer
+from ssekd.bindings.tcp import PROXY_PROTOCOL_UNSAFE, Condition, TcpRoute, TcpServer
 from ssekd.config import ConfigError
 from ssekd.engine import Engine
 from ssekd.spi.connection import ConnectionInfo
-from ssekd.telemetry.events import EventLog
+from ssekd.telemetry.events import EventLog, severity
 from tests.support.proxy_header import v1, v2
 
 BALANCER = "10.0.0.5"
@@ -295,3 +295,41 @@ def test_from_is_required_and_timeout_positive(tmp_path: Path) -> None:
             build(tmp_path, text)
         assert any(f"bindings.tcp0.options.{path}" in str(i) for i in e.value.issues), \
             e.value.issues
+
+
+@pytest.mark.parametrize(("network", "holds"), [
+    ("0.0.0.0/0", "every IPv4 address"),
+    ("::/0", "every IPv6 address"),
+    ("::ffff:0:0/96", "every IPv4 address, as a dual-stack listener sees it (::ffff:0:0/96)"),
+    ("::/64", "every IPv4 address, as a dual-stack listener sees it (::ffff:0:0/96)"),
+    ("0.0.0.0/1", None), ("10.0.0.0/8", None), ("2000::/3", None),
+    ("::ffff:10.0.0.0/104", None), ("::/96", None), ("127.0.0.1", None),
+])
+def test_a_network_that_holds_every_address_is_told_from_a_wide_one(
+        network: str, holds: str | None) -> None:
+    """Only what holds everything: a prefix of length 0, or every IPv4-mapped address (each
+    IPv4 client of a `::` listener). A wide network may be where the balancers are."""
+    proxy = ProxyProtocol.from_options({"from": ["10.0.0.5", network]})
+    assert proxy.trusting_everyone() == ([(1, holds)] if holds else [])
+
+
+def test_a_from_that_holds_every_address_is_an_event_of_the_build_at_its_line(
+        tmp_path: Path) -> None:
+    """Accepted (it is what the config says) but said, with the entry's file, line and path,
+    as a warning (its severity in JSON lines); a narrower network is not."""
+    events = EventLog("t")
+    config = tmp_path / "zilla.yaml"
+    config.write_text(CONFIG.format(bad="0.0.0.0/0"))
+    Engine(config, reactor=MemoryReactorClock(), environ={}, events=events, print_events=False)
+    [line] = [line for line in events.recent if PROXY_PROTOCOL_UNSAFE in line]
+    assert line.startswith("t:tcp0 ")
+    assert line.endswith(f"{PROXY_PROTOCOL_UNSAFE} {config}:9: bindings.tcp0.options."
+                         "proxy-protocol.from[1]: 0.0.0.0/0 holds every IPv4 address: any peer "
+                         "can then forge its client address with a PROXY header (past routes "
+                         "by cidr and connections-per-ip, into every event); list only the "
+                         "balancers' addresses"), line
+    assert severity(PROXY_PROTOCOL_UNSAFE) == "WARNING"
+    quiet = EventLog("t")
+    config.write_text(CONFIG.format(bad="0.0.0.0/1"))
+    Engine(config, reactor=MemoryReactorClock(), environ={}, events=quiet, print_events=False)
+    assert not [line for line in quiet.recent if PROXY_PROTOCOL_UNSAFE in line]

@@ -7,6 +7,7 @@ says why. (tests/e2e/test_haproxy_tls.py puts the real HAProxy and a browser in 
 from __future__ import annotations
 
 import socket
+import subprocess
 import time
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import pytest
 
 from ssekd.dev.broker import free_port
 from tests.support.broker import Kafka
-from tests.support.daemon import start_daemon
+from tests.support.daemon import SSEKD, start_daemon
 from tests.support.proxy_header import v1, v2
 from tests.support.sse import SseClient
 from tests.support.streamd import write_config
@@ -100,3 +101,76 @@ def test_a_trusted_balancer_names_the_clients_and_no_one_else_can(
         assert "Traceback" not in daemon.output()
     finally:
         daemon.stop()
+
+
+EVERYONE = """\
+name: t
+bindings:
+  tcp0:
+    type: tcp
+    kind: server
+    options:
+      host: 127.0.0.1
+      port: {port}
+      proxy-protocol:
+        from: [127.0.0.2, "{network}"]
+    exit: http0
+  http0: {{type: http, kind: server, exit: files_map}}
+  files_map:
+    type: http-filesystem
+    kind: proxy
+    routes: [{{when: [{{path: "/{{path}}"}}], exit: files, with: {{path: "${{params.path}}"}}}}]
+  files: {{type: filesystem, kind: server, options: {{location: www}}}}
+telemetry: {{exporters: {{stdout_logs_exporter: {{type: stdout}}}}}}
+"""
+FORGE = ("any peer can then forge its client address with a PROXY header (past routes by cidr "
+         "and connections-per-ip, into every event); list only the balancers' addresses")
+
+
+def everyone(folder: Path, network: str, port: int = 7114) -> Path:
+    (folder / "www").mkdir(exist_ok=True)
+    (folder / "www" / "index.html").write_text("<p>hello</p>\n")
+    config = folder / "zilla.yaml"
+    config.write_text(EVERYONE.format(port=port, network=network))
+    return config
+
+
+@pytest.mark.parametrize(("network", "holds"), [("0.0.0.0/0", "every IPv4 address"),
+                                                ("::/0", "every IPv6 address"),
+                                                ("127.0.0.0/8", None)])
+def test_ssekd_check_warns_of_a_from_that_holds_every_address(
+        tmp_path: Path, network: str, holds: str | None) -> None:
+    """`ssekd check` as typed: a `warning:` line with the entry's line and path, exit 0 (the
+    config says what it means); nothing for a network that is only wide."""
+    config = everyone(tmp_path, network)
+    result = subprocess.run([SSEKD, "check", "--config", str(config)], capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "schema and references ok" in result.stdout
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+    if holds is None:
+        assert warnings == [] and "PROXY_PROTOCOL" not in result.stdout + result.stderr
+        return
+    [warning] = warnings
+    assert warning.startswith("warning: t:tcp0 [")
+    assert warning.endswith(f"BINDING_TCP_PROXY_PROTOCOL_UNSAFE {config}:10: bindings.tcp0."
+                            f"options.proxy-protocol.from[1]: {network} holds {holds}: {FORGE}")
+
+
+def test_the_daemon_says_so_at_start_and_then_believes_anyone(tmp_path: Path) -> None:
+    """The same as an event when the daemon starts; and what it warns of is so: a header from
+    127.0.0.3, which is no balancer, is believed."""
+    port = free_port()
+    daemon = start_daemon(everyone(tmp_path, "0.0.0.0/0", port), wait_ports=[port],
+                          wait_output="ENGINE_STARTED")
+    try:
+        assert f"BINDING_TCP_PROXY_PROTOCOL_UNSAFE {tmp_path / 'zilla.yaml'}:10: bindings.tcp0" \
+               f".options.proxy-protocol.from[1]: 0.0.0.0/0 holds every IPv4 address: " \
+               f"{FORGE}" in daemon.output()
+        assert answer(port, v2("198.51.100.7"), ELSEWHERE, "/index.html") \
+            .startswith(b"HTTP/1.1 200")
+        assert answer(port, b"", ELSEWHERE, "/index.html") == b"", \
+            "and a peer without a header is refused: every peer is a balancer now"
+    finally:
+        assert daemon.stop() == 0
+    assert "Traceback" not in daemon.output()
