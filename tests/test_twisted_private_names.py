@@ -112,6 +112,10 @@ PROXY = "ssekd/bindings/proxy_protocol.py"
 PARSERS = ("the PROXY protocol header parsers, fed the bytes of a trusted balancer's connection "
            "before anything else is built for it")
 BATCH = "BatchingH2Connection replaces H2Connection's data path (one write per reactor turn)"
+CHANNEL = "ssekd/bindings/http/channel.py"
+UNSENT_TESTS = "tests/bindings/http/test_unsent.py"
+UNSENT = ("answers written whole that wait in a full socket count for the process "
+          "(limits.process-unsent-bytes)")
 
 PRIVATE_NAMES: tuple[Use, ...] = (
     # -- twisted.web._http2: the whole module is private ---------------------------------------
@@ -146,7 +150,7 @@ PRIVATE_NAMES: tuple[Use, ...] = (
         ("self", "event")),
     Use(f"{H2}:H2Connection._requestDone", Kind.OVERRIDE, (H2SEND, H2LIMITS,),
         "a finished or reset stream leaves our bookkeeping too", ("self", "streamID")),
-    Use(f"{H2}:H2Connection.writeDataToStream", Kind.OVERRIDE, (H2SEND,),
+    Use(f"{H2}:H2Connection.writeDataToStream", Kind.OVERRIDE, (H2SEND, H2LIMITS),
         "H2Stream.write calls it: we queue instead of sending", ("self", "streamID", "data")),
     Use(f"{H2}:H2Connection.endRequest", Kind.OVERRIDE, (H2SEND,),
         "H2Stream.finish calls it: END_STREAM after the queued data", ("self", "streamID")),
@@ -155,8 +159,9 @@ PRIVATE_NAMES: tuple[Use, ...] = (
         ("self", "streamID")),
     Use(f"{H2}:H2Connection.connectionLost._cancelTimeouts", Kind.PARAMETER, (H2SEND, H2LIMITS,),
         "our connectionLost override passes it through to Twisted's"),
-    Use(f"{H2}:H2Connection.writeHeaders", Kind.OVERRIDE, (H2SEND,),
-        "headers for a stream the client already reset are dropped, not a traceback",
+    Use(f"{H2}:H2Connection.writeHeaders", Kind.OVERRIDE, (H2SEND, H2LIMITS),
+        "headers for a stream the client already reset are dropped, not a traceback; a "
+        "response that would pass a bound on unsent bytes goes out as a 503",
         ("self", "version", "code", "reason", "headers", "streamID"), read_by=(H2,)),
     Use(f"{H2}:H2Connection._requestReceived", Kind.OVERRIDE, (H2LIMITS,),
         f"{LIMITS}: header count, reset-before-render, and whether the route takes a body",
@@ -193,7 +198,8 @@ PRIVATE_NAMES: tuple[Use, ...] = (
     Use(f"{HTTP}:_GenericHTTPChannelProtocol._negotiatedProtocol", Kind.ATTRIBUTE, (H2CPY,),
         f"{SWITCH}: None until decided, then set so Twisted's own switch is skipped",
         read_by=(HTTP,)),
-    Use(f"{HTTP}:_GenericHTTPChannelProtocol._channel", Kind.ATTRIBUTE, (H2CPY, H2_SEND),
+    Use(f"{HTTP}:_GenericHTTPChannelProtocol._channel", Kind.ATTRIBUTE,
+        (H2CPY, H2_SEND, UNSENT_TESTS),
         f"{SWITCH}: the HTTP/1.1 channel, replaced by the HTTP/2 connection"),
     Use(f"{HTTP}:_GenericHTTPChannelProtocol._site", Kind.ATTRIBUTE, (H2CPY,),
         f"{SWITCH}: the new connection serves the same Site"),
@@ -211,6 +217,10 @@ PRIVATE_NAMES: tuple[Use, ...] = (
         f"{LIMITS}: and its path"),
     Use(f"{HTTP}:HTTPChannel._networkProducer", Kind.ATTRIBUTE, (H2CPY,),
         f"{SWITCH}: the transport's producer slot, handed from HTTP/1.1 to HTTP/2"),
+    Use(f"{HTTP}:HTTPChannel._requestProducer", Kind.ATTRIBUTE, (CHANNEL,),
+        f"{UNSENT}: None while the response being written has no producer (written whole)"),
+    Use(f"{HTTP}:HTTPChannel._waitingForTransport", Kind.ATTRIBUTE, (CHANNEL,),
+        f"{UNSENT}: true while the socket's buffer is full, so what is written then waits"),
     # -- twisted.internet.abstract: a TCP connection's write buffer ---------------------------
     Use("twisted.internet.abstract:FileDescriptor._tempDataLen", Kind.ATTRIBUTE, (WRITER,),
         "bytes written but not yet moved to the send buffer: a stream sends at once only when "

@@ -159,6 +159,12 @@ COVERAGE: dict[str, str] = {
         "reliability/test_h2_rapid_reset.py::test_more_resets_than_the_limit_in_ten_seconds_get_goaway",
     "bindings.http/server.options.limits.h2-control-frames":
         "reliability/test_h2_abuse.py::test_more_frames_to_answer_than_the_limit_get_goaway",
+    "bindings.http/server.options.limits.h2-unsent-bytes":
+        "reliability/test_unread_answers.py::"
+        "test_h2_streams_whose_window_never_opens_cost_at_most_the_connection_bound",
+    "bindings.http/server.options.limits.process-unsent-bytes":
+        "reliability/test_unread_answers.py::"
+        "test_http11_clients_that_never_read_cost_at_most_the_process_bound",
     "bindings.http/server.routes[].when[].headers":
         "bindings/http/test_http_server.py::test_unmatched_authority_is_404",
     "bindings.tls/server.options.keys": f"{TLS}::test_sni_picks_the_key_unknown_names_get_the_first",

@@ -12,7 +12,18 @@ from twisted.internet.interfaces import IDelayedCall
 from twisted.internet.protocol import connectionDone
 from twisted.python.failure import Failure
 from twisted.web.http import HTTPChannel
+from twisted.web.http_headers import Headers
 from twisted.web.server import Request
+
+from ssekd.bindings.http.unsent import (
+    DEFAULT_H2_UNSENT_BYTES,
+    DEFAULT_PROCESS_UNSENT_BYTES,
+    PROCESS,
+    SMALL,
+    UnsentBytes,
+    announced_length,
+    refusal_headers,
+)
 
 DEFAULT_HEADER_BYTES = 16384
 DEFAULT_HEADER_COUNT = 100
@@ -27,6 +38,8 @@ H2_RESET_WINDOW = 10.0
 DEFAULT_H2_CONTROL_FRAMES = 1000
 #: The window `limits.h2-control-frames` counts frames the server must answer in, in seconds.
 H2_CONTROL_WINDOW = 10.0
+#: A MiB, for the descriptions.
+_MIB = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -42,6 +55,8 @@ class Limits:
     h2_streams: int = DEFAULT_H2_STREAMS
     h2_resets: int = DEFAULT_H2_RESETS
     h2_control_frames: int = DEFAULT_H2_CONTROL_FRAMES
+    h2_unsent_bytes: int = DEFAULT_H2_UNSENT_BYTES
+    process_unsent_bytes: int = DEFAULT_PROCESS_UNSENT_BYTES
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any] | None) -> Limits:
@@ -56,6 +71,9 @@ class Limits:
             h2_streams=int(o.get("h2-streams", DEFAULT_H2_STREAMS)),
             h2_resets=int(o.get("h2-resets", DEFAULT_H2_RESETS)),
             h2_control_frames=int(o.get("h2-control-frames", DEFAULT_H2_CONTROL_FRAMES)),
+            h2_unsent_bytes=int(o.get("h2-unsent-bytes", DEFAULT_H2_UNSENT_BYTES)),
+            process_unsent_bytes=int(o.get("process-unsent-bytes",
+                                           DEFAULT_PROCESS_UNSENT_BYTES)),
         )
 
 
@@ -83,7 +101,10 @@ LIMITS_SCHEMA: Mapping[str, Any] = {
                          "default": DEFAULT_IDLE_TIMEOUT, "x-ssekd-addition": True,
                          "description": "Seconds a connection may stay silent before it is closed "
                                         "(HTTP/2 too). An sse exit's `max-idle-time` must be "
-                                        "shorter."},
+                                        "shorter. HTTP/2: also a connection with response "
+                                        "bytes waiting that could send none of them that long "
+                                        "(its window shut, its socket full), whatever frames "
+                                        "its client sends meanwhile (PINGs)."},
         "body-bytes": {"type": "integer", "minimum": 0, "default": DEFAULT_BODY_BYTES,
                        "x-ssekd-addition": True,
                        "description": "Largest request body; `413` the moment a body "
@@ -116,6 +137,25 @@ LIMITS_SCHEMA: Mapping[str, Any] = {
                            f"acknowledged, and streams refused over `h2-streams`); one more and "
                            f"the connection ends with GOAWAY ENHANCE_YOUR_CALM (SETTINGS and "
                            f"PING floods)."},
+        "h2-unsent-bytes": {
+            "type": "integer", "minimum": 65536, "default": DEFAULT_H2_UNSENT_BYTES,
+            "x-ssekd-addition": True,
+            "description": f"Response bytes one HTTP/2 connection may hold that its client has "
+                           f"not taken (its flow-control window shut, or its socket full); "
+                           f"{DEFAULT_H2_UNSENT_BYTES // _MIB} MiB by default. Past it the "
+                           f"connection's streaming responses (SSE, files) are paused until half "
+                           f"has gone, and a response written whole (an http-kafka answer) "
+                           f"that would pass it is refused before it starts: `503` with "
+                           f"`Retry-After`, unless the connection holds nothing else."},
+        "process-unsent-bytes": {
+            "type": "integer", "minimum": 65536, "default": DEFAULT_PROCESS_UNSENT_BYTES,
+            "x-ssekd-addition": True,
+            "description": f"Bytes of responses written whole (not streamed) that the whole "
+                           f"process (each worker) may hold for clients that have not taken "
+                           f"them, over HTTP/2 and HTTP/1.1 (what waits behind a full socket); "
+                           f"{DEFAULT_PROCESS_UNSENT_BYTES // _MIB} MiB by default. A response "
+                           f"over 64 KiB that would pass it is refused before it starts: `503` "
+                           f"with `Retry-After`."},
     },
 }
 
@@ -145,7 +185,18 @@ class LimitedHTTPChannel(HTTPChannel):
     not grow past `body_bytes`, counted as the decoded bytes arrive (`BodyCountingRequest`), so a
     chunked upload gets its `413` the moment it crosses the limit. Without `routes` every
     request may carry a body, within those limits.
+
+    Answers: a client that does not read makes a response written whole wait in Twisted's
+    buffer for the socket. One connection holds one response at a time (the channel reads no
+    further request while one is answered, nor anything while its socket is full), until the
+    idle timeout closes it; but many such connections held as many answers. So what a response
+    without a producer writes while the socket is full counts for the process (`unsent.PROCESS`)
+    until the socket has taken it, and a response that would take the count past
+    `process_unsent_bytes` is refused before it starts (unsent.py).
     """
+
+    #: Where the process counts the bytes of answers written whole that wait (unsent.py).
+    whole: UnsentBytes = PROCESS
 
     def __init__(self, limits: Limits, routes: BodyRoutes | None = None) -> None:
         super().__init__()
@@ -221,6 +272,54 @@ class LimitedHTTPChannel(HTTPChannel):
     def requestDone(self, request: Any) -> None:
         super().requestDone(request)
         self.state.awaiting_head = True
+        self.state.refused = False
+
+    # -- answers written whole (the class docstring) -----------------------------------------
+
+    def writeHeaders(self, version: bytes, code: bytes, reason: bytes, headers: Any) -> None:
+        """A response without a producer announcing more than `SMALL` bytes, that would take
+        the process past `process_unsent_bytes`, goes out as a `503` instead, body dropped."""
+        b = self.state
+        if self._requestProducer is None and self.requests \
+                and self.requests[-1].method != b"HEAD":
+            pairs = [(name, value) for name, values in headers.getAllRawHeaders()
+                     for value in values]
+            size = announced_length(pairs)
+            if size > SMALL and not self.whole.fits(size, b.limits.process_unsent_bytes):
+                b.refused = True
+                code, reason, headers = b"503", b"Service Unavailable", Headers()
+                for name, value in refusal_headers(pairs):
+                    headers.addRawHeader(name, value)
+        super().writeHeaders(version, code, reason, headers)
+
+    def write(self, data: bytes) -> None:
+        if self.state.refused:
+            return
+        super().write(data)
+        self._count(len(data))
+
+    def writeSequence(self, iovec: list[bytes]) -> None:
+        if self.state.refused:
+            return
+        super().writeSequence(iovec)
+        self._count(sum(len(part) for part in iovec))
+
+    def _count(self, size: int) -> None:
+        """Bytes of a response without a producer that the socket could not take now: counted
+        for the process until it has (`resumeProducing`: Twisted's buffer is empty)."""
+        if self._waitingForTransport and self._requestProducer is None:
+            self.state.held += size
+            self.whole.held += size
+
+    def _release(self) -> None:
+        b = self.state
+        if b.held:
+            self.whole.held -= b.held
+            b.held = 0
+
+    def resumeProducing(self) -> None:
+        self._release()
+        super().resumeProducing()
 
     def headerReceived(self, line: bytes) -> bool:
         """A field value holding NUL, CR or LF is refused (RFC 9110 §5.5), as newer Twisted does
@@ -246,6 +345,7 @@ class LimitedHTTPChannel(HTTPChannel):
     def connectionLost(self, reason: Failure = connectionDone) -> None:
         self._disarm()
         self._disarm_body()
+        self._release()
         super().connectionLost(reason)
 
     def _disarm(self) -> None:
@@ -287,7 +387,7 @@ class _ChannelState:
     in the channel)."""
 
     __slots__ = ("answered", "awaiting_head", "body_deadline", "body_left", "head_deadline",
-                 "limits", "routes")
+                 "held", "limits", "refused", "routes")
 
     def __init__(self, limits: Limits, routes: BodyRoutes | None) -> None:
         self.limits = limits
@@ -299,6 +399,10 @@ class _ChannelState:
         self.body_left = 0
         #: refused with a status of our own: the connection is closing
         self.answered = False
+        #: bytes of answers written whole that wait in a full socket's buffer (`PROCESS`)
+        self.held = 0
+        #: the response being written was refused (a `503` went instead): its body is dropped
+        self.refused = False
 
 
 class BodyCountingRequest(Request):

@@ -25,7 +25,14 @@ applies none:
   moment the body crosses `body-bytes`;
 * more than `h2-resets` client RST_STREAMs in `H2_RESET_WINDOW` seconds end the connection with
   GOAWAY ENHANCE_YOUR_CALM (rapid reset, CVE-2023-44487). A stream opened and reset in the same
-  read is never handed to the site (no render, no subscription).
+  read is never handed to the site (no render, no subscription);
+* what a client has not taken: the connection holds at most `h2-unsent-bytes` (the data path
+  pauses producers there) and a response written whole (no producer) that would take it past
+  that, or the process past `process-unsent-bytes`, is refused when its headers go out: `503`
+  with `Retry-After` and no body instead (the process's bound spares responses of at most
+  `unsent.SMALL` bytes), and what is written to it is dropped; one that
+  announced no length is cut with RST_STREAM ENHANCE_YOUR_CALM when a write would pass a bound
+  (unsent.py says why).
 
 And it bounds the work one connection can cause at a time: `h2` gets a read one header block
 (one new stream) at a time, at most `BLOCKS_PER_TURN` per reactor turn, the rest waiting with
@@ -49,6 +56,7 @@ from twisted.python.failure import Failure
 from ssekd.bindings.http.channel import H2_CONTROL_WINDOW, H2_RESET_WINDOW, BodyRoutes, Limits
 from ssekd.bindings.http.h2_sending import BatchingH2Connection
 from ssekd.bindings.http.header_blocks import HeaderBlockWatch
+from ssekd.bindings.http.unsent import SMALL, announced_length, refusal_headers
 
 #: Seconds a connection sent away with GOAWAY stays half-open, so the peer reads the GOAWAY.
 LINGER_SECONDS = 2.0
@@ -96,6 +104,7 @@ class LimitedH2Connection(BatchingH2Connection):
                  routes: BodyRoutes | None = None) -> None:
         super().__init__(reactor)
         self.limits = limits or Limits()
+        self.unsent_limit = self.limits.h2_unsent_bytes
         #: Says which requests may carry a body; None: all may (within `limits.body_bytes`).
         self.routes = routes
         # Our SETTINGS, sent by `connectionMade`; as initial values they hold from the start.
@@ -124,6 +133,9 @@ class LimitedH2Connection(BatchingH2Connection):
         self._bodiless: set[int] = set()
         #: Streams handed on before their body came: what else arrives for them is dropped.
         self._unread: set[int] = set()
+        #: Streams whose response was refused for what the client has not taken (a `503` went
+        #: instead): what is written to them is dropped.
+        self._refused: set[int] = set()
 
     # -- bytes arriving ----------------------------------------------------------------------
 
@@ -283,6 +295,42 @@ class LimitedH2Connection(BatchingH2Connection):
             if len(resets) > self.limits.h2_resets:
                 self._go_away(h2.errors.ErrorCodes.ENHANCE_YOUR_CALM, "too many stream resets")
 
+    # -- responses the client would not take ------------------------------------------------
+
+    def writeHeaders(self, version: bytes, code: bytes, reason: bytes,
+                     headers: list[tuple[bytes, bytes]], streamID: int) -> None:
+        """A response without a producer whose announced length would pass a bound goes out as
+        a `503` (module docstring)."""
+        stream = self.streams.get(streamID)
+        if stream is not None and stream.producer is None \
+                and stream._request.method != b"HEAD":
+            size = announced_length(headers)
+            if size and not self._room_for(size):
+                self._refused.add(streamID)
+                code, headers = b"503", refusal_headers(headers)
+        super().writeHeaders(version, code, reason, headers, streamID)
+
+    def writeDataToStream(self, streamID: int, data: bytes) -> None:
+        """Dropped for a refused response; a write without a producer that would pass a bound
+        (its length was not announced) cuts the stream."""
+        if self._refused and streamID in self._refused:
+            return
+        stream = self.streams.get(streamID)
+        if stream is not None and stream.producer is None and data \
+                and not self._room_for(len(data)):
+            self.conn.reset_stream(streamID, h2.errors.ErrorCodes.ENHANCE_YOUR_CALM)
+            self._requestDone(streamID)
+            self._wake()  # the RST_STREAM goes with the next send
+            return
+        super().writeDataToStream(streamID, data)
+
+    def _room_for(self, size: int) -> bool:
+        """Whether a response written whole may queue `size` more bytes: within the
+        connection's bound (or the only thing it holds) and, unless `SMALL`, the process's."""
+        if self._unsent and self._unsent + size > self.unsent_limit:
+            return False
+        return size <= SMALL or self.whole.fits(size, self.limits.process_unsent_bytes)
+
     # -- refusing ----------------------------------------------------------------------------
 
     def _count_answers(self, n: int) -> bool:
@@ -371,6 +419,7 @@ class LimitedH2Connection(BatchingH2Connection):
         self._body_left.pop(streamID, None)
         self._bodiless.discard(streamID)
         self._unread.discard(streamID)
+        self._refused.discard(streamID)
         super()._requestDone(streamID)
         if self._stillProducing and not self._stream_closed(streamID):
             # Answered before the client finished sending (a body not read): ask it to stop,

@@ -21,6 +21,16 @@ timeouts, GOAWAY and RST_STREAM handling, and replaces only the data path:
   is queued, as in Twisted, and also when `stream_buffer_limit` bytes are queued for it - so a
   client that opens huge windows but reads slowly makes its producers stop instead of making the
   queues grow without bound - and resumed once its queue has drained to half that;
+* the connection holds at most `unsent_limit` bytes queued over all its streams (the http
+  binding's `limits.h2-unsent-bytes`): past it, every stream's producer is paused, and all are
+  given a chance to go on once half of it has gone. What responses written whole (no producer)
+  have queued is counted for the process too (`unsent.PROCESS`); `h2_limits` refuses such a
+  response when it would pass either bound (unsent.py says why and how);
+* a connection that has data waiting (queued, or in a transport that paused it) and can send
+  none of it for `timeOut` seconds (the binding's `idle-timeout`) is closed as idle: the
+  client's PINGs, SETTINGS and WINDOW_UPDATEs that open nothing keep Twisted's idle timeout
+  from firing (any frame read resets it) but do not count as progress here, so a client that
+  never opens its window cannot keep what is queued for it alive by pinging;
 * writes (and response headers) to a stream the client reset are dropped quietly, and a pull
   producer (a static file) still registered on a stream that ends is stopped (Twisted leaves it
   running, and it raised once its request had lost its channel).
@@ -40,6 +50,8 @@ from twisted.internet.protocol import connectionDone
 from twisted.python.failure import Failure
 from twisted.web._http2 import _END_STREAM_SENTINEL, H2Connection
 
+from ssekd.bindings.http.unsent import DEFAULT_H2_UNSENT_BYTES, PROCESS, UnsentBytes
+
 #: Payload bytes one reactor turn may send before it yields to the reactor (reads, other
 #: connections, timers); the rest goes on the next turn.
 SEND_BUDGET = 256 * 1024
@@ -53,6 +65,10 @@ class BatchingH2Connection(H2Connection):
 
     send_budget = SEND_BUDGET
     stream_buffer_limit = STREAM_BUFFER_LIMIT
+    #: Bytes queued over all streams before every producer of the connection is paused.
+    unsent_limit = DEFAULT_H2_UNSENT_BYTES
+    #: Where the process counts what responses written whole have queued.
+    whole: UnsentBytes = PROCESS
 
     def __init__(self, reactor: Any = None) -> None:
         super().__init__(reactor)
@@ -63,6 +79,16 @@ class BatchingH2Connection(H2Connection):
         self._window_blocked: set[int] = set()
         #: Bytes queued per stream (Twisted recomputes this from the queue on every write).
         self._queued: dict[int, int] = {}
+        #: Bytes queued over all streams, and whether they reached `unsent_limit` since the
+        #: connection last drained to half of it (producers may be paused by it).
+        self._unsent = 0
+        self._full = False
+        #: Bytes queued per stream by writes without a producer, counted in `whole` as well.
+        self._whole: dict[int, int] = {}
+        #: When data last left (or started waiting), and the check for a connection that
+        #: sends nothing while data waits (the stall watch).
+        self._progress_at = 0.0
+        self._stall_call: IDelayedCall | None = None
         self._send_call: IDelayedCall | None = None
         self._initial_window = self.conn.remote_settings.initial_window_size
 
@@ -76,13 +102,23 @@ class BatchingH2Connection(H2Connection):
         queue = self._outboundStreamQueues.get(streamID)
         if not data or queue is None:
             return
+        size = len(data)
+        if not self._unsent and self._consumerBlocked is None:
+            self._waiting()  # (a paused transport's bytes have been waiting since it paused)
         queue.append(data)
-        self._queued[streamID] = self._queued.get(streamID, 0) + len(data)
+        self._queued[streamID] = self._queued.get(streamID, 0) + size
+        self._unsent += size
+        if self._unsent >= self.unsent_limit:
+            self._full = True
+        stream = self.streams[streamID]
+        if stream.producer is None:  # written whole: nothing to pause, counted for the process
+            self._whole[streamID] = self._whole.get(streamID, 0) + size
+            self.whole.held += size
         if streamID not in self._window_blocked:
             self._ready[streamID] = None
             self._wake()
         if self.remainingOutboundWindow(streamID) <= 0:
-            self.streams[streamID].flowControlBlocked()
+            stream.flowControlBlocked()
 
     def endRequest(self, streamID: int) -> None:
         """END_STREAM goes out after whatever is queued for the stream (if it still exists)."""
@@ -96,14 +132,16 @@ class BatchingH2Connection(H2Connection):
 
     def remainingOutboundWindow(self, streamID: int) -> int:
         """Room left for the stream's producer: its window, capped by the buffer limit, minus
-        what is queued. H2Stream pauses its producer at <= 0 and resumes it above."""
+        what is queued, and no more than the connection's room under `unsent_limit`. H2Stream
+        pauses its producer at <= 0 and resumes it above."""
         try:
             window = min(self.conn.local_flow_control_window(streamID), self.stream_buffer_limit)
         except h2.exceptions.StreamClosedError:
             # Reset by the client in the read being handled: `h2` has closed it, Twisted will
             # forget it when it reaches the reset. No room: the producer stays paused.
             return 0
-        return int(window - self._queued.get(streamID, 0))
+        return int(min(window - self._queued.get(streamID, 0),
+                       self.unsent_limit - self._unsent))
 
     def writeHeaders(self, version: bytes, code: bytes, reason: bytes,
                      headers: list[tuple[bytes, bytes]], streamID: int) -> None:
@@ -136,6 +174,7 @@ class BatchingH2Connection(H2Connection):
         max_frame = conn.max_outbound_frame_size
         low_water = self.stream_buffer_limit // 2
         budget = self.send_budget
+        whole = self._whole
         finished: list[int] = []
         drained: list[int] = []
         while ready and budget > 0 and conn.outbound_flow_control_window > 0:
@@ -178,10 +217,16 @@ class BatchingH2Connection(H2Connection):
             budget -= size
             left = queued[stream_id] - size
             queued[stream_id] = left
+            if whole and stream_id in whole:
+                self._release_whole(stream_id, size)
             if queue:
                 ready[stream_id] = None  # to the back of the rotation
             if left <= low_water and left + size > low_water:
                 drained.append(stream_id)
+        sent = self.send_budget - budget
+        if sent:
+            self._unsent -= sent
+            self._progress_at = self._reactor.seconds()
         out = conn.data_to_send()
         if out:
             self.resetTimeout()
@@ -199,15 +244,63 @@ class BatchingH2Connection(H2Connection):
             stream = self.streams.get(stream_id)
             if stream is not None:
                 stream.windowUpdated()
+        self._resume_if_drained()
         if ready and conn.outbound_flow_control_window > 0:
             self._wake()
 
+    def _release_whole(self, stream_id: int, size: int) -> None:
+        """`size` bytes of the stream's queue have left (or were dropped): what responses
+        written whole had queued goes first."""
+        held = self._whole[stream_id]
+        if held > size:
+            self._whole[stream_id] = held - size
+            self.whole.held -= size
+        else:
+            del self._whole[stream_id]
+            self.whole.held -= held
+
+    def _resume_if_drained(self) -> None:
+        """Once the connection has drained to half of `unsent_limit`, producers paused by it
+        get a chance to go on (each resumes if its own window has room)."""
+        if self._full and self._unsent <= self.unsent_limit // 2 and self._stillProducing:
+            self._full = False
+            for stream in list(self.streams.values()):
+                stream.windowUpdated()
+
+    # -- the stall watch ---------------------------------------------------------------------
+
+    def _waiting(self) -> None:
+        """Data starts waiting (nothing did): the stall watch counts from now."""
+        self._progress_at = self._reactor.seconds()
+        if self._stall_call is None and self.timeOut:
+            self._stall_call = self._reactor.callLater(self.timeOut, self._check_stall)
+
+    def _check_stall(self) -> None:
+        """Close the connection as idle when data has waited `timeOut` seconds with nothing
+        sent; look again when that could be; stop looking when nothing waits."""
+        self._stall_call = None
+        if not self._stillProducing or not (self._unsent or self._consumerBlocked is not None):
+            return
+        idle = self._reactor.seconds() - self._progress_at
+        if idle < self.timeOut:
+            self._stall_call = self._reactor.callLater(self.timeOut - idle, self._check_stall)
+            return
+        self.setTimeout(None)  # Twisted's idle timer: this close is the one
+        self.timeoutConnection()
+
     # -- events that unblock sending ---------------------------------------------------------
+
+    def pauseProducing(self) -> None:
+        """The transport's buffer is full: what is in it waits too (the stall watch)."""
+        if self._consumerBlocked is None and not self._unsent:
+            self._waiting()
+        super().pauseProducing()
 
     def resumeProducing(self) -> None:
         """The transport drained: flush held control frames (Twisted), then send data again."""
+        self._progress_at = self._reactor.seconds()
         super().resumeProducing()
-        if self._ready:
+        if self._ready or self._full:
             self._wake()
 
     def _handleWindowUpdate(self, event: Any) -> None:
@@ -265,12 +358,17 @@ class BatchingH2Connection(H2Connection):
             stream.producer.stopProducing()
         self._ready.pop(streamID, None)
         self._window_blocked.discard(streamID)
-        self._queued.pop(streamID, None)
+        self._unsent -= self._queued.pop(streamID, 0)  # what a reset stream had queued
+        if streamID in self._whole:
+            self.whole.held -= self._whole.pop(streamID)
         super()._requestDone(streamID)
+        if self._full and self._stillProducing:
+            self._wake()  # the send turn resumes the producers it paused, if drained
 
     def connectionLost(self, reason: Failure = connectionDone,
                        _cancelTimeouts: bool = True) -> None:
         super().connectionLost(reason, _cancelTimeouts=_cancelTimeouts)
-        if self._send_call is not None and self._send_call.active():
-            self._send_call.cancel()
-        self._send_call = None
+        for call in (self._send_call, self._stall_call):
+            if call is not None and call.active():
+                call.cancel()
+        self._send_call = self._stall_call = None
