@@ -42,7 +42,7 @@ from ssekd.telemetry import otlp_spec, prometheus
 from ssekd.telemetry.events import EventLog, stdout_stream
 from ssekd.telemetry.memory_limit import MemoryLimit
 from ssekd.telemetry.metrics import Metrics, Reading
-from ssekd.workers.sockets import family_of, listening_socket
+from ssekd.workers.sockets import family_of, listening_socket, port_taken
 
 if TYPE_CHECKING:  # the SDK is imported where an otlp exporter is made
     from ssekd.telemetry.otlp import OtlpExporter
@@ -234,11 +234,13 @@ class Engine(MultiService):
         except CannotListenError as e:
             # one line, no traceback: a port taken since `makeService` looked, or one under
             # 1024 without the right to it
-            why = "is in use (another ssekd?)" \
-                if getattr(e.socketError, "errno", None) == errno.EADDRINUSE else \
-                f"cannot be opened ({getattr(e.socketError, 'strerror', None) or e.socketError})"
-            print(f"ssekd: port {e.port} {why}: cannot listen on {e.interface or '*'}:{e.port}",
-                  file=sys.stderr)
+            if getattr(e.socketError, "errno", None) == errno.EADDRINUSE:
+                said = port_taken(e.port, self.config_path)
+            else:
+                why = getattr(e.socketError, "strerror", None) or e.socketError
+                said = (f"port {e.port} cannot be opened ({why}): cannot listen on "
+                        f"{e.interface or '*'}:{e.port}")
+            print(f"ssekd: {said}", file=sys.stderr)
             raise SystemExit(1) from None
 
     def startService(self) -> None:

@@ -29,7 +29,7 @@ from ssekd.spi.connection import ListenSpec
 from ssekd.telemetry.events import EventLog, stdout_stream
 from ssekd.telemetry.twistd_log import observer_for
 from ssekd.workers import siblings
-from ssekd.workers.sockets import port_in_use
+from ssekd.workers.sockets import port_in_use, port_taken
 from ssekd.workers.supervisor import Supervisor, parse_inherited, resolve_count
 
 DEFAULT_CONFIG = "etc/zilla.yaml"
@@ -354,7 +354,7 @@ def makeService(options: Options | dict[str, Any], reactor: Any = None,
     built = engine.built
     assert built is not None
     if worker is None and whole_process:
-        refuse_taken_ports(built.listen_specs())
+        refuse_taken_ports(built.listen_specs(), engine.config_path)
     count = resolve_count(options.get("workers"), built.config.engine.workers)
     if worker is None and count > 1 and whole_process:
         supervisor = Supervisor(engine, count, worker_arguments(options))
@@ -388,14 +388,13 @@ def makeService(options: Options | dict[str, Any], reactor: Any = None,
     return top
 
 
-def refuse_taken_ports(specs: Iterable[ListenSpec]) -> None:
+def refuse_taken_ports(specs: Iterable[ListenSpec], config: object) -> None:
     """A port another process holds (a second `make run`, a daemon already running) stops the
     daemon here, with one line, before twistd starts logging or daemonizes: the user sees why
     in the terminal, and no traceback."""
     for spec in specs:
         if spec.port and port_in_use(spec.host, spec.port):
-            print(f"ssekd: port {spec.port} is in use (another ssekd?): cannot listen on "
-                  f"{spec.host}:{spec.port}", file=sys.stderr)
+            print(f"ssekd: {port_taken(spec.port, config)}", file=sys.stderr)
             raise SystemExit(1)
 
 

@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
@@ -81,7 +82,8 @@ MAKE_RUN = ".venv/bin/python -m ssekd.dev --dev-broker --dev-tokens --config {co
 @pytest.mark.timeout(120)
 def test_make_run_says_what_to_open_once_it_serves(clone: tuple[Path, Ports]) -> None:
     """The ready block comes once, after the broker's lines (where it does not scroll away):
-    the page, the stream and the https address with the CA to trust, then how to stop."""
+    the page, the stream, the https address with the CA to trust and the metrics page (which
+    answers), then how to stop."""
     folder, ports = clone
     run = launch(MAKE_RUN.format(config="etc/zilla.yaml"), folder)
     try:
@@ -89,8 +91,12 @@ def test_make_run_says_what_to_open_once_it_serves(clone: tuple[Path, Ports]) ->
         http, https = f"http://localhost:{ports[7114]}", f"https://localhost:{ports[7143]}"
         assert out.count("ssekd is serving etc/zilla.yaml. Open:") == 1
         block = out[out.index("ssekd is serving"):]
-        assert [line.split()[0] for line in block.splitlines()[1:4]] == \
-            [f"{http}/", f"{http}/events", f"{https}/"]
+        metrics = f"http://localhost:{ports[7190]}/metrics"
+        assert [line.split()[0] for line in block.splitlines()[1:5]] == \
+            [f"{http}/", f"{http}/events", f"{https}/", metrics]
+        assert f"{metrics}  the daemon's metrics, for Prometheus" in block
+        with urllib.request.urlopen(metrics.replace("localhost", "127.0.0.1"), timeout=10) as r:
+            assert b"stream_active_sent" in r.read()
         assert f"curl -N {http}/events" in block
         assert "(curl --cacert etc/tls/ca.pem)" in block
         assert "Ctrl-C stops ssekd, the development broker and the demo producer." in block
@@ -135,17 +141,21 @@ def test_a_second_make_run_says_the_port_is_in_use_in_one_line(
     first = launch(MAKE_RUN.format(config="etc/zilla.yaml"), folder)
     try:
         first.wait_output("Ctrl-C stops")
+        said = "is in use (another ssekd? a `make run` in another terminal?): stop it, or " \
+               "change the port in etc/zilla.yaml"
         second = launch(MAKE_RUN.format(config="etc/zilla.yaml"), folder)
         assert second.wait(30) == 1
-        assert second.output().strip().splitlines() == [
-            f"ssekd.dev: port {ports[7143]} is in use (another ssekd? a `make run` in another "
-            f"terminal?): stop it, or change the port in etc/zilla.yaml"]
-        # the daemon itself, started by hand on a taken port: one line too, before it logs
+        taken = {ports[p] for p in (7114, 7143, 7190)}
+        (line,) = second.output().strip().splitlines()
+        assert line.startswith("ssekd.dev: port ") and line.endswith(said), line
+        assert int(line.split()[2]) in taken
+        # the daemon itself, started by hand on a taken port: the same line, before it logs
+        # (the one getting-started quotes)
         daemon = launch(".venv/bin/twistd -n --pidfile= ssekd --config etc/zilla.yaml", folder)
         assert daemon.wait(30) == 1
-        assert daemon.output().strip().splitlines() == [
-            f"ssekd: port {ports[7143]} is in use (another ssekd?): cannot listen on "
-            f"127.0.0.1:{ports[7143]}"]
+        (line,) = daemon.output().strip().splitlines()
+        assert line.startswith("ssekd: port ") and line.endswith(said), line
+        assert int(line.split()[2]) in taken
         assert first.running()
     finally:
         assert first.interrupt() == 0

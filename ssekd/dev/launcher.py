@@ -54,7 +54,7 @@ from ssekd.config.load import load_config
 from ssekd.config.model import Config
 from ssekd.dev.broker import Broker, port_open, start_broker, stop_process
 from ssekd.spi.plugins import Registry, discover
-from ssekd.workers.sockets import port_in_use
+from ssekd.workers.sockets import port_in_use, port_taken
 
 LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1"}
 #: Seconds the guarded demo's link token lives: long enough to read the output and click it.
@@ -243,8 +243,23 @@ def ready_block(config_path: Path, config: Config, cas: Sequence[Path], links: S
     if secure is not None:
         trust = f" (curl --cacert {shown(cas[0])})" if cas else ""
         urls.append((f"{secure.url}/", f"the same over TLS and HTTP/2{trust}"))
+    urls += metrics_lines(config)
     stop = ", ".join(["ssekd", *started[:-1]]) + (f" and {started[-1]}" if started else "")
     return ReadyBlock(config_path, urls, list(links), stop)
+
+
+def metrics_lines(config: Config) -> list[tuple[str, str]]:
+    """The pages of the config's prometheus exporters (`localhost` for a loopback host)."""
+    out = []
+    for exporter in config.telemetry.exporters.values():
+        if exporter.type != "prometheus":
+            continue
+        for e in exporter.options.get("endpoints", ()):
+            host = str(e.get("host", "127.0.0.1"))
+            shown_host = "localhost" if host in ("127.0.0.1", "0.0.0.0", "::", "::1") else host
+            out.append((f"http://{shown_host}:{e['port']}{e.get('path', '/metrics')}",
+                        "the daemon's metrics, for Prometheus"))
+    return out
 
 
 def http_kafka_lines(config: Config, server: asyncapi.Server) -> list[tuple[str, str]]:
@@ -398,8 +413,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ports = listened_ports(config)
     for host, port in ports:
         if port and port_in_use(host, port):
-            say(f"port {port} is in use (another ssekd? a `make run` in another terminal?): "
-                f"stop it, or change the port in {args.config}")
+            say(port_taken(port, args.config))
             return 1
     cas = ensure_dev_stores(config)
 

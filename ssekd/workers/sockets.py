@@ -45,6 +45,13 @@ def family_of(fd: int) -> socket.AddressFamily:
         probe.close()
 
 
+def port_taken(port: int, config: object) -> str:
+    """The one line every part of ssekd says when a port of `config` is held by another process
+    (the daemon, its workers' parent, `make run`), after its own `ssekd:` or `ssekd.dev:`."""
+    return (f"port {port} is in use (another ssekd? a `make run` in another terminal?): stop "
+            f"it, or change the port in {config}")
+
+
 def port_in_use(host: str, port: int) -> bool:
     """Whether another socket holds (host, port), so listening there would fail: a bind as
     `listenTCP` makes it (SO_REUSEADDR, so a port left in TIME_WAIT is free), without

@@ -23,8 +23,8 @@ keeps running from block to block. A block that starts a daemon in its place (`m
 CONFIG=...`, `twistd -n ssekd --config etc/zilla.yaml ...`: "Ctrl-C the plain make run first")
 has it stopped first and started again after.
 
-Two things differ from a terminal, and only in numbers: the ports. 7114, 7143, 9092, 7180 and
-7115 may be taken on a machine other developers share, so the clone's configs use free ports
+Two things differ from a terminal, and only in numbers: the ports. 7114, 7143, 9092, 7180, 7115
+and 7190 may be taken on a machine other developers share, so the clone's configs use free ports
 and the commands and the output they must print have the same numbers replaced
 (`tests/support/checkout.py`). And `make test` runs with `PYTEST_ARGS` naming one small test
 file: the whole suite is the one running this test.

@@ -3,7 +3,7 @@ README's commands), on ports nobody else uses.
 
 The clone holds what `git clone` of the working tree would give (the tracked files and the new
 ones `.gitignore` does not exclude, as they are now), with the venv made: `.venv` is a link to
-this checkout's. The fixed ports of the shipped configs (7114, 7143, 9092, 7180, 7115) may be
+this checkout's. The fixed ports of the shipped configs (7114, 7143, 9092, 7180, 7115, 7190) may be
 in use by another daemon on a shared machine, so each is replaced by a free one in the clone's
 `etc/*.yaml`, and `Ports.mapped` makes the same replacement in a command or in the output a
 README promises: the commands run as the README shows them, on other numbers.
@@ -22,7 +22,7 @@ from ssekd.dev.broker import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 #: The ports the shipped configs and the README use.
-FIXED_PORTS = (7114, 7143, 9092, 7180, 7115)
+FIXED_PORTS = (7114, 7143, 9092, 7180, 7115, 7190)
 
 
 def free_ports(count: int) -> list[int]:
@@ -47,7 +47,7 @@ class Ports:
 
     def mapped(self, text: str) -> str:
         """`text` with each fixed port number replaced (as a whole number only)."""
-        return re.sub(r"(?<![0-9])(7114|7143|9092|7180|7115)(?![0-9])",
+        return re.sub(r"(?<![0-9])(7114|7143|9092|7180|7115|7190)(?![0-9])",
                       lambda m: str(self.by_fixed[int(m.group(1))]), text)
 
     def __getitem__(self, fixed: int) -> int:
