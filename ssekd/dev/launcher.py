@@ -43,6 +43,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import IO, Any
 from urllib.parse import quote, urlsplit
@@ -53,6 +54,7 @@ from ssekd.config import ConfigError
 from ssekd.config.load import load_config
 from ssekd.config.model import Config
 from ssekd.dev.broker import Broker, port_open, start_broker, stop_process
+from ssekd.dev.watch import Helper, Watch, broker_process
 from ssekd.spi.plugins import Registry, discover
 from ssekd.workers.sockets import port_in_use, port_taken
 
@@ -133,8 +135,7 @@ def listened_ports(config: Config) -> list[tuple[str, int]]:
     return ports
 
 
-def start_dev_tokens(config: Config, page: str) -> tuple[list[subprocess.Popen[bytes]],
-                                                         list[str]]:
+def start_dev_tokens(config: Config, page: str) -> tuple[list[Helper], list[str]]:
     """The development token service for each local JWKS URL nothing answers yet, and links
     that open the demo page with a token (and where to renew it)."""
     from ssekd.dev import token_service
@@ -150,8 +151,11 @@ def start_dev_tokens(config: Config, page: str) -> tuple[list[subprocess.Popen[b
         args = ["--key", str(key_path), "--host", host, "--port", str(port)]
         args += ["--issuer", issuer] if issuer else []
         args += ["--audience", audience] if audience else []
-        started.append(subprocess.Popen([sys.executable, "-m", "ssekd.dev.token_service", *args],
-                                        start_new_session=True))
+        service = Helper(f"the token service on {host}:{port}", partial(
+            subprocess.Popen, [sys.executable, "-m", "ssekd.dev.token_service", *args],
+            start_new_session=True))
+        service.launch()
+        started.append(service)
         deadline = time.monotonic() + 10
         while not port_open(host, port) and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -417,8 +421,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1
     cas = ensure_dev_stores(config)
 
-    brokers: list[Broker] = []
-    children: list[subprocess.Popen[bytes]] = []
+    helpers: list[Helper] = []
+    daemon: subprocess.Popen[bytes] | None = None
     started: list[str] = []
     links: list[str] = []
     bin_dir = Path(sys.executable).parent
@@ -427,13 +431,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.dev_tokens:
             tokens, links = start_dev_tokens(config, page)
-            children += tokens
+            helpers += tokens
             started += ["the token service"] if tokens else []
+        brokers: list[Broker] = []
         for host, port in local_servers(config, registry):
             if port_open(host, port):
                 continue
             if args.dev_broker:
-                brokers.append(start_broker(port, host))
+                broker = Helper(f"the development broker on {host}:{port}",
+                                partial(start_broker, port, host), broker_process)
+                brokers.append(broker.launch())
+                helpers.append(broker)
                 say(f"development broker (tansu) on {host}:{port}")
             else:
                 say(f"nothing listens on {host}:{port} yet; the daemon retries until it "
@@ -443,18 +451,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         produced = list(topics)  # the todo demo's service writes its topics itself
         services = command_services(config, registry) if brokers and not args.no_demo else []
         for prefix, reply_to in services:
-            children.append(subprocess.Popen(
-                [sys.executable, "-m", "ssekd.todo_service", "--bootstrap",
-                 brokers[0].bootstrap, "--prefix", prefix], start_new_session=True))
+            service = Helper(f"the todo command service of {prefix}-commands", partial(
+                subprocess.Popen, [sys.executable, "-m", "ssekd.todo_service", "--bootstrap",
+                                   brokers[0].bootstrap, "--prefix", prefix],
+                start_new_session=True))
+            service.launch()
+            helpers.append(service)
             produced = [t for t in produced if t not in (reply_to, f"{prefix}-snapshots")]
             say(f"todo command service answering {prefix}-commands")
         started += ["the todo command service"] if services else []
         if brokers and produced and not args.no_demo:
             for topic in produced:
-                children.append(subprocess.Popen(
-                    [sys.executable, "-m", "ssekd.dev.demo_producer", "--bootstrap",
-                     brokers[0].bootstrap, "--topic", topic, "--rate", str(DEMO_RATE)],
-                    start_new_session=True))
+                producer = Helper(f"the demo producer of {topic}", partial(
+                    subprocess.Popen, [sys.executable, "-m", "ssekd.dev.demo_producer",
+                                       "--bootstrap", brokers[0].bootstrap, "--topic", topic,
+                                       "--rate", str(DEMO_RATE)], start_new_session=True))
+                producer.launch()
+                helpers.append(producer)
                 say(f"demo producer writing {DEMO_RATE} records/s to {topic} (every 25th "
                     f"deletes its key)")
             started += ["the demo producer"]
@@ -465,8 +478,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                   stdin=subprocess.DEVNULL,
                                   env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        children.append(daemon)
         output = DaemonOutput(daemon, topics, key_url_guards(config))
+        running = daemon
 
         forwarded: list[int] = []
 
@@ -474,21 +487,30 @@ def main(argv: Sequence[str] | None = None) -> int:
             # Once: a second SIGTERM during twistd's shutdown only makes it log a traceback.
             if not forwarded:
                 forwarded.append(signum)
-                daemon.send_signal(signal.SIGTERM)
+                running.send_signal(signal.SIGTERM)
 
         signal.signal(signal.SIGTERM, forward)
         signal.signal(signal.SIGINT, forward)
         if wait_serving(daemon, output, ports, asyncapi.readiness_urls(config)) \
                 and not forwarded:
             output.print(ready_block(args.config, config, cas, links, started).text())
+        # what was started beside the daemon is watched while it runs: started again when it
+        # stops, everything stopped when it keeps stopping (ssekd.dev.watch)
+        watch = Watch(helpers, say)
+        kept = watch.until(lambda: forwarded != [] or running.poll() is not None)
+        if not kept:
+            forward(signal.SIGTERM, None)
         status = daemon.wait()
         output.join()
-        return status
+        return status if kept else 1
     finally:
-        for child in children:
-            stop_process(child)
-        for broker in brokers:
-            broker.stop()
+        if daemon is not None:
+            stop_process(daemon)
+        for helper in helpers:
+            if isinstance(helper.running, Broker):
+                helper.running.stop()
+            elif helper.running is not None:
+                stop_process(helper.running)
 
 
 if __name__ == "__main__":
