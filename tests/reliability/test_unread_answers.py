@@ -8,9 +8,12 @@ so each answer is a ~900 KB JSON array written whole (`Exchange.answer`).
   `503` before they start.
 * HTTP/2: such a connection that pings now and then. Before, any frame kept it alive past the
   `idle-timeout`; now it is closed once nothing could be sent for `idle-timeout` seconds.
-* HTTP/1.1: connections that send a GET and never read. Each holds one answer (the channel
-  reads nothing more while it is answered), but there were as many answers as connections
-  (+88 MiB for a hundred); now the process holds at most `limits.process-unsent-bytes` of them.
+* HTTP/1.1: connections that send a GET and never read. Each holds one answer, but there were
+  as many answers as connections (+88 MiB for a hundred); now the process holds at most
+  `limits.process-unsent-bytes` of them.
+* HTTP/1.1: one connection that sends many GETs and never reads. Twisted answered them all,
+  whatever the socket held (+331 MiB for two hundred); now the next request waits until the
+  socket has taken the answer before it, so the connection holds one.
 
 The daemon's memory is sampled while each runs (`PeakRss`); the bound is the configured figure
 plus `MARGIN` (the answers are built, then refused, one at a time; the allocator keeps some).
@@ -61,12 +64,15 @@ class Served:
     answer: int  # bytes of one answer
 
 
-def fetch_config(folder: Path, port: int, bootstrap: str, topic: str) -> Path:
-    """tcp -> http (the limits above) -> http-kafka (GET /items: the topic merged) -> kafka."""
+def fetch_config(folder: Path, port: int, bootstrap: str, topic: str,
+                 limits: dict[str, float] | None = None) -> Path:
+    """tcp -> http (the limits above, or `limits`) -> http-kafka (GET /items: the topic merged)
+    -> kafka."""
     fetch = {"capability": "fetch", "topic": topic,
              "merge": {"content-type": "application/json"}}
-    limits = {"idle-timeout": IDLE_TIMEOUT, "h2-unsent-bytes": H2_UNSENT,
-              "process-unsent-bytes": PROCESS_UNSENT}
+    if limits is None:
+        limits = {"idle-timeout": IDLE_TIMEOUT, "h2-unsent-bytes": H2_UNSENT,
+                  "process-unsent-bytes": PROCESS_UNSENT}
     bindings = {"tcp0": zc.tcp_server(port, "http0"),
                 "http0": zc.http_server("hk0", limits=limits),
                 # a request may wait less than the idle timeout (`ssekd check` says so)
@@ -91,11 +97,13 @@ def topic(kafka: Kafka) -> str:
 
 
 @pytest.fixture()
-def served(kafka_broker: Broker, topic: str, tmp_path: Path) -> Iterator[Served]:
+def served(request: pytest.FixtureRequest, kafka_broker: Broker, topic: str,
+           tmp_path: Path) -> Iterator[Served]:
     """A daemon of its own for each test: memory one test made the allocator keep would hide
-    what the next one costs."""
+    what the next one costs. Its http limits: the module's, or the test's (`indirect`)."""
     port = free_port()
-    config = fetch_config(tmp_path, port, kafka_broker.bootstrap, topic)
+    config = fetch_config(tmp_path, port, kafka_broker.bootstrap, topic,
+                          getattr(request, "param", None))
     daemon = start_daemon(config, wait_ports=[port])
     try:
         # one answer taken whole: the topic is loaded, and its first answer's memory counted
@@ -248,3 +256,34 @@ def test_http11_clients_that_never_read_cost_at_most_the_process_bound(served: S
           f"(bound {PROCESS_UNSENT / 2**20:.0f} MiB + margin), {refused} answers 503")
     assert rss.growth <= PROCESS_UNSENT + MARGIN
     assert refused >= STREAMS // 2 and heads.count(b"HTTP/1.1 200") >= 1
+
+
+@pytest.mark.parametrize("served", [{"idle-timeout": 30}], indirect=True)  # default bounds
+def test_http11_one_connection_that_never_reads_holds_one_answer(served: Served) -> None:
+    """One connection, two hundred GETs in one send, and no read for a while. Twisted answered
+    them one after another all the same, each written whole into its buffer (+331 MiB; +236 MiB
+    once the process's bound refused what passed its 128 MiB, Twisted joining its buffer into
+    one copy). Now the next request waits until the socket has taken the answer before it:
+    the connection holds one answer, and its client gets every answer once it reads."""
+    n = 200
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", served.port))
+    with PeakRss(served.daemon.process.pid) as rss:
+        sock.sendall(b"GET /items HTTP/1.1\r\nHost: x\r\n\r\n" * n)
+        time.sleep(3)  # what the daemon answers meanwhile (all of it, before)
+    print(f"one HTTP/1.1 connection, {n} GETs in one send and no read: RSS "
+          f"+{rss.growth / 2**20:.1f} MiB (one answer: {served.answer / 2**20:.1f} MiB)")
+    assert rss.growth <= served.answer + MARGIN
+    sock.settimeout(20)
+    answers = sock.makefile("rb")
+    for _ in range(n):
+        status = answers.readline()
+        assert status.startswith(b"HTTP/1.1 200 "), status
+        length = 0
+        while (line := answers.readline()) not in (b"\r\n", b""):
+            if line.lower().startswith(b"content-length:"):
+                length = int(line.split(b":")[1])
+        assert length == served.answer and len(answers.read(length)) == length
+    answers.close()
+    sock.close()

@@ -105,9 +105,18 @@ def test_every_line_of_a_daemons_output_parses(format_: str, workers: int, kafka
     records = [parse(line) for line in lines]  # fails on the first line that does not parse
     names = [r["event"] for r in records]
     for expected in ("TWISTED_INFO", "ENGINE_LISTENING", "ENGINE_STARTED", "CONFIG_RELOADED",
-                     "BINDING_HTTP_REQUEST_ACCEPTED", "BINDING_SSE_STREAM_ENDED",
-                     "ENGINE_STOPPED"):
+                     "BINDING_HTTP_REQUEST_ACCEPTED", "BINDING_HTTP_REQUEST_ANSWERED",
+                     "BINDING_SSE_STREAM_ENDED", "ENGINE_STOPPED"):
         assert expected in names, (expected, names)
+    # the access line of the 404 (a stream's is its end event, not an answered one)
+    (answered,) = [r for r in records if r["event"] == "BINDING_HTTP_REQUEST_ANSWERED"]
+    if format_ == "json":
+        assert (answered["method"], answered["path"], answered["status"], answered["bytes"],
+                answered["version"]) == ("GET", "/nowhere", 404, 0, "HTTP/1.1"), answered
+        assert answered["duration_ms"] >= 0 and answered["severity"] == "INFO"
+    else:
+        assert " method=GET path=/nowhere route=" in answered["detail"]
+        assert " status=404 bytes=0 duration_ms=" in answered["detail"]
     assert any("starting up" in r["detail"] for r in records if r["event"] == "TWISTED_INFO")
     ended = [r for r in records if r["event"] == "BINDING_SSE_STREAM_ENDED"]
     assert sorted(r["why"] for r in ended) == ["client", "drain"], ended

@@ -19,6 +19,7 @@ from ssekd.bindings.http.unsent import (
     DEFAULT_H2_UNSENT_BYTES,
     DEFAULT_PROCESS_UNSENT_BYTES,
     PROCESS,
+    REFUSAL_REASON,
     SMALL,
     UnsentBytes,
     announced_length,
@@ -187,12 +188,15 @@ class LimitedHTTPChannel(HTTPChannel):
     request may carry a body, within those limits.
 
     Answers: a client that does not read makes a response written whole wait in Twisted's
-    buffer for the socket. One connection holds one response at a time (the channel reads no
-    further request while one is answered, nor anything while its socket is full), until the
-    idle timeout closes it; but many such connections held as many answers. So what a response
-    without a producer writes while the socket is full counts for the process (`unsent.PROCESS`)
-    until the socket has taken it, and a response that would take the count past
-    `process_unsent_bytes` is refused before it starts (unsent.py).
+    buffer for the socket. Twisted answered the connection's next requests all the same (those
+    pipelined behind it, and those sent later: it stops reading only while a request is being
+    handled), each answer added to that buffer, so one connection held as many answers as it
+    asked for. So once an answer leaves the socket full, the next request is neither parsed nor
+    read until the socket has taken it (`requestDone`, `resumeProducing`): a connection holds
+    one such answer, until the idle timeout closes it. Many connections still held as many
+    answers, so what a response without a producer writes while the socket is full counts for
+    the process (`unsent.PROCESS`) until the socket has taken it, and a response that would take
+    the count past `process_unsent_bytes` is refused before it starts (unsent.py).
     """
 
     #: Where the process counts the bytes of answers written whole that wait (unsent.py).
@@ -270,7 +274,15 @@ class LimitedHTTPChannel(HTTPChannel):
         super().allContentReceived()
 
     def requestDone(self, request: Any) -> None:
+        """An answer the socket could not take yet holds the next request back (the class
+        docstring): it is neither parsed (LineReceiver's `paused`) nor read until
+        `resumeProducing`."""
+        hold = self._waitingForTransport and self.persistent
+        if hold:
+            self.paused = True
         super().requestDone(request)
+        if hold:
+            self._networkProducer.pauseProducing()  # what Twisted's resumeProducing resumes
         self.state.awaiting_head = True
         self.state.refused = False
 
@@ -280,14 +292,18 @@ class LimitedHTTPChannel(HTTPChannel):
         """A response without a producer announcing more than `SMALL` bytes, that would take
         the process past `process_unsent_bytes`, goes out as a `503` instead, body dropped."""
         b = self.state
-        if self._requestProducer is None and self.requests \
-                and self.requests[-1].method != b"HEAD":
+        request = self.requests[0] if self.requests else None  # the one being answered
+        if self._requestProducer is None and request is not None \
+                and request.method != b"HEAD":
             pairs = [(name, value) for name, values in headers.getAllRawHeaders()
                      for value in values]
             size = announced_length(pairs)
             if size > SMALL and not self.whole.fits(size, b.limits.process_unsent_bytes):
                 b.refused = True
-                code, reason, headers = b"503", b"Service Unavailable", Headers()
+                code, reason, headers = b"503", REFUSAL_REASON, Headers()
+                # the request says what went out (the access event reads it)
+                request.code, request.code_message = 503, REFUSAL_REASON
+                request.body_dropped = True  # its body never left
                 for name, value in refusal_headers(pairs):
                     headers.addRawHeader(name, value)
         super().writeHeaders(version, code, reason, headers)
@@ -318,8 +334,14 @@ class LimitedHTTPChannel(HTTPChannel):
             b.held = 0
 
     def resumeProducing(self) -> None:
+        """The socket has taken what was written: the count is given back, and a request held
+        back meanwhile (`requestDone`) is read on."""
         self._release()
         super().resumeProducing()
+        if self.paused:
+            self.paused = False
+            if not self.state.answered and not getattr(self.transport, "disconnecting", True):
+                HTTPChannel.dataReceived(self, b"")  # what is buffered; no head deadline for it
 
     def headerReceived(self, line: bytes) -> bool:
         """A field value holding NUL, CR or LF is refused (RFC 9110 §5.5), as newer Twisted does
@@ -375,6 +397,10 @@ class LimitedHTTPChannel(HTTPChannel):
     def _respond_and_close(self, status: bytes) -> None:
         assert self.transport is not None
         self.state.answered = True
+        refused = getattr(self.state.routes, "refused", None)
+        if refused is not None and self.requests:
+            refused(self.requests[-1], int(status[:3]), getattr(self, "_command", b"") or b"",
+                    getattr(self, "_path", b"") or b"", getattr(self, "_version", b"") or b"")
         self._disarm_body()
         self.transport.write(b"HTTP/1.1 " + status +
                              b"\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")

@@ -56,7 +56,7 @@ from twisted.python.failure import Failure
 from ssekd.bindings.http.channel import H2_CONTROL_WINDOW, H2_RESET_WINDOW, BodyRoutes, Limits
 from ssekd.bindings.http.h2_sending import BatchingH2Connection
 from ssekd.bindings.http.header_blocks import HeaderBlockWatch
-from ssekd.bindings.http.unsent import SMALL, announced_length, refusal_headers
+from ssekd.bindings.http.unsent import REFUSAL_REASON, SMALL, announced_length, refusal_headers
 
 #: Seconds a connection sent away with GOAWAY stays half-open, so the peer reads the GOAWAY.
 LINGER_SECONDS = 2.0
@@ -308,6 +308,9 @@ class LimitedH2Connection(BatchingH2Connection):
             if size and not self._room_for(size):
                 self._refused.add(streamID)
                 code, headers = b"503", refusal_headers(headers)
+                # the request says what went out (the access event reads it)
+                stream._request.code, stream._request.code_message = 503, REFUSAL_REASON
+                stream._request.body_dropped = True  # its body never left
         super().writeHeaders(version, code, reason, headers, streamID)
 
     def writeDataToStream(self, streamID: int, data: bytes) -> None:
@@ -365,8 +368,13 @@ class LimitedH2Connection(BatchingH2Connection):
             self.conn.reset_stream(stream_id, h2.errors.ErrorCodes.NO_ERROR)
 
     def _refuse_stream(self, stream_id: int, status: bytes) -> None:
-        """`_refuse` for a stream whose request Twisted holds but has not handed on yet."""
+        """`_refuse` for a stream whose request Twisted holds but has not handed on yet (its
+        answered event too: `BodyRoutes.refused`)."""
         self._refuse(stream_id, status)
+        refused = getattr(self.routes, "refused", None)
+        if refused is not None:
+            stream = self.streams[stream_id]
+            refused(stream._request, int(status[:3]), stream.command, stream.path, b"HTTP/2")
         self.streams[stream_id].connectionLost(Failure(ConnectionLost("request refused")))
         self._requestDone(stream_id)
 

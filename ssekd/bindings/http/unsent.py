@@ -17,9 +17,10 @@ So the http binding bounds them (`limits.h2-unsent-bytes`, `limits.process-unsen
 * the process holds at most `process-unsent-bytes` of responses written whole and not taken
   yet (`PROCESS`, shared by every http binding of the process; each refuses by its own
   figure): what HTTP/2 connections have queued, and what HTTP/1.1 connections wrote while
-  their socket was full (`channel.LimitedHTTPChannel`). Producers are not counted there: a
-  paused stream holds one step, and pausing every stream of the process because some clients
-  do not read would let those clients stop everybody's events.
+  their socket was full (`channel.LimitedHTTPChannel`: one answer each, as the connection
+  takes no further request until its socket has taken the answer). Producers are not counted
+  there: a paused stream holds one step, and pausing every stream of the process because some
+  clients do not read would let those clients stop everybody's events.
 
 What a refusal is. The response is refused before a byte of it is written, when its headers go
 out: its `Content-Length` says what it would hold. It becomes `503` with `Retry-After` and no
@@ -53,6 +54,8 @@ SMALL = 64 * 1024
 #: `Retry-After` of a refusal, in seconds: the client's own connection (or others') has to
 #: take what is queued first.
 RETRY_AFTER = b"1"
+#: The reason phrase of a refusal (HTTP/1.1 sends it; the request keeps it for the logs).
+REFUSAL_REASON = b"Service Unavailable"
 
 #: Response headers a refusal keeps (besides CORS's `access-control-*`).
 _KEPT = frozenset({b"date", b"server", b"vary"})

@@ -221,6 +221,7 @@ class SseServer(Service):
         req.setHeader(b"Content-Type", b"text/event-stream")
         req.setHeader(b"Cache-Control", b"no-store")
         req.setHeader(b"X-Accel-Buffering", b"no")
+        req.sse_stream = True  # its end event is the access line (`ended`), not the http one's
         gzip = None
         if self.compression is not None:
             req.setHeader(b"Vary", b"Accept-Encoding")

@@ -39,8 +39,10 @@ class Whole:
     def __init__(self, size: int = ANSWER, parts: int = 1) -> None:
         self.size = size
         self.parts = parts
+        self.requests: list[Any] = []
 
     def render(self, request: Request, ctx: HttpContext) -> Any:
+        self.requests.append(request)
         if self.parts == 1:
             return b"a" * self.size  # Twisted announces its length
         req: Any = request
@@ -151,6 +153,21 @@ def test_an_answer_bigger_than_the_bound_is_served_when_it_is_all_the_connection
     assert ended(peer, first) and peer.server._unsent == 0
     (third,) = get(peer)
     assert peer.status(third) == "200"
+
+
+def test_a_refused_answer_is_a_503_for_the_request_too() -> None:
+    """What the request says went out (what the access event logs) is the `503`, on both
+    protocols, not the status its writer set."""
+    exit = Whole()
+    peer = zero_window_peer(exit, UnsentBytes(), h2_unsent_bytes=100_000)
+    get(peer, 2)
+    assert [(r.code, r.code_message) for r in exit.requests] == \
+        [(200, b"OK"), (503, b"Service Unavailable")]
+    count = UnsentBytes()
+    count.held = 10**9  # the process's bound is reached
+    http11_client(http_site(MemoryReactorClock(), exit, Limits()), count)
+    assert (exit.requests[-1].code, exit.requests[-1].code_message) == \
+        (503, b"Service Unavailable")
 
 
 def test_a_head_request_is_never_refused() -> None:
@@ -289,6 +306,29 @@ def test_http11_small_answers_are_never_refused() -> None:
     count.held = 10**9  # whatever the process holds
     site = http_site(MemoryReactorClock(), Whole(size=60_000), Limits())
     assert http11_client(site, count).value().startswith(b"HTTP/1.1 200 ")
+
+
+def test_http11_a_request_waits_while_an_answer_waits_for_the_socket() -> None:
+    """Twisted answers a connection's requests one after another whether or not its client
+    reads: requests pipelined in one send, or sent one by one while an answer fills the socket,
+    each had an answer written whole into Twisted's buffer, and one connection could hold the
+    whole `process-unsent-bytes`. The next request is now neither parsed nor read until the
+    socket has taken the answer before it; then it is answered."""
+    count = UnsentBytes()
+    site = http_site(MemoryReactorClock(), Whole(), Limits())
+    proto: Any = site.buildProtocol(IPv4Address("TCP", "127.0.0.1", 40000))
+    proto._channel.whole = count
+    socket = FullSocket()
+    proto.makeConnection(socket)
+    proto.dataReceived(b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n" * 2)
+    proto.dataReceived(b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n")
+    assert socket.value().count(b"HTTP/1.1 200 ") == 1 and count.held == ANSWER
+    assert socket.producerState == "paused"  # nothing more is read from the client either
+    for _ in range(3):
+        answer = socket.drain()  # the client takes one answer: the next request is answered
+        assert answer.count(b"HTTP/1.1 200 ") == 1 and len(answer) > ANSWER
+    assert socket.value() == b"" and count.held == 0
+    assert socket.producerState == "producing"
 
 
 # -- the stall: data waits and nothing leaves ---------------------------------------------------

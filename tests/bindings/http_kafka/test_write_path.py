@@ -5,6 +5,7 @@ curl for HTTP/2); what reaches Kafka is read back with a consumer."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import threading
 import time
@@ -362,3 +363,48 @@ def test_workers_write_and_fetch(writes: WriteDaemon, tmp_path: Path) -> None:
                     and " worker " in line}) == 2
     finally:
         daemon.stop()
+
+
+@pytest.mark.parametrize("version", ["HTTP/1.1", "HTTP/2"])
+def test_each_answer_is_an_access_event_with_its_status_bytes_and_time(
+        writes: WriteDaemon, version: str) -> None:
+    """`BINDING_HTTP_REQUEST_ANSWERED`: the status, the body's bytes, the time and the exit of
+    every answered request - a 204, a 304, a 404 no route took, a reply's 412 and a 413 the
+    connection gave before any route saw the request (exit `-`) - over HTTP/1.1 and HTTP/2."""
+    # (the http binding sends every path to http-kafka here, whose own routes answer the 404)
+    tag = f"{version[-1]}-{uuid.uuid4().hex[:6]}"
+    etag = writes.call("GET", "/items").headers["etag"]
+
+    def call(method: str, path: str, headers: dict[str, str], body: bytes) -> int:
+        if version == "HTTP/1.1":
+            return writes.call(method, path, headers, body or None).status
+        args = ["curl", "-s", "--http2-prior-knowledge", "-o", "/dev/null", "-w",
+                "%{http_code}", "-X", method]
+        for name, value in headers.items():
+            args += ["-H", f"{name}: {value}"]
+        if body:
+            args += ["--data-binary", "@-"]
+        done = subprocess.run([*args, f"http://127.0.0.1:{writes.port}{path}"], input=body,
+                              capture_output=True, check=False, timeout=30)
+        return int(done.stdout)
+
+    reply = b'{"no": "changed since"}'
+    cases = [("POST", f"/oneway?a={tag}-204", {}, b"{}", 204, 0, "hk0"),
+             ("GET", f"/items?a={tag}-304", {"If-None-Match": etag}, b"", 304, 0, "hk0"),
+             ("GET", f"/nowhere?a={tag}-404", {}, b"", 404, 0, "hk0"),  # no route of its
+             ("POST", f"/commands?a={tag}-412",
+              {"X-Reply": "412", "Idempotency-Key": f"k-{tag}"}, reply, 412, len(reply), "hk0"),
+             ("POST", f"/oneway?a={tag}-413", {"Content-Type": "text/plain"}, b"x" * 5000, 413,
+              0, "-")]
+    for method, path, headers, body, status, _, _ in cases:
+        assert call(method, path, headers, body) == status, path
+    for method, path, _, _, status, size, route in cases:
+        writes.daemon.wait_output(f"path={path} ")
+        (event,) = [x for x in writes.daemon.output().splitlines()
+                    if "BINDING_HTTP_REQUEST_ANSWERED" in x and f"path={path} " in x]
+        m = re.search(r"peer=127\.0\.0\.1:\d+ method=(\S+) path=(\S+) route=(\S+) status=(\d+) "
+                      r"bytes=(\d+) duration_ms=([\d.]+) version=(\S+)", event)
+        assert m is not None, event
+        assert (m[1], m[3], int(m[4]), int(m[5]), m[7]) == \
+            (method, route, status, size, version), event
+        assert float(m[6]) < 10_000
