@@ -165,7 +165,7 @@ class Engine(MultiService):
         issues: list[ConfigIssue] = []
         for name in config.guards:
             try:
-                ctx.guard(name)
+                ctx.guard_runtime(name)  # each binding asks for the role it needs
             except ConfigError as e:
                 issues.extend(i for i in e.issues if i not in issues)
         if issues:

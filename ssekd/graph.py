@@ -23,7 +23,7 @@ from ssekd.config.model import Binding, Config
 from ssekd.health import Check, Health
 from ssekd.spi.binding import Dependencies, R, Reactor, ReadinessSource, role_name
 from ssekd.spi.connection import ListenerBinding, ListenSpec
-from ssekd.spi.guard import Guard
+from ssekd.spi.guard import CredentialSource, Guard, GuardRuntime
 from ssekd.spi.plugins import GuardTypes, Registry
 from ssekd.spi.workers import Siblings
 from ssekd.telemetry.events import EventLog
@@ -58,7 +58,7 @@ class GraphBuilder:
         self._previous = previous
         self._built: dict[str, object] = {}
         self._reused: set[str] = set()
-        self._guards: dict[str, Guard] = {}
+        self._guards: dict[str, GuardRuntime] = {}
         #: Guards whose runtime (and keys) was carried over from before a reload.
         self.reused_guards: set[str] = set()
         self._building: list[str] = []
@@ -93,8 +93,44 @@ class GraphBuilder:
         return runtime  # type: ignore[return-value]  # checked just above
 
     def guard(self, name: str) -> Guard:
-        """The runtime of guard `name`, built once (or kept from before a reload when its
-        config did not change, so a guard keeps the keys it fetched)."""
+        """The runtime of guard `name`, to check requests' credentials (see `BuildContext`)."""
+        runtime = self.guard_runtime(name)
+        if not isinstance(runtime, Guard):
+            raise ConfigError([self._guard_issue(name, "checks no credentials (it holds "
+                                                       "credentials for a client binding to "
+                                                       "present)",
+                                                 "a guard that checks them, such as jwt")])
+        return runtime
+
+    def credentials(self, name: str) -> CredentialSource:
+        """The runtime of guard `name`, as credentials to present (see `BuildContext`)."""
+        runtime = self.guard_runtime(name)
+        if not isinstance(runtime, CredentialSource):
+            raise ConfigError([self._guard_issue(name, "holds no credentials to present (it "
+                                                       "checks requests' credentials)",
+                                                 "an inline guard")])
+        return runtime
+
+    def _guard_issue(self, name: str, what: str, expected: str) -> ConfigIssue:
+        """A guard of the wrong role for the binding being built, at the line that names it."""
+        kind = self.config.guards[name].type
+        if not self._building:
+            return self.issue(("guards", name), f"guard {name!r} (type {kind}) {what}; "
+                                                f"expected {expected}")
+        binding = self.config.bindings[self._building[-1]]
+        path: tuple[str | int, ...] = ("bindings", binding.name)
+        found = [i for i, r in enumerate(binding.routes) if name in r.guarded]
+        where = self.registry.kind(binding).depends(binding.options).guards.get(name)
+        if where is not None:
+            path += ("options", *where)
+        elif found:
+            path += ("routes", found[0], "guarded", name)
+        return self.issue(path, f"guard {name!r} (type {kind}) used by binding "
+                                f"{binding.name!r} {what}; expected {expected}")
+
+    def guard_runtime(self, name: str) -> GuardRuntime:
+        """The runtime of guard `name` whatever its role, built once (or kept from before a
+        reload when its config did not change, so a guard keeps the keys it fetched)."""
         if name in self._guards:
             return self._guards[name]
         config = self.config.guards[name]
@@ -120,7 +156,7 @@ class GraphBuilder:
         return runtime
 
     @property
-    def guards(self) -> Mapping[str, Guard]:
+    def guards(self) -> Mapping[str, GuardRuntime]:
         return self._guards
 
     def build(self, name: str) -> object:
@@ -289,7 +325,7 @@ class Graph:
     runtimes: dict[str, object]
     reused: set[str] = field(default_factory=set)
     store_stamps: dict[str, tuple[tuple[str, int, int], ...]] = field(default_factory=dict)
-    guards: dict[str, Guard] = field(default_factory=dict)
+    guards: dict[str, GuardRuntime] = field(default_factory=dict)
     reused_guards: set[str] = field(default_factory=set)
     #: The prometheus exporters' sockets (not a binding's).
     exporter_specs: list[ListenSpec] = field(default_factory=list)

@@ -14,8 +14,11 @@ a comment beside it that says so, and where to change it.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -188,4 +191,10 @@ def test_a_development_helper_started_by_hand_listens_on_loopback(
         assert port in {p for _, p in sockets}, sockets
         assert sorted(s for s in sockets if not is_loopback(s[0])) == [], sockets
     finally:
+        # The broker's tansu runs in a session of its own, and a SIGTERM that comes before
+        # the broker's handler is set (the port opens first) would leave it running.
+        children = descendants(process.pid)
         stop_process(process)
+        for pid in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)

@@ -189,6 +189,9 @@ PRIVATE_NAMES: tuple[Use, ...] = (
         "is done (Twisted leaves it running)"),
     Use(f"{H2}:H2Stream.hasStreamingProducer", Kind.ATTRIBUTE, (H2SEND,),
         "tells a pull producer (wrapped by Twisted, which never stops it) from a push one"),
+    Use(f"{H2}:H2Stream._conn", Kind.ATTRIBUTE, (H2CPY,),
+        "a request's HTTP/2 connection, which holds the sessions its TLS connection opened (a "
+        "client certificate's) for the request's routes"),
     Use(f"{H2}:H2Stream.abortConnection", Kind.METHOD, (WRITER,),
         "resets one HTTP/2 stream (RST_STREAM) whose client read nothing for limits.max-lag",
         ("self",)),
@@ -215,8 +218,9 @@ PRIVATE_NAMES: tuple[Use, ...] = (
         f"{LIMITS}: the method of the request whose head just ended, to route it before its body"),
     Use(f"{HTTP}:HTTPChannel._path", Kind.ATTRIBUTE, ("ssekd/bindings/http/channel.py",),
         f"{LIMITS}: and its path"),
-    Use(f"{HTTP}:HTTPChannel._networkProducer", Kind.ATTRIBUTE, (H2CPY,),
-        f"{SWITCH}: the transport's producer slot, handed from HTTP/1.1 to HTTP/2"),
+    Use(f"{HTTP}:HTTPChannel._networkProducer", Kind.ATTRIBUTE, (H2CPY, CHANNEL),
+        f"{SWITCH}: the transport's producer slot, handed from HTTP/1.1 to HTTP/2; "
+        f"{UNSENT}: reading paused while an answer waits for the socket"),
     Use(f"{HTTP}:HTTPChannel._requestProducer", Kind.ATTRIBUTE, (CHANNEL,),
         f"{UNSENT}: None while the response being written has no producer (written whole)"),
     Use(f"{HTTP}:HTTPChannel._waitingForTransport", Kind.ATTRIBUTE, (CHANNEL,),

@@ -17,12 +17,20 @@ The exit is chosen after the handshake, when the server name and the protocol ar
 decrypted stream to the exit's protocol. A handshake that fails (garbage, an old protocol
 version, a missing or untrusted client certificate) or stalls ends only its own connection, with
 one `BINDING_TLS_HANDSHAKE_FAILED` event line.
+
+Client certificates as credentials (`options.authorization`, as in Zilla): the chain a client
+presented, once the handshake verified it, goes to the guard named there (an `x509` guard),
+whose session (identity, roles) decides the routes with `guarded` and travels with the
+connection to the layers inside (`ConnectionInfo.sessions`: an http server's routes may require
+its roles too). A route whose `guarded` roles the connection lacks does not match; when no route
+does, the connection is closed right after the handshake. ALPN is settled before the client's
+certificate arrives (TLS 1.3 sends it last), so it is negotiated on the routes' other conditions.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 from cryptography import x509
@@ -43,8 +51,9 @@ from ssekd.bindings._schemas import STRING_LIST
 from ssekd.config.errors import ConfigError, ConfigIssue
 from ssekd.config.model import Binding
 from ssekd.patterns import Pattern
-from ssekd.spi.binding import BindingType, BuildContext, Exit, KindSpec
+from ssekd.spi.binding import BindingType, BuildContext, Dependencies, Exit, KindSpec
 from ssekd.spi.connection import ConnectionInfo, StreamBinding
+from ssekd.spi.guard import CertificateGuard, Refusal, Session
 from ssekd.telemetry.events import EventLog
 from ssekd.telemetry.metrics import Metrics
 from ssekd.vaults import FilesystemVault, StoreEntry, open_vault
@@ -81,9 +90,26 @@ class TlsCondition:
 class TlsRoute:
     conditions: tuple[TlsCondition, ...]
     exit: StreamBinding
+    #: guard name -> roles the connection's session must have (`guarded`).
+    guarded: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     def matches(self, authority: str | None, alpn: str | None) -> bool:
         return not self.conditions or any(c.matches(authority, alpn) for c in self.conditions)
+
+    def missing(self, sessions: Mapping[str, Session]) -> str | None:
+        """Why the connection's sessions do not meet `guarded`, or None when they do."""
+        for guard, roles in self.guarded.items():
+            session = sessions.get(guard)
+            if session is None:
+                return "no client certificate"
+            lacking = sorted(set(roles) - session.roles)
+            if lacking:
+                return f"{session.identity or 'certificate'} lacks role(s) {' '.join(lacking)}"
+        return None
+
+
+#: Anything a route's `guarded` can ask: ALPN is chosen before a client certificate is known.
+ANY_SESSION: Mapping[str, Session] | None = None
 
 
 @dataclass(frozen=True)
@@ -123,8 +149,12 @@ class TlsServer:
                  alpn: Sequence[str] | None, routes: Sequence[TlsRoute],
                  default: StreamBinding | None, events: EventLog, reactor: Any,
                  handshake_timeout: float = HANDSHAKE_TIMEOUT,
-                 metrics: Metrics | None = None) -> None:
+                 metrics: Metrics | None = None,
+                 guard: tuple[str, CertificateGuard] | None = None) -> None:
         self.name = name
+        #: (name, runtime) of the guard `options.authorization` names, which client
+        #: certificates are checked by.
+        self.guard = guard
         self.metrics = metrics or Metrics()
         self.keys = list(keys)
         self.sni = {n.lower() for n in sni} if sni else None
@@ -169,11 +199,43 @@ class TlsServer:
                     return key
         return self.keys[0]
 
-    def route(self, authority: str | None, alpn: str | None) -> StreamBinding | None:
+    def route(self, authority: str | None, alpn: str | None,
+              sessions: Mapping[str, Session] | None = ANY_SESSION) -> StreamBinding | None:
+        """The exit for a connection: the first route whose conditions match and whose
+        `guarded` roles `sessions` has (`ANY_SESSION`: as if it had them all), else `exit`."""
         for route in self.routes:
-            if route.matches(authority, alpn):
+            if route.matches(authority, alpn) and (sessions is None
+                                                   or route.missing(sessions) is None):
                 return route.exit
         return self.default
+
+    def sessions(self, connection: SSL.Connection) -> dict[str, Session]:
+        """The session the client's verified certificate opens with the binding's guard; none
+        without a guard or a certificate (as in Zilla, no certificate opens no session)."""
+        if self.guard is None:
+            return {}
+        leaf = connection.get_peer_certificate(as_cryptography=True)
+        if leaf is None:
+            return {}
+        # On the server side OpenSSL's peer chain leaves the leaf out: the guard gets it first.
+        sent = connection.get_peer_cert_chain(as_cryptography=True) or []
+        name, guard = self.guard
+        verdict = guard.verify_chain([leaf, *(c for c in sent if c != leaf)])
+        return {} if isinstance(verdict, Refusal) else {name: verdict}
+
+    def _refused(self, authority: str | None, alpn: str | None,
+                 sessions: Mapping[str, Session]) -> None:
+        """No route took a connection: say why with the guard, when a guarded route would have
+        taken it but for its roles."""
+        if self.guard is None:
+            return
+        for route in self.routes:
+            if route.matches(authority, alpn):
+                why = route.missing(sessions)
+                if why is not None:
+                    self.guard[1].report(f"{why}: no route of tls server {self.name} takes "
+                                         f"the connection")
+                    return
 
     def _on_server_name(self, connection: SSL.Connection) -> None:
         key = self.key_for(self.authority(connection))
@@ -198,11 +260,14 @@ class TlsServer:
         alpn = negotiated.decode("ascii", "replace") if negotiated else None
         self.metrics.counter("tls.handshakes", self.name, outcome="ok",
                              protocol=alpn or "none").value += 1
-        exit_ = self.route(authority, alpn)
+        sessions = self.sessions(tls.getHandle())
+        exit_ = self.route(authority, alpn, sessions)
         if exit_ is None:
+            self._refused(authority, alpn, sessions)
             return None
         return exit_.build_protocol(ConnectionInfo(local=conn.local, peer=conn.peer, secure=True,
-                                                   server_name=authority, alpn=alpn))
+                                                   server_name=authority, alpn=alpn,
+                                                   sessions={**conn.sessions, **sessions}))
 
     def handshake_failed(self, conn: ConnectionInfo, why: str) -> None:
         peer = conn.peer
@@ -406,10 +471,48 @@ def _build(ctx: BuildContext, binding: Binding) -> TlsServer:
                          _pattern(w["alpn"]) if "alpn" in w else None)
             for w in route.when)
         assert route.exit is not None
-        routes.append(TlsRoute(conditions, ctx.exit(route.exit, StreamBinding)))
+        routes.append(TlsRoute(conditions, ctx.exit(route.exit, StreamBinding), route.guarded))
     default = ctx.exit(binding.exit, StreamBinding) if binding.exit else None
     return TlsServer(binding.name, server_keys, options.get("sni"), options.get("alpn"),
-                     routes, default, ctx.events, ctx.reactor, metrics=ctx.metrics)
+                     routes, default, ctx.events, ctx.reactor, metrics=ctx.metrics,
+                     guard=_guard(ctx, binding, mutual))
+
+
+def _guard(ctx: BuildContext, binding: Binding,
+           mutual: str) -> tuple[str, CertificateGuard] | None:
+    """The guard of `options.authorization` (client certificates as credentials); the routes'
+    `guarded` may name only it: nothing else can give a connection a session."""
+    base: tuple[str | int, ...] = ("bindings", binding.name)
+    names = list(binding.options.get("authorization") or {})
+    issues = []
+    for i, route in enumerate(binding.routes):
+        for name in route.guarded:
+            if name not in names:
+                issues.append(ctx.issue(base + ("routes", i, "guarded", name),
+                                        f"a tls route can require only the guard of its "
+                                        f"binding's options.authorization, which checks client "
+                                        f"certificates; {name!r} is not named there"))
+    if issues:
+        raise ConfigError(issues)
+    if not names:
+        return None
+    name = names[0]
+    guard = ctx.guard(name)
+    path = base + ("options", "authorization", name)
+    if not isinstance(guard, CertificateGuard):
+        raise ConfigError([ctx.issue(path, f"guard {name!r} does not read client certificates; "
+                                           f"expected an x509 guard")])
+    if mutual == "none":
+        raise ConfigError([ctx.issue(path, "client certificates are never asked for with "
+                                           "mutual: none; set mutual: requested (or required) "
+                                           "and the CAs to trust")])
+    return name, guard
+
+
+def _depends(options: Mapping[str, Any]) -> Dependencies:
+    """The guard that checks client certificates (`options.authorization`)."""
+    return Dependencies(guards={g: ("authorization", g)
+                                for g in options.get("authorization") or {}})
 
 
 OPTIONS = {"type": "object", "additionalProperties": False,
@@ -433,21 +536,38 @@ OPTIONS = {"type": "object", "additionalProperties": False,
     "sni": {**STRING_LIST, "x-ssekd-default": "any name",
             "description": "Server names accepted. Another name is treated as if none was sent: "
                            "the first key, and only routes without `authority` match."},
-    "alpn": {"type": "array", "items": {"enum": ["http/1.1", "h2"]},
+    "alpn": {"type": "array", "items": {"type": "string", "minLength": 1, "maxLength": 255},
              "x-ssekd-default": "no ALPN (HTTP/1.1)",
-             "description": "Protocols offered by ALPN. As in Zilla, the client's order decides among "
-                            "them, limited to what the exit for that protocol speaks."},
+             "description": "Protocols offered by ALPN (`h2`, `http/1.1`, or any name a route's "
+                            "`alpn` takes, such as `echo`). As in Zilla, the client's order decides "
+                            "among them, limited to what the exit for that protocol speaks."},
     "mutual": {"enum": ["required", "requested", "none"],
                "x-ssekd-default": "`required` when `trust` is given, else `none`",
                "description": "Client certificates: `required` refuses a handshake without a "
                               "trusted one, `requested` asks for one. Without `trust`, the whole "
                               "trust store is used."},
+    "authorization": {
+        "type": "object", "maxProperties": 1,
+        "propertyNames": {"type": "string", "pattern": "^[a-zA-Z]+[a-zA-Z0-9._-]*$"},
+        "x-ssekd-default": "none",
+        "additionalProperties": {
+            "type": "object", "additionalProperties": False,
+            "properties": {"credentials": {
+                "type": "object", "additionalProperties": False,
+                "description": "What the guard is given.",
+                "properties": {"certificates": {
+                    "const": "pem", "description": "The client's verified certificate chain "
+                                                   "(leaf first)."}}}}},
+        "description": "One guard (an `x509` guard) that turns the client's verified "
+                       "certificate into a session: identity and roles for the routes' "
+                       "`guarded`, carried on to the layers inside (an http server's routes). "
+                       "No certificate, no session."},
 }}
 
 BINDING = BindingType("tls", {
     "server": KindSpec(
         role=StreamBinding, build=_build, exit=Exit.REQUIRED, exit_roles=(StreamBinding,),
-        vault=True,
+        vault=True, depends=_depends,
         options=OPTIONS,
         when={"type": "object", "additionalProperties": False, "properties": {
             "authority": {"type": "string", "description": "Pattern for the SNI server name "

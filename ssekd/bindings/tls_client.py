@@ -1,16 +1,26 @@
-"""tls client (docs/config-reference.md): TLS toward an `https` upstream, trusting the vault's
-`trust` entries (or, with `trustcacerts: true`, the system's CA certificates).
+"""tls client (docs/config-reference.md): TLS toward an `https` upstream, or toward a kafka
+client's brokers, trusting the vault's `trust` entries (or, with `trustcacerts: true`, the
+system's CA certificates).
 
-It sits between an http client and its tcp client. The server's certificate must chain to what is
-trusted and name the host the tcp client connects to (or `sni`), checked by Twisted's
-`optionsForClientTLS` (service_identity): an upstream with a certificate that does not is a failed
-connection, retried like any other, never a stream of unverified data.
+Between an http client and its tcp client (which says where to connect), it makes the
+connections itself: the server's certificate must chain to what is trusted and name the host the
+tcp client connects to (or `sni`), checked by Twisted's `optionsForClientTLS`
+(service_identity): an upstream with a certificate that does not is a failed connection, retried
+like any other, never a stream of unverified data. Only `http/1.1` may be offered by ALPN there:
+the http client speaks nothing else.
+
+On a kafka client's way out (its tcp client has no host: the kafka client's `servers` say where,
+and librdkafka makes the connections), it makes none: it only says what to trust (`trusted`) and
+which name (`server_name`), and the kafka client hands that to librdkafka
+(`ssekd.bindings.kafka.way_out`). librdkafka offers no ALPN, so `alpn` changes nothing there
+(Zilla's http.kafka.oneway offers `h2` to its broker, which negotiates nothing either).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
 from twisted.internet.endpoints import wrapClientTLS
 from twisted.internet.ssl import Certificate, optionsForClientTLS, platformTrust, trustRootFromCertificates
@@ -24,26 +34,37 @@ from ssekd.vaults import open_vault
 
 
 class TlsClient:
-    """Runtime of a tls client: its tcp client's connections, wrapped in verified TLS."""
+    """Runtime of a tls client: its tcp client's connections, wrapped in verified TLS; or, on a
+    kafka client's way out, what librdkafka is to trust (module docstring)."""
 
     secure = True
 
-    def __init__(self, name: str, inner: Connector, creator: Any) -> None:
+    def __init__(self, name: str, inner: Connector, creator: Any,
+                 trusted: tuple[x509.Certificate, ...] | None = None,
+                 server_name: str | None = None) -> None:
         self.name = name
         self.inner = inner
         self._creator = creator
+        #: The certificates a server's must chain to; None: the system's CA certificates.
+        self.trusted = trusted
+        #: `sni`, when the config gives one.
+        self.server_name = server_name
 
     @property
     def address(self) -> tuple[str, int] | None:
         return self.inner.address
 
     def endpoint(self) -> Any:
+        if self._creator is None:
+            raise ValueError(f"tls client {self.name!r} has no host to connect to: its tcp "
+                             f"client has no options.host")
         return wrapClientTLS(self._creator, self.inner.endpoint())
 
 
-def _trust_root(ctx: BuildContext, binding: Binding) -> Any:
+def _trusted(ctx: BuildContext, binding: Binding) -> tuple[x509.Certificate, ...] | None:
     """What the server's certificate must chain to: named `trust` entries, else the whole trust
-    store of the vault, else - with `trustcacerts: true` - the platform's CA certificates."""
+    store of the vault, else - with `trustcacerts: true` - the platform's CA certificates
+    (None)."""
     options = binding.options
     base: tuple[str | int, ...] = ("bindings", binding.name)
     aliases = list(options.get("trust") or ())
@@ -53,7 +74,7 @@ def _trust_root(ctx: BuildContext, binding: Binding) -> Any:
                                          "expected either `trust` or `trustcacerts: true`: ssekd "
                                          "does not combine the system's CA certificates with "
                                          "vault entries")])
-        return platformTrust()
+        return None
     if binding.vault is None:
         raise ConfigError([ctx.issue(base, f"tls client {binding.name!r} needs a `vault` with "
                                            f"a trust store, or `trustcacerts: true`")])
@@ -75,29 +96,49 @@ def _trust_root(ctx: BuildContext, binding: Binding) -> Any:
         raise ConfigError([ctx.issue(base + ("options",),
                                      f"tls client {binding.name!r} trusts nothing: vault "
                                      f"{binding.vault!r} has no trust store entries")])
+    return tuple(e.certificate for e in entries)
+
+
+def _trust_root(trusted: tuple[x509.Certificate, ...] | None) -> Any:
+    if trusted is None:
+        return platformTrust()
     return trustRootFromCertificates(
-        [Certificate.loadPEM(e.certificate.public_bytes(Encoding.PEM)) for e in entries])
+        [Certificate.loadPEM(c.public_bytes(Encoding.PEM)) for c in trusted])
 
 
 def _build(ctx: BuildContext, binding: Binding) -> TlsClient:
     assert binding.exit is not None  # the schema requires it
     inner = ctx.exit(binding.exit, Connector)
     base: tuple[str | int, ...] = ("bindings", binding.name)
-    if inner.address is None or inner.secure:
+    if inner.secure:
         raise ConfigError([ctx.issue(base + ("exit",),
-                                     f"expected a tcp client with options.host and port as the "
-                                     f"exit of tls client {binding.name!r}")])
-    names = binding.options.get("sni") or [inner.address[0]]
-    creator = optionsForClientTLS(str(names[0]), trustRoot=_trust_root(ctx, binding),
-                                  acceptableProtocols=[p.encode("ascii") for p in
-                                                       binding.options.get("alpn") or ()] or None)
-    return TlsClient(binding.name, inner, creator)
+                                     f"expected a tcp client as the exit of tls client "
+                                     f"{binding.name!r}")])
+    trusted = _trusted(ctx, binding)
+    sni = binding.options.get("sni")
+    server_name = str(sni[0]) if sni else None
+    alpn = [str(p) for p in binding.options.get("alpn") or ()]
+    if inner.address is None:  # a kafka client's way out: librdkafka connects (docstring)
+        return TlsClient(binding.name, inner, None, trusted, server_name)
+    issues = [ctx.issue(base + ("options", "alpn", i),
+                        f"expected http/1.1: the http client speaks HTTP/1.1 only, and {p} "
+                        f"would be offered to its upstream")
+              for i, p in enumerate(alpn) if p != "http/1.1"]
+    if issues:
+        raise ConfigError(issues)
+    creator = optionsForClientTLS(server_name or inner.address[0],
+                                  trustRoot=_trust_root(trusted),
+                                  acceptableProtocols=[p.encode("ascii") for p in alpn] or None)
+    return TlsClient(binding.name, inner, creator, trusted, server_name)
 
 
 OPTIONS = {"type": "object", "additionalProperties": False,
            "description": "Opens TLS (1.2 and 1.3) to the upstream its tcp client connects to, "
                           "verifying the server's certificate: it must chain to what is trusted "
-                          "and name the host (or `sni`).",
+                          "and name the host (or `sni`). As the exit of a kafka client (its tcp "
+                          "client then has no host), it gives librdkafka what to trust and the "
+                          "client connects to its brokers over TLS (`SSL`, or `SASL_SSL` with "
+                          "an `authorization`).",
            "properties": {
     "trust": {**STRING_LIST, "x-ssekd-default": "every entry of the vault's `trust` store",
               "description": "Aliases of the vault's `trust` store entries (CA or server "
@@ -106,9 +147,16 @@ OPTIONS = {"type": "object", "additionalProperties": False,
                      "description": "Trust the system's CA certificates instead of vault "
                                     "entries (for a public upstream); not combined with `trust`."},
     "sni": {**STRING_LIST, "maxItems": 1, "x-ssekd-default": "the tcp client's `host`",
-            "description": "The server name sent and checked against the certificate."},
-    "alpn": {"type": "array", "items": {"enum": ["http/1.1"]}, "x-ssekd-default": "none offered",
-             "description": "Protocols offered by ALPN; the http client speaks HTTP/1.1."},
+            "description": "The server name sent and checked against the certificate. On a "
+                           "kafka client's way out, librdkafka sends each broker's own host "
+                           "name and checks that, so `sni` must be the host of every "
+                           "`servers` entry."},
+    "alpn": {"type": "array", "items": {"type": "string", "minLength": 1},
+             "x-ssekd-default": "none offered",
+             "description": "Protocols offered by ALPN: only `http/1.1` toward an http "
+                            "upstream (the http client speaks HTTP/1.1); on a kafka client's "
+                            "way out none is offered whatever this says (librdkafka has no "
+                            "ALPN, and a Kafka broker negotiates none)."},
 }}
 
 KIND = KindSpec(role=Connector, build=_build, exit=Exit.REQUIRED,

@@ -39,6 +39,16 @@ def telemetry_problems(config: Config) -> list[ConfigIssue]:
                                        f"attribute {key!r} would be the label "
                                        f"{label_name(key)!r}, which ssekd's metrics set "
                                        f"themselves; choose another name"))
+    everywhere = {label_name(k) for k in config.telemetry.attributes}
+    for b in config.bindings.values():
+        for key in b.attributes:
+            label = label_name(key)
+            if label in RESERVED_LABELS or label in everywhere:
+                whose = "ssekd's metrics" if label in RESERVED_LABELS else \
+                    "telemetry.attributes (on every metric)"
+                issues.append(config.issue(("bindings", b.name, "telemetry", "attributes", key),
+                                           f"attribute {key!r} would be the label {label!r}, "
+                                           f"which {whose} set already; choose another name"))
     return issues
 
 

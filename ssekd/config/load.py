@@ -17,7 +17,7 @@ from ssekd.config.document import Document, read_document
 from ssekd.config.errors import ConfigError, ConfigIssue
 from ssekd.config.model import Binding, Config, build_model
 from ssekd.config.schema import validate
-from ssekd.spi.binding import Exit, role_name
+from ssekd.spi.binding import Exit, plays, role_name
 from ssekd.spi.plugins import Registry
 
 
@@ -58,7 +58,7 @@ def check_references(config: Config, doc: Document, registry: Registry) -> list[
                                           f"binding; {expected}"))
             return
         role = registry.kind(other).role
-        if role not in spec.exit_roles:
+        if not any(plays(role, r) for r in spec.exit_roles):
             expected = " or ".join(role_name(r) for r in spec.exit_roles) or "nothing"
             issues.append(doc.issue(path, f"exit {target!r} of binding {binding.name!r} is a "
                                           f"{other.type} {other.kind} ({role_name(role)}); "

@@ -40,6 +40,8 @@ class Binding:
     line: int | None = field(default=None, compare=False)
     #: The binding's own `telemetry.metrics` (names or globs), None when it names none.
     metrics: tuple[str, ...] | None = None
+    #: The binding's own `telemetry.attributes`: label name -> value or expression.
+    attributes: Mapping[str, str] = field(default_factory=dict)
     #: For a binding composed from a spec (an asyncapi binding stands for it): what the
     #: composite says of it, e.g. the spec operation each route stands for (read by the
     #: AsyncAPI document). None for a binding written in the config. Not compared: a spec
@@ -161,6 +163,8 @@ def build_model(file: Path, data: Mapping[str, Any], document: Any = None,
             line=line_of(("bindings", name)),
             metrics=(tuple(b["telemetry"]["metrics"])
                      if "metrics" in b.get("telemetry", {}) else None),
+            attributes={str(k): str(v)
+                        for k, v in (b.get("telemetry", {}).get("attributes") or {}).items()},
             origin=(origins or {}).get(name),
         )
     vaults = {n: Vault(n, v["type"], v.get("options", {}), line_of(("vaults", n)))

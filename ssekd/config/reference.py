@@ -25,7 +25,7 @@ from typing import Any
 
 from ssekd.config.schema import NAME as NAME_SCHEMA
 from ssekd.config.schema import binding_schema, schema_files
-from ssekd.spi.binding import BindingType, Exit, KindSpec, role_name
+from ssekd.spi.binding import BindingType, Exit, KindSpec, plays, role_name
 from ssekd.spi.plugins import Registry, discover
 
 Schema = Mapping[str, Any]
@@ -240,6 +240,10 @@ def role_depths(registry: Registry) -> dict[type, int]:
     for _ in roles:  # longest paths; a circle of roles stops growing after len(roles) passes
         for outer, inner in exits:
             depth[inner] = max(depth.get(inner, 0), min(depth[outer] + 1, len(roles)))
+    for role in roles:  # a role that extends others (the echo server's) sits as deep as they do
+        played = [depth[r] for r in roles if r is not role and plays(role, r)]
+        if played:
+            depth[role] = max(depth[role], *played)
     return depth
 
 
@@ -253,6 +257,10 @@ def ssekd_types(registry: Registry) -> list[BindingType]:
     own = [t for t in registry.types.values()
            if all(k.build.__module__.startswith("ssekd.") for k in t.kinds.values())]
     return sorted(own, key=rank)
+
+
+#: The schema files of the guard types, in the order the guards section shows them.
+GUARD_FILES = ("ssekd:guard/jwt", "ssekd:guard/x509", "ssekd:guard/inline")
 
 
 def _kind_heading(type_name: str, kind_name: str) -> str:
@@ -307,7 +315,7 @@ def render(registry: Registry | None = None) -> str:
         if kind.with_ is not None:
             everywhere.append((heading, "routes[].with.", kind.with_, kind.with_))
     for heading, prefix, uri in (("vaults", "vaults.<name>.", "ssekd:vault/filesystem"),
-                                 ("guards", "guards.<name>.", "ssekd:guard/jwt"),
+                                 *(("guards", "guards.<name>.", g) for g in GUARD_FILES),
                                  ("telemetry", "telemetry.", "ssekd:telemetry"),
                                  ("catalogs", "catalogs.<name>.", "ssekd:catalog")):
         everywhere.append((heading, prefix, files[uri], files[uri]))
@@ -320,8 +328,13 @@ def render(registry: Registry | None = None) -> str:
         lines += _kind_section(t, name, kind, registry)
     lines += _file_section("vaults", "Each entry of `vaults` (`vaults.<name>`).",
                            files["ssekd:vault/filesystem"], "vault filesystem")
-    lines += _file_section("guards", "Each entry of `guards` (`guards.<name>`).",
-                           files["ssekd:guard/jwt"], "guard jwt")
+    lines += _file_section("guards", "Each entry of `guards` (`guards.<name>`), by its `type`.",
+                           files[GUARD_FILES[0]], "guard jwt")
+    for uri in GUARD_FILES[1:]:
+        document = files[uri]
+        label = "guard " + uri.rsplit("/", 1)[1]
+        lines += [f"**{label}**: {description_of(document)}".rstrip(), ""]
+        lines += table(list(rows(document, document))) + [""]
     lines += _file_section("telemetry", "The `telemetry` section.", files["ssekd:telemetry"])
     lines += _file_section("catalogs", "Each entry of `catalogs` (`catalogs.<name>`).",
                            files["ssekd:catalog"])
@@ -419,7 +432,7 @@ def _every_binding(types: Sequence[BindingType]) -> list[str]:
 
 def _players(registry: Registry, roles: Sequence[type]) -> str:
     names = [_link(_kind_heading(t.name, k)) for t in ssekd_types(registry)
-             for k, spec in t.kinds.items() if spec.role in roles]
+             for k, spec in t.kinds.items() if any(plays(spec.role, r) for r in roles)]
     return ", ".join(names) or "none"
 
 

@@ -82,7 +82,23 @@ def binding_schema(kind: KindSpec, type_name: str, kind_name: str) -> dict[str, 
                           "x-expected": "a metric name or glob such as stream.* or "
                                         "http.duration"},
                 "description": "Metrics to export for this binding, by name or glob (of those "
-                               "`telemetry.metrics` keeps); without it, all of those."}},
+                               "`telemetry.metrics` keeps); without it, all of those."},
+                "attributes": {
+                    "type": "object",
+                    "propertyNames": {"type": "string", "pattern": "^[a-zA-Z]+[a-zA-Z0-9._-]*$",
+                                      "x-expected": "a label name: a letter, then letters, "
+                                                    "digits, _ . -"},
+                    "additionalProperties": {"type": "string"},
+                    "x-ssekd-default": "none",
+                    "description": "Labels of this binding's own series, by name (dots and "
+                                   "dashes become `_`). On an http server, its `http.*` metrics "
+                                   "take them from each request: `${http.request.method}`, "
+                                   "`${http.request.path}` (without the query string), "
+                                   "`${http.response.status}`, `${http.request.<header>}`, "
+                                   "`${http.response.<header>}`; any other text is a constant. "
+                                   "A credential header is refused, and after 1000 distinct sets "
+                                   "of request values a binding counts new ones under "
+                                   "`(other)`. Other bindings' metrics take none, as in Zilla."}},
         },
     }
     if kind.vault:
@@ -102,7 +118,11 @@ def binding_schema(kind: KindSpec, type_name: str, kind_name: str) -> dict[str, 
                                                      "items": {"type": "string"}},
                             "description": "Guard name to the roles a request must have (all "
                                            "of them). Without a valid token for that guard: "
-                                           "`401`; invalid or missing a role: `403`."},
+                                           "`401`; invalid: `403`; missing a role: `403`, and "
+                                           "`404` on an http server's routes (as Zilla). On a "
+                                           "tls server's routes, the roles the client "
+                                           "certificate's session must have: a connection no "
+                                           "route takes is closed."},
             },
         }
         if kind.exit is not Exit.NONE:

@@ -9,8 +9,10 @@ it says, in a `KindSpec`, the JSON Schema of its `options`, of one `when` condit
 A role is simply the protocol class its runtime provides, defined beside what offers it: the
 engine's own (`ListenerBinding`, `ReadinessSource`) and the connection layers' here and in
 `ssekd.spi.connection`, the others in their binding package (`ssekd.bindings.kafka.roles`
-offers `KafkaCache`). The config loader compares them, the engine checks a runtime against
-its role with `isinstance`; neither needs a type's name.
+offers `KafkaCache`). The config loader compares them (`plays`), the engine checks a runtime
+against its role with `isinstance`; neither needs a type's name. A kind that can stand in
+several places (the echo server: behind a tcp or tls server, or behind an http server) has a
+role that extends the roles it can play.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from ssekd.config.model import Binding, Config
 from ssekd.config.model import Guard as GuardConfig
 from ssekd.health import Check, Health
 from ssekd.spi.compose import ComposeContext, Composition
-from ssekd.spi.guard import Guard
+from ssekd.spi.guard import CredentialSource, Guard, GuardRuntime
 from ssekd.spi.workers import Siblings
 from ssekd.telemetry.events import EventLog
 from ssekd.telemetry.metrics import Metrics
@@ -46,6 +48,12 @@ def role_name(role: type) -> str:
     if len(words) > 1 and words[-1] == "Binding":
         words.pop()
     return " ".join(w.lower() for w in words)
+
+
+def plays(role: type, wanted: type) -> bool:
+    """Whether a kind of role `role` can be an exit that must play `wanted`: the same role, or
+    one that extends it (a protocol class whose bases include `wanted`)."""
+    return wanted in role.__mro__
 
 
 class Exit(enum.Enum):
@@ -101,8 +109,14 @@ class BuildContext(Protocol):
         """
 
     def guard(self, name: str) -> Guard:
-        """The runtime of guard `name` (under `guards`), built once; the config loader has
-        already checked that every guard a binding names exists."""
+        """The runtime of guard `name` (under `guards`), built once, to check requests'
+        credentials; the config loader has already checked that every guard a binding names
+        exists. A guard that checks nothing (inline) is a `ConfigError` naming the binding."""
+
+    def credentials(self, name: str) -> CredentialSource:
+        """The runtime of guard `name` as the holder of credentials the binding presents (an
+        inline guard, for a kafka client's SASL); a guard that holds none (jwt) is a
+        `ConfigError` naming the binding."""
 
     @property
     def health(self) -> Health:
@@ -198,11 +212,11 @@ class BindingType:
 class GuardType:
     """What a guard module registers (entry point group `ssekd.guards`): its type name, the
     JSON Schema file of its entry (`ssekd:guard/<name>`, shipped in `ssekd/config/schema/`) and
-    how to build its runtime. A runtime that is also an `IService` is started and stopped with
-    the daemon."""
+    how to build its runtime (a `Guard` or a `CredentialSource`). A runtime that is also an
+    `IService` is started and stopped with the daemon."""
 
     name: str
-    build: Callable[[BuildContext, GuardConfig], Guard]
+    build: Callable[[BuildContext, GuardConfig], GuardRuntime]
 
 
 @runtime_checkable

@@ -5,11 +5,13 @@ ones (tcp client, tls client).
 
 from __future__ import annotations
 
-from collections.abc import Collection
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from twisted.internet.interfaces import IAddress, IProtocol, IStreamClientEndpoint
+
+from ssekd.spi.guard import Session
 
 
 class ConnectionFactory(Protocol):
@@ -41,6 +43,9 @@ class ConnectionInfo:
     secure: bool = False
     server_name: str | None = None  # TLS SNI
     alpn: str | None = None  # negotiated ALPN protocol
+    #: guard name -> the session the connection opened (a tls server's `authorization`: the
+    #: client certificate's), for the routes of the layers inside, as a request's token's is.
+    sessions: Mapping[str, Session] = field(default_factory=dict)
 
 
 @runtime_checkable

@@ -1,14 +1,20 @@
 """Authorization: what a guard's runtime offers the bindings that name it, and the values a
 check or a renewal answers with (`Session`, `Refusal`, `Renewal`, the `Lease` a long-lived
 response runs under). A guard type registers a `ssekd.spi.binding.GuardType`.
+
+A guard's runtime plays one of two roles: a `Guard` checks the credentials requests carry (jwt);
+a `CredentialSource` holds credentials a client binding presents on everyone's behalf (inline,
+for a kafka client's SASL `authorization`). A binding asks for the role it needs, and a guard of
+the other role is a config error naming both.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from cryptography import x509
 from twisted.internet.defer import Deferred
 
 
@@ -78,6 +84,18 @@ class Guard(Protocol):
         stream) as this guard's authorization failure event."""
 
 
+@runtime_checkable
+class CertificateGuard(Guard, Protocol):
+    """A guard whose credentials are the certificate chain a client presented in a TLS handshake
+    and the tls server verified (the `x509` guard). Only a tls server's `options.authorization`
+    hands it one; it takes no token from a request (its `verify` refuses every one), so an http
+    binding's `authorization` may not name it: a chain a client merely sent is no proof."""
+
+    def verify_chain(self, chain: Sequence[x509.Certificate]) -> Session | Refusal:
+        """The session of a verified chain (leaf first), or a refusal (an empty chain). Never
+        raises; a refusal is reported (event) before it is returned."""
+
+
 class Lease(Protocol):
     """The authorization a long-lived response runs under: the sessions it was opened with, until
     a renewal replaces them. The http binding keeps the leases of a connection (and, on HTTP/1.1,
@@ -97,3 +115,22 @@ class Lease(Protocol):
 
     def release(self) -> None:
         """The response ended: no renewal reaches it any more."""
+
+
+@runtime_checkable
+class CredentialSource(Protocol):
+    """The runtime of a guard that checks nothing and holds credentials instead, which a client
+    binding presents to its upstream for every client (`${{env...}}` in the config, usually):
+    what a kafka client's `authorization` puts for `{identity}` and `{credentials}`."""
+
+    @property
+    def identity(self) -> str | None:
+        """Who (a SASL user name), or None when the guard names no one."""
+
+    @property
+    def credentials(self) -> str | None:
+        """The secret (a SASL password), or None when the guard has none. Never logged."""
+
+
+#: What a guard type's `build` returns: a runtime of one of the two roles.
+GuardRuntime = Guard | CredentialSource

@@ -76,7 +76,8 @@ WARNING_ENDINGS = ("_UNAVAILABLE", "_FAILED", "_INVALID", "_UNKNOWN", "_STALLED"
                    "_UNSAFE")
 #: Events a client causes (a refused request, token or handshake): INFO, like any access line.
 CLIENT_EVENTS = frozenset({"BINDING_SSE_REQUEST_REJECTED", "BINDING_TLS_HANDSHAKE_FAILED",
-                           "GUARD_JWT_AUTHORIZATION_FAILED", "BINDING_TCP_CONNECTION_REFUSED",
+                           "GUARD_JWT_AUTHORIZATION_FAILED", "GUARD_X509_AUTHORIZATION_FAILED",
+                           "BINDING_TCP_CONNECTION_REFUSED",
                            "BINDING_SSE_KAFKA_LAST_EVENT_ID_UNREADABLE",
                            "BINDING_SSE_KAFKA_SINCE_INVALID",
                            "BINDING_SSE_KAFKA_TOO_MANY_TOPICS"})

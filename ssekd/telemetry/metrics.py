@@ -14,6 +14,12 @@ partitions), never with the number of open streams. Figures that are state rathe
 One `Metrics` per engine (its own `CollectorRegistry`): tests run several in one process.
 Instruments are keyed by (metric, binding, labels) and shared, so a binding rebuilt on reload
 carries its counts on, and streams opened before the reload still count down the same gauge.
+
+A binding's `telemetry.attributes` are labels of its own series (an http server's: the method,
+path or status of each request, `ssekd.telemetry.attributes`): an instrument asked for with
+`attributes` is one series per distinct set. Series of one metric that carry different labels
+(one binding with attributes, one without) are exported with every label, empty where a series
+has none, which Prometheus reads as the label being absent.
 """
 
 from __future__ import annotations
@@ -269,17 +275,22 @@ class Metrics:
 
     # -- what the bindings use ------------------------------------------------------------------
 
-    def counter(self, name: str, binding: str, **labels: str) -> Counter:
-        return self._get(name, binding, labels, "counter", Counter)
+    def counter(self, name: str, binding: str, *, attributes: Mapping[str, str] | None = None,
+                **labels: str) -> Counter:
+        return self._get(name, binding, labels, "counter", Counter, attributes)
 
-    def gauge(self, name: str, binding: str, **labels: str) -> Gauge:
-        return self._get(name, binding, labels, "gauge", Gauge)
+    def gauge(self, name: str, binding: str, *, attributes: Mapping[str, str] | None = None,
+              **labels: str) -> Gauge:
+        return self._get(name, binding, labels, "gauge", Gauge, attributes)
 
-    def histogram(self, name: str, binding: str, **labels: str) -> Histogram:
+    def histogram(self, name: str, binding: str, *,
+                  attributes: Mapping[str, str] | None = None, **labels: str) -> Histogram:
+        """`attributes`: the binding's `telemetry.attributes` of this series (label -> value)."""
         d = METRICS[name]
         buckets = DURATION_BUCKETS if d.unit == "milliseconds" else \
             LATENCY_BUCKETS if d.unit == "seconds" else SIZE_BUCKETS
-        return self._get(name, binding, labels, "histogram", lambda: Histogram(buckets))
+        return self._get(name, binding, labels, "histogram", lambda: Histogram(buckets),
+                         attributes)
 
     def reader(self, binding: str, key: str,
                read: Callable[[], Iterable[Reading]]) -> None:
@@ -297,10 +308,12 @@ class Metrics:
         return own is None or matches(own, name)
 
     def _get(self, name: str, binding: str, labels: Mapping[str, str], kind: Kind,
-             make: Callable[[], InstT]) -> InstT:
+             make: Callable[[], InstT], attributes: Mapping[str, str] | None = None) -> InstT:
         d = METRICS[name]
         if d.kind != kind or set(labels) != set(d.labels):
             raise ValueError(f"{name} is a {d.kind} labelled {d.labels}")
+        if attributes:
+            labels = {**attributes, **labels}  # the checks keep an attribute off ssekd's labels
         key = (name, binding, tuple(sorted(labels.items())))
         inst = self._instruments.get(key)
         if inst is None:
@@ -366,7 +379,8 @@ class Metrics:
 def _family(d: MetricDef, found: list[tuple[dict[str, str], Instrument | float]]) -> Metric:
     """A prometheus_client family of `d` holding `found` (each with its labels)."""
     pname = prometheus_name(d)
-    names = sorted(found[0][0], key=_label_order)
+    names = sorted({n for labels, _ in found for n in labels}, key=_label_order)
+    found = [({n: labels.get(n, "") for n in names}, inst) for labels, inst in found]
     family: Metric
     if d.kind == "histogram":
         family = HistogramMetricFamily(pname, d.help, labels=names, unit=d.unit)

@@ -1,6 +1,6 @@
 """Vaults: where bindings get keys and trusted certificates by alias (docs/config-reference.md).
 
-Only `filesystem` exists (PKCS#12 stores); `open_vault` is what a binding that takes a `vault`
+Only `filesystem` exists (PKCS#12 and JKS stores); `open_vault` is what a binding that takes a `vault`
 calls while it is built.
 """
 

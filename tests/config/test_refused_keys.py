@@ -144,7 +144,8 @@ REFUSED: list[tuple[str, str, str, str, str]] = [
      BASE + KAFKA + "    exit: out_tls\n  out_tls:\n    type: tls\n    kind: client\n"
                     "    options: {trustcacerts: true}\n    exit: out\n  out:\n    type: tcp\n"
                     "    kind: client\n    options: {host: kafka, port: 9093}\n",
-     "  out_tls:", "bindings.out_tls", "a tls client on the exit of kafka client 'kc'"),
+     "options: {host: kafka, port: 9093}", "bindings.out.options",
+     "options.host and port on the exit of kafka client 'kc' would be ignored"),
     ("stdout-interval", BASE + "telemetry:\n  exporters:\n    out:\n      type: stdout\n"
                                "      options: {interval: 30}\n",
      "options: {interval: 30}", "telemetry.exporters.out.options", "interval"),

@@ -23,9 +23,12 @@ from ssekd.spi.plugins import discover
 TESTS = Path(__file__).resolve().parents[1]
 #: The guard and its use by http and sse-kafka: the end-to-end test that runs a guarded daemon
 #: with every one of these keys (issuer, audience, JWKS keys, challenge, credentials, guarded).
-JWT = "e2e/test_jwt_guard.py::test_no_token_401_good_token_streams_missing_role_403"
+JWT = "e2e/test_jwt_guard.py::test_no_token_401_good_token_streams_missing_role_404"
 
 REFUSED = "config/test_refused_keys.py::test_check_refuses_with_file_line_and_message"
+#: Zilla's echo examples on the daemon (tcp.echo, tls.echo, http.proxy.jwt, http.metrics).
+ECHO_EXAMPLES = "e2e/zilla_examples/test_echo_and_metrics.py"
+TLS_ECHO = f"{ECHO_EXAMPLES}::test_tls_echo_as_test_sh_does"
 SITE = "bindings/filesystem/test_static_files.py::test_index_etag_304_and_head"
 CORS = "bindings/http/test_http_server.py::test_cross_origin_preflight_and_response"
 TLS = "bindings/tls/test_tls_server.py"
@@ -97,6 +100,8 @@ COVERAGE: dict[str, str] = {
     "bindings.*.options": SITE,
     "bindings.*.telemetry": TELEMETRY,
     "bindings.*.telemetry.metrics": TELEMETRY,
+    "bindings.*.telemetry.attributes": ECHO_EXAMPLES + "::"
+    "test_http_metrics_labels_each_series_with_the_request_attributes",
     "bindings.*.vault": f"{TLS}::test_seed_config_sni_and_alpn",
     "bindings.*.exit": SITE,
     "bindings.*.routes": "bindings/http/test_http_server.py::test_unmatched_authority_is_404",
@@ -177,6 +182,11 @@ COVERAGE: dict[str, str] = {
     "bindings.tls/server.options.mutual": f"{TLS}::test_mutual_requested_serves_without_a_certificate",
     "bindings.tls/server.routes[].when[].authority": f"{TLS}::test_routes_by_alpn_and_authority",
     "bindings.tls/server.routes[].when[].alpn": f"{TLS}::test_routes_by_alpn_and_authority",
+    # Zilla's tls.echo: client certificates to the x509 guard, its roles on the routes
+    "bindings.tls/server.options.authorization": TLS_ECHO,
+    "bindings.tls/server.options.authorization.<name>.credentials": TLS_ECHO,
+    "bindings.tls/server.options.authorization.<name>.credentials.certificates": TLS_ECHO,
+    "bindings.echo/server.options": f"{ECHO_EXAMPLES}::test_tcp_echo_as_test_sh_does",
     "bindings.http-filesystem/proxy.options": f"{REFUSED}[http-filesystem-options]",
     "bindings.http-filesystem/proxy.routes[].when[].path": SITE,
     "bindings.http-filesystem/proxy.routes[].with.path": SITE,
@@ -336,6 +346,12 @@ COVERAGE: dict[str, str] = {
     "bindings.kafka/client.options.sasl.mechanism": SASL,
     "bindings.kafka/client.options.sasl.username": SASL,
     "bindings.kafka/client.options.sasl.password": SASL,
+    # Zilla's http.kafka.oneway: SASL from an inline guard, what librdkafka is handed
+    **{f"bindings.kafka/client.options.authorization{key}":
+       "bindings/kafka/test_authorization_and_tls.py::"
+       "test_the_guard_s_credentials_and_the_vault_s_trust_reach_librdkafka"
+       for key in ("", ".<name>.credentials", ".<name>.credentials.mechanism",
+                   ".<name>.credentials.username", ".<name>.credentials.password")},
     "bindings.kafka/client.options.max-history-reads":
         "reliability/test_slow_clients.py::test_history_reads_waiting_are_bounded_and_a_stream_waits_its_turn",
     "bindings.kafka/client.options.stall-timeout":

@@ -182,12 +182,15 @@ class Responder:
         self._producer.poll(0)
 
 
-def read_records(bootstrap: str, topic: str, timeout: float = 5.0) -> list[Any]:
-    """Every record of `topic` (from its beginning to the end the fetches report)."""
+def read_records(bootstrap: str, topic: str, timeout: float = 5.0,
+                 security: dict[str, str] | None = None) -> list[Any]:
+    """Every record of `topic` (from its beginning to the end the fetches report); `security`
+    adds librdkafka settings (`security.protocol`, `ssl.ca.location`) for a TLS listener."""
     from confluent_kafka import KafkaError
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "reader",
-                         "enable.partition.eof": True, "fetch.wait.max.ms": 10})
+                         "enable.partition.eof": True, "fetch.wait.max.ms": 10,
+                         **(security or {})})
     try:
         partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])

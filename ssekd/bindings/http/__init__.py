@@ -22,6 +22,8 @@ from ssekd.config import ConfigError
 from ssekd.config.model import Binding
 from ssekd.spi.binding import BindingType, BuildContext, Dependencies, Exit, KindSpec
 from ssekd.spi.connection import Connector, StreamBinding
+from ssekd.spi.guard import CertificateGuard
+from ssekd.telemetry.attributes import BindingAttributes, compile_attributes
 
 DEFAULT_VERSIONS = ("http/1.1", "h2")
 
@@ -54,8 +56,10 @@ def _build(ctx: BuildContext, binding: Binding) -> HttpServer:
             "expected `allow.origins` beside `credentials: true`: with any origin allowed, "
             "every site a user visits could read these responses with the user's cookies")])
     root = HttpRoot(binding.name, routes, default, cors, ctx.events, authorization,
-                    HttpStats(ctx.metrics, binding.name, ctx.reactor),
-                    HealthPaths.from_options(options.get("health"), ctx.health), ctx.siblings)
+                    HttpStats(ctx.metrics, binding.name, ctx.reactor,
+                              _attributes(ctx, binding, authorization)),
+                    HealthPaths.from_options(options.get("health"), ctx.health), ctx.siblings,
+                    ctx.reactor)
     site = HttpSite(root, limits, ctx.reactor)
     versions = tuple(options.get("versions", DEFAULT_VERSIONS))
     return HttpServer(binding.name, site, versions)
@@ -68,9 +72,29 @@ def _authorization(ctx: BuildContext, binding: Binding) -> Authorization | None:
     names = list(options) + [g for r in binding.routes for g in r.guarded if g not in options]
     if not names:
         return None
-    return Authorization({g: ctx.guard(g) for g in names},
-                         {g: Credentials.from_options(o.get("credentials") or {})
-                          for g, o in options.items()})
+    guards = {g: ctx.guard(g) for g in names}
+    issues = [ctx.issue(("bindings", binding.name, "options", "authorization", g),
+                        f"guard {g!r} checks client certificates, which only a tls server's "
+                        f"options.authorization hands it: a request's header, cookie or query "
+                        f"is no certificate; name it there, and its routes here may require "
+                        f"its roles") for g in options if isinstance(guards[g], CertificateGuard)]
+    if issues:
+        raise ConfigError(issues)
+    return Authorization(guards, {g: Credentials.from_options(o.get("credentials") or {})
+                                  for g, o in options.items()})
+
+
+def _attributes(ctx: BuildContext, binding: Binding,
+                authorization: Authorization | None) -> BindingAttributes:
+    """The binding's `telemetry.attributes`, read from each request (`ssekd.telemetry.attributes`);
+    one that names no field of a request or response, or a credential, is a config error."""
+    never = authorization.header_names if authorization is not None else frozenset()
+    found, problems = compile_attributes(binding.attributes, never)
+    if problems:
+        raise ConfigError([ctx.issue(("bindings", binding.name, "telemetry", "attributes", name),
+                                     f"attribute {name!r}: {why}")
+                           for name, why in problems.items()])
+    return BindingAttributes(found)
 
 
 def _check_keepalive(ctx: BuildContext, binding: Binding, limits: Limits) -> None:

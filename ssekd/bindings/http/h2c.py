@@ -19,11 +19,15 @@ the tls binding only negotiates protocols its exit lists in `versions` (it reads
 
 (Upgrade: h2c from HTTP/1.1 is not offered: browsers never use it, and curl only with
 `--http2` on http://, where it falls back to HTTP/1.1 cleanly.)
+
+The sessions a connection opened before HTTP (a tls server's client certificate,
+`ConnectionInfo.sessions`) are kept on the HTTP/1.1 channel or the HTTP/2 connection it gets,
+where `connection_sessions` finds them for each of its requests.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from typing import Any, cast
 
 from twisted.internet.interfaces import IProtocol
@@ -33,6 +37,7 @@ from twisted.web import http
 
 from ssekd.bindings.http.h2_limits import LimitedH2Connection
 from ssekd.spi.connection import ConnectionInfo
+from ssekd.spi.guard import Session
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
@@ -46,9 +51,30 @@ def protocol_for(site: Any, versions: Collection[str], conn: ConnectionInfo) -> 
     if conn.secure:
         # ALPN has spoken; the tls binding negotiated only what `versions` allows.
         if conn.alpn == "h2" or "http/1.1" in versions:
-            return cast(IProtocol, site.buildProtocol(conn.peer))
+            protocol = site.buildProtocol(conn.peer)
+            _keep_sessions(getattr(protocol, "_channel", None), conn.sessions)
+            return cast(IProtocol, protocol)
         return cast(IProtocol, _Refuse())
     return cast(IProtocol, PrefaceSniffer(site, versions, conn))
+
+
+#: The attribute of a channel (HTTP/1.1) or connection (HTTP/2) holding its connection's sessions.
+_SESSIONS = "ssekd_connection_sessions"
+
+
+def _keep_sessions(channel: Any, sessions: Mapping[str, Session]) -> None:
+    if channel is not None and sessions:
+        setattr(channel, _SESSIONS, sessions)
+
+
+def connection_sessions(request: Any) -> Mapping[str, Session]:
+    """The sessions the connection `request` came on opened before HTTP (module docstring):
+    on HTTP/1.1 its channel holds them, on HTTP/2 its stream's connection."""
+    channel = getattr(request, "channel", None)
+    found = getattr(channel, _SESSIONS, None)
+    if found is None:
+        found = getattr(getattr(channel, "_conn", None), _SESSIONS, None)
+    return cast(Mapping[str, Session], found or {})
 
 
 def h2_connection(site: Any) -> LimitedH2Connection:
@@ -84,6 +110,7 @@ class SwitchingChannelProtocol(http._GenericHTTPChannelProtocol):
                 network_producer.unregisterProducer()
                 old.setTimeout(None)
                 h2: Any = h2_connection(self._site)
+                _keep_sessions(h2, getattr(old, _SESSIONS, {}))
                 h2.requestFactory = self._requestFactory
                 h2.factory = self._factory
                 h2.timeOut = self._timeOut
@@ -127,6 +154,7 @@ class PrefaceSniffer(Protocol):
         versions, site = self.versions, self.site
         if head == PREFACE and "h2" in versions:
             h2 = h2_connection(site)
+            _keep_sessions(h2, self.conn.sessions)
             self.inner = h2
             h2.makeConnection(self.transport)
             # The transport pauses HTTP/2 (all its streams) when the socket backs up.
@@ -134,6 +162,7 @@ class PrefaceSniffer(Protocol):
             transport.registerProducer(h2, True)
         elif "http/1.1" in versions:
             self.inner = site.buildProtocol(self.conn.peer)
+            _keep_sessions(getattr(self.inner, "_channel", None), self.conn.sessions)
             self.inner.makeConnection(self.transport)
         else:
             self.inner = _Refuse()

@@ -2,6 +2,16 @@
 
 The same Site serves HTTP/1.1 and HTTP/2 (its protocol switches to our HTTP/2 connection
 when TLS negotiates `h2`, see `h2c.py`); CORS and routing happen here, once, before the exit sees the request.
+
+Routes and guards: the first route whose `when` matches decides (then `exit`), and the request
+must meet its `guarded` roles. Without credentials for the guard it is `401`, with credentials
+the guard refused `403` (`503` while the guard cannot check), and with good credentials that lack
+the roles `404`, as Zilla answers: the answer does not tell a client which roles a path wants.
+Zilla would try the later routes (and `exit`) first; ssekd does not let a request that fails a
+guarded route reach another one. The sessions a request has are its own (the http binding's
+`authorization`) and its connection's (a tls server's client certificate,
+`ConnectionInfo.sessions`, see `h2c.connection_sessions`); a route guarded by a guard whose
+credentials the connection brings and no request carries (an x509 guard) is `404` without them.
 """
 
 from __future__ import annotations
@@ -17,6 +27,7 @@ from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET, Request, Site
 
 from ssekd.bindings.http import h2c
+from ssekd.bindings.http.access import AccessLog
 from ssekd.bindings.http.authorization import (
     Authorization,
     Renewals,
@@ -27,16 +38,17 @@ from ssekd.bindings.http.authorization import (
 )
 from ssekd.bindings.http.channel import BodyCountingRequest, LimitedHTTPChannel, Limits
 from ssekd.bindings.http.cors import AccessControl
-from ssekd.bindings.http.h2c import SwitchingChannelProtocol
+from ssekd.bindings.http.h2c import SwitchingChannelProtocol, connection_sessions
 from ssekd.bindings.http.health import HealthPaths
 from ssekd.bindings.http.roles import HttpBinding, HttpContext, RedactsPaths
 from ssekd.bindings.http.routing import Condition, head_headers, match_any, request_headers
 from ssekd.deferred_answer import answer_later
 from ssekd.spi.connection import ConnectionInfo
-from ssekd.spi.guard import Refusal, Renewal, Session
+from ssekd.spi.guard import CertificateGuard, Refusal, Renewal, Session
 from ssekd.spi.workers import Siblings
+from ssekd.telemetry.attributes import BindingAttributes
 from ssekd.telemetry.events import EventLog
-from ssekd.telemetry.metrics import Metrics
+from ssekd.telemetry.metrics import Gauge, Metrics
 from ssekd.telemetry.redact import redact_uri
 
 SERVER_NAME = b"ssekd"
@@ -65,27 +77,55 @@ class SsekdRequest(BodyCountingRequest):
 
 
 class HttpStats:
-    """Zilla's http metrics of one binding: every request counts from `render` to its end."""
+    """Zilla's http metrics of one binding: every request counts from `render` to its end.
 
-    def __init__(self, metrics: Metrics, binding: str, clock: Any) -> None:
+    With `telemetry.attributes` (`ssekd.telemetry.attributes`) each request counts in the series
+    of its own labels: the request's from its arrival, the response's added to what is measured
+    once it is answered."""
+
+    def __init__(self, metrics: Metrics, binding: str, clock: Any,
+                 attributes: BindingAttributes | None = None) -> None:
         self.clock = clock  # an IReactorTime
-        self.active = metrics.gauge("http.active.requests", binding)
-        self.request_size = metrics.histogram("http.request.size", binding)
-        self.response_size = metrics.histogram("http.response.size", binding)
-        self.duration = metrics.histogram("http.duration", binding)
+        self.metrics = metrics
+        self.binding = binding
+        self.attributes = attributes if attributes else None
+        if self.attributes is None:  # else every series has labels: none is made without them
+            self.active = metrics.gauge("http.active.requests", binding)
+            self.request_size = metrics.histogram("http.request.size", binding)
+            self.response_size = metrics.histogram("http.response.size", binding)
+            self.duration = metrics.histogram("http.duration", binding)
 
     def started(self, request: Request) -> None:
-        self.active.value += 1
         req: Any = request  # twisted.web is untyped for mypy
         length = req.getHeader(b"content-length")
-        self.request_size.observe(float(length) if length and length.isdigit() else 0.0)
-        req.notifyFinish().addBoth(self._finished, req, self.clock.seconds())
+        size = float(length) if length and length.isdigit() else 0.0
+        if self.attributes is None:
+            self.active.value += 1
+            self.request_size.observe(size)
+            req.notifyFinish().addBoth(self._finished, req, self.clock.seconds())
+            return
+        labels = self.attributes.of_request(req)
+        active = self.metrics.gauge("http.active.requests", self.binding, attributes=labels)
+        active.value += 1
+        self.metrics.histogram("http.request.size", self.binding, attributes=labels).observe(size)
+        req.notifyFinish().addBoth(self._finished_labelled, req, self.clock.seconds(), labels,
+                                   active)
 
     def _finished(self, _: object, request: Any, began: float) -> None:
         """Finished or cut off: either way the request is over (the failure is not ours)."""
         self.active.value -= 1
         self.response_size.observe(float(request.sentLength))
         self.duration.observe((self.clock.seconds() - began) * 1000.0)
+
+    def _finished_labelled(self, _: object, request: Any, began: float,
+                           labels: dict[str, str], active: Gauge) -> None:
+        assert self.attributes is not None
+        active.value -= 1
+        labels = {**labels, **self.attributes.of_response(request)}
+        self.metrics.histogram("http.response.size", self.binding, attributes=labels).observe(
+            float(request.sentLength))
+        self.metrics.histogram("http.duration", self.binding, attributes=labels).observe(
+            (self.clock.seconds() - began) * 1000.0)
 
 
 class HttpRoot(Resource):
@@ -97,7 +137,7 @@ class HttpRoot(Resource):
                  cors: AccessControl, events: EventLog,
                  authorization: Authorization | None = None,
                  stats: HttpStats | None = None, health: HealthPaths | None = None,
-                 siblings: Siblings | None = None) -> None:
+                 siblings: Siblings | None = None, clock: Any = None) -> None:
         super().__init__()
         self.stats = stats
         self.health = health
@@ -110,9 +150,14 @@ class HttpRoot(Resource):
         #: The renewal requests, whose reach includes the daemon's other workers (`siblings`).
         self.renewals = (Renewals(name, authorization, siblings) if authorization is not None
                          else None)
+        #: The answered event of each request (its clock: the stats' when none is given).
+        self.access = AccessLog(name, events, clock if clock is not None else
+                                (stats.clock if stats is not None else None), self.logged)
         #: The exits whose paths may carry secrets of their own, for `logged`.
         exits = [r.exit for r in self.routes] + ([default] if default is not None else [])
         self.redactors = list({id(e): e for e in exits if isinstance(e, RedactsPaths)}.values())
+        if stats is not None and stats.attributes is not None:
+            stats.attributes.redact = self.logged  # a path label shows no more than a log line
 
     def render(self, request: Request) -> bytes | int:
         request.setHeader(b"server", SERVER_NAME)
@@ -122,6 +167,9 @@ class HttpRoot(Resource):
                 return probe
         if self.stats is not None:
             self.stats.started(request)
+        if self.access.on:
+            self.access.watch(request, getattr(request, "access_began", None)
+                              or self.access.clock.seconds())
         headers = request_headers(request)
         if self.events.stdout is not None:
             self.events.emit(self.name, "BINDING_HTTP_REQUEST_ACCEPTED",
@@ -146,6 +194,8 @@ class HttpRoot(Resource):
             request.setResponseCode(http.NOT_FOUND)
             return b""
         target, params, guarded = found
+        req: Any = request
+        req.answered_by = exit_label(target)
         if origin is not None:
             self.cors.decorate(request, origin)
         verdicts = self.authorization.verdicts(request) if self.authorization else {}
@@ -173,11 +223,13 @@ class HttpRoot(Resource):
         answer_later(request, settled(verdicts).addCallback(then), self.logged)
         return NOT_DONE_YET
 
-    def _split(self, verdicts: Mapping[str, Session | Refusal]) -> HttpContext:
+    def _split(self, request: Request,
+               verdicts: Mapping[str, Session | Refusal]) -> HttpContext:
         ctx = HttpContext(binding=self.name)
         if self.authorization is not None:
             ctx.credential_query = self.authorization.query_names
             ctx.credential_headers = self.authorization.header_names
+        ctx.sessions.update(connection_sessions(request))
         for guard, verdict in verdicts.items():
             if isinstance(verdict, Refusal):
                 ctx.refusals[guard] = verdict
@@ -188,14 +240,29 @@ class HttpRoot(Resource):
     def _dispatch(self, request: Request, target: HttpBinding, params: Mapping[str, str],
                   guarded: Mapping[str, tuple[str, ...]],
                   verdicts: Mapping[str, Session | Refusal]) -> bytes | int:
-        ctx = self._split(verdicts)
+        ctx = self._split(request, verdicts)
         ctx.params = params
         denied = ctx.authorize(guarded)
         if denied is not None:
-            return answer_refusal(request, target, *denied, self.authorization)
-        if ctx.sessions and self.authorization is not None:
-            ctx.lease = self.authorization.lease(request, ctx.sessions)
+            return self._refuse(request, target, ctx, *denied)
+        # a lease renews the request's own tokens, never its connection's certificate
+        own = {g: s for g, s in ctx.sessions.items() if g in verdicts}
+        if own and self.authorization is not None:
+            ctx.lease = self.authorization.lease(request, own)
         return target.render(request, ctx)
+
+    def _refuse(self, request: Request, target: HttpBinding, ctx: HttpContext, guard: str,
+                refusal: Refusal) -> bytes:
+        """A request its route's `guarded` does not let through (module docstring)."""
+        runtime = self.authorization.guards.get(guard) if self.authorization else None
+        if guard in ctx.sessions or isinstance(runtime, CertificateGuard):
+            # Good credentials without the roles, or none from a guard whose credentials come
+            # with the connection (a client certificate): no route for it, as in Zilla.
+            if guard in ctx.sessions and runtime is not None:
+                runtime.report(refusal.reason)
+            request.setResponseCode(http.NOT_FOUND)
+            return b""
+        return answer_refusal(request, target, guard, refusal, self.authorization)
 
     def renew_for_sibling(self, host: str, tokens: Mapping[str, str]
                           ) -> defer.Deferred[dict[str, Renewal]]:
@@ -213,7 +280,17 @@ class HttpRoot(Resource):
         found = self._route(head_headers(request, method, uri))
         req: Any = request  # twisted.web is untyped for mypy
         req.http_route = found
+        if self.access.on:
+            req.access_began = self.access.clock.seconds()
         return found is not None and found[0].takes_body
+
+    def refused(self, request: Request, status: int, method: bytes = b"", uri: bytes = b"",
+                version: bytes = b"") -> None:
+        """A request the connection answered `status` before it reached `render` (a body over
+        `limits.body-bytes`): its answered event (`BodyRoutes`), with the method and target
+        the connection read."""
+        self.access.refused(request, status, getattr(request, "access_began", None), method,
+                            uri, version)
 
     def _routed(self, request: Request, headers: dict[str, str]) -> Routed:
         """The route decided when the head came in, else (the channel did not ask: no body
@@ -273,3 +350,12 @@ class HttpServer:
                           ) -> defer.Deferred[dict[str, Renewal]]:
         """See `HttpRoot.renew_for_sibling` (`ssekd.workers.siblings` calls it)."""
         return self.site.root.renew_for_sibling(host, tokens)
+
+
+def exit_label(target: object) -> str:
+    """The name of the binding an http route leads to, for the access event."""
+    for attribute in ("name", "binding"):
+        value = getattr(target, attribute, None)
+        if isinstance(value, str) and value:
+            return value
+    return type(target).__name__

@@ -18,14 +18,17 @@ cache_server options (docs/protocol.md, plus ssekd's cache bounds):
 - `topics[].value` / `.key`: Zilla's models (`ssekd.catalogs.models`), checked once per record
   as it enters the cache (`gate.RecordGate`).
 
-client options: `servers`, `sasl`, and `properties`, librdkafka consumer properties passed as
-they are (e.g. `fetch.wait.max.ms: 10` for low latency against a broker that does not answer a
-waiting fetch early); `stall-timeout` (default 30 s): a tail consumer whose partitions stop
-receiving the records the broker holds is replaced (`stall`); `max-history-reads` (default 64)
-bounds the reads of old records waiting for the history consumer (a stream that finds them all
-taken asks again shortly). The producers of http-kafka writes (`producer`) take the same servers
-and security settings, plus `producer-properties`, and `max-inflight-bytes` bounds what waits
-for the broker.
+client options: `servers`, `sasl` (or Zilla's `authorization`, naming an inline guard whose
+identity and credentials are the SASL user name and password: `sasl`), and `properties`,
+librdkafka consumer properties passed as they are (e.g. `fetch.wait.max.ms: 10` for low
+latency against a broker that does not answer a waiting fetch early); `stall-timeout`
+(default 30 s): a tail consumer whose partitions stop receiving the records the broker holds is
+replaced (`stall`); `max-history-reads` (default 64) bounds the reads of old records waiting for
+the history consumer (a stream that finds them all taken asks again shortly). The producers of
+http-kafka writes (`producer`) take the same servers and security settings, plus
+`producer-properties`, and `max-inflight-bytes` bounds what waits for the broker. Its exit says
+how it connects (`way_out`): a tcp client without options, or a tls client in front of one for
+TLS with the trust of the tls client's vault.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from ssekd.bindings.kafka.client import KafkaClient
 from ssekd.bindings.kafka.missing_topics import DEFAULT_GIVE_UP_AFTER
 from ssekd.bindings.kafka.producer import DEFAULT_MAX_INFLIGHT_BYTES
 from ssekd.bindings.kafka.roles import KafkaCache, KafkaClientBinding
+from ssekd.bindings.kafka.sasl import sasl_settings
 from ssekd.bindings.kafka.settings import (
     DEFAULT_MAX_HISTORY_READS,
     ClientSettings,
@@ -53,10 +57,12 @@ from ssekd.bindings.kafka.settings import (
 from ssekd.bindings.kafka.stall import DEFAULT_STALL_TIMEOUT
 from ssekd.bindings.kafka.subscription import DEFAULT_CATCH_UP_BYTES
 from ssekd.bindings.kafka.topic_log import CacheBounds
+from ssekd.bindings.kafka.way_out import tls_trust
 from ssekd.catalogs.catalog import Catalog
 from ssekd.catalogs.models import FieldModel, ModelConfig, TopicModel, local_problem
 from ssekd.config.errors import ConfigError
 from ssekd.config.model import Binding
+from ssekd.config.schema import NAME
 from ssekd.spi.binding import BindingType, BuildContext, Dependencies, Exit, KindSpec
 from ssekd.spi.connection import Connector
 
@@ -157,28 +163,19 @@ def _model_schema(part: str) -> dict[str, Any]:
                                                        "(`cache-ttl`)."}}}}}}}
 
 
-def _check_way_out(ctx: BuildContext, binding: Binding) -> None:
-    """The exit (a tcp client) only names the way out: `servers` say where the client connects
-    and librdkafka makes the connections, so an address or TLS given there would be ignored."""
-    if binding.exit is None:
-        return
-    out = ctx.exit(binding.exit, Connector)
-    if out.address is not None or out.secure:
-        what = "a tls client" if out.secure else "options.host and port"
-        where: tuple[str | int, ...] = ("bindings", binding.exit) + (() if out.secure
-                                                                    else ("options",))
-        raise ConfigError([ctx.issue(where,
-                                     f"{what} on the exit of kafka client {binding.name!r} "
-                                     f"would be ignored: the kafka client connects to its "
-                                     f"`servers` itself; give its exit a tcp client without "
-                                     f"options")])
+def client_depends(options: Mapping[str, Any]) -> Dependencies:
+    """The guard a client's `authorization` names: the loader checks it exists, and a reload
+    that changes it rebuilds the client (new credentials)."""
+    return Dependencies(guards={str(g): ("authorization", str(g))
+                                for g in options.get("authorization") or ()})
 
 
 def _build_client(ctx: BuildContext, binding: Binding) -> KafkaClient:
-    _check_way_out(ctx, binding)
     opts = binding.options
-    settings = ClientSettings(servers=servers(opts),
-                              sasl=opts.get("sasl"), properties=dict(opts.get("properties", {})),
+    properties = dict(opts.get("properties", {}))
+    tls = tls_trust(ctx, binding, servers(opts), properties)
+    settings = ClientSettings(servers=servers(opts), sasl=sasl_settings(ctx, binding),
+                              properties=properties, tls=tls,
                               max_history_reads=int(opts.get("max-history-reads",
                                                              DEFAULT_MAX_HISTORY_READS)),
                               producer_properties=dict(opts.get("producer-properties", {})),
@@ -354,7 +351,7 @@ BINDING = BindingType("kafka", {
     "client": KindSpec(
         role=KafkaClientBinding, build=_build_client, exit=Exit.OPTIONAL,
         exit_roles=(Connector,), summary=lambda o: ",".join(servers(o)),
-        connects_to=server_addresses,
+        connects_to=server_addresses, depends=client_depends,
         options={"type": "object", "additionalProperties": False,
                  "description": "The connection to the Kafka cluster: one consumer per "
                                 "cache_server for the live tail, one for reading older records. "
@@ -368,7 +365,9 @@ BINDING = BindingType("kafka", {
             "sasl": {"type": "object", "additionalProperties": False,
                      "required": ["mechanism", "username", "password"],
                      "x-ssekd-default": "none",
-                     "description": "SASL authentication (over plaintext, `SASL_PLAINTEXT`).",
+                     "description": "SASL authentication: `SASL_PLAINTEXT`, or `SASL_SSL` "
+                                    "over TLS (a tls client as the exit, or `ssl.*` "
+                                    "properties). Not with `authorization`.",
                      "properties": {
                          "mechanism": {"enum": ["plain", "scram-sha-256", "scram-sha-512"],
                                        "description": "SASL mechanism."},
@@ -376,6 +375,33 @@ BINDING = BindingType("kafka", {
                          "password": {"type": "string",
                                       "description": "Password; never repeated in error "
                                                      "messages."}}},
+            "authorization": {
+                "type": "object", "propertyNames": NAME, "minProperties": 1,
+                "maxProperties": 1, "x-ssekd-default": "none",
+                "description": "Zilla's SASL from a guard: the one guard named here (an "
+                               "`inline` guard) supplies what `{identity}` and `{credentials}` "
+                               "stand for; the result is sent as `sasl` would be. Not with "
+                               "`sasl`.",
+                "additionalProperties": {
+                    "type": "object", "additionalProperties": False,
+                    "required": ["credentials"],
+                    "properties": {"credentials": {
+                        "type": "object", "additionalProperties": False,
+                        "required": ["mechanism", "username", "password"],
+                        "description": "What the client authenticates with.",
+                        "properties": {
+                            "mechanism": {"enum": ["plain", "scram-sha-256", "scram-sha-512"],
+                                          "x-expected": "plain, scram-sha-256 or scram-sha-512 "
+                                                        "(what librdkafka and Kafka brokers "
+                                                        "speak)",
+                                          "description": "SASL mechanism."},
+                            "username": {"type": "string",
+                                         "description": "User name; exactly `{identity}`: "
+                                                        "the guard's identity."},
+                            "password": {"type": "string",
+                                         "description": "Password; exactly `{credentials}`: "
+                                                        "the guard's credentials. Never "
+                                                        "repeated in error messages."}}}}}},
             "properties": {"type": "object", "x-ssekd-addition": True,
                            "additionalProperties": {
                                "type": ["string", "integer", "number", "boolean"]},

@@ -1,6 +1,12 @@
 """The librdkafka configuration a kafka client binding's options make: the consumers', the
 producers' and the admin client's, and the check that librdkafka accepts them before the daemon
 listens (`refused_property`, `refused_producer_property`).
+
+Security comes from three places, all mapped here: `sasl` (or an `authorization` naming an
+inline guard, resolved to the same thing by `ssekd.bindings.kafka.way_out`) gives the SASL
+mechanism, user name and password; a tls client as the exit gives TLS and what to trust
+(`TlsTrust`: the vault's certificates as `ssl.ca.pem`, in memory, or the system's CAs); and
+`properties` may say TLS with `ssl.*` keys of their own.
 """
 
 from __future__ import annotations
@@ -32,6 +38,17 @@ RECONNECT_BACKOFF = 500
 RECONNECT_BACKOFF_MAX = 10_000
 
 
+@dataclass(frozen=True)
+class TlsTrust:
+    """TLS to the brokers, from the tls client on the kafka client's way out."""
+
+    #: The certificates a broker's must chain to, as PEM (`ssl.ca.pem`); None: the system's CA
+    #: certificates (`trustcacerts: true`: librdkafka's `ssl.ca.location: probe`).
+    ca_pem: str | None
+    #: The tls client it came from, for messages.
+    via: str
+
+
 @dataclass
 class ClientSettings:
     """What the binding's options say about reaching the cluster."""
@@ -49,6 +66,8 @@ class ClientSettings:
     #: Seconds a partition with records waiting may go without one before the tail consumer
     #: is replaced (options.stall-timeout, `ssekd.bindings.kafka.stall`).
     stall_timeout: float = DEFAULT_STALL_TIMEOUT
+    #: TLS from a tls client on the way out (its exit), or None.
+    tls: TlsTrust | None = None
 
     def consumer_config(self, group: str) -> dict[str, Any]:
         conf: dict[str, Any] = {
@@ -72,6 +91,11 @@ class ClientSettings:
                 "sasl.username": self.sasl["username"],
                 "sasl.password": self.sasl["password"],
             })
+        if self.tls is not None:
+            if self.tls.ca_pem is not None:
+                conf["ssl.ca.pem"] = self.tls.ca_pem
+            else:
+                conf["ssl.ca.location"] = "probe"
         conf.update(self.properties)
         if "reconnect.backoff.ms" not in self.properties:  # librdkafka wants start <= maximum
             conf["reconnect.backoff.ms"] = min(int(conf["reconnect.backoff.ms"]),
@@ -84,18 +108,22 @@ class ClientSettings:
     def security_protocol(self) -> str | None:
         """librdkafka's `security.protocol`, or None for its default (plaintext).
 
-        `properties` say whether the cluster speaks TLS: an explicit `security.protocol`, or any
-        `ssl.*` key (a CA, a client certificate), which librdkafka would otherwise silently
-        ignore over plaintext. A `sasl` block adds SASL on top of that: `SASL_SSL` over TLS,
-        `SASL_PLAINTEXT` otherwise - never plaintext credentials to a TLS-only cluster."""
+        A tls client as the exit means TLS; otherwise `properties` say whether the cluster
+        speaks it: an explicit `security.protocol`, or any `ssl.*` key (a CA, a client
+        certificate), which librdkafka would otherwise silently ignore over plaintext. A `sasl`
+        block adds SASL on top of that: `SASL_SSL` over TLS, `SASL_PLAINTEXT` otherwise - never
+        plaintext credentials to a TLS-only cluster. (A tls exit beside an explicit plaintext
+        protocol is refused when the binding is built: `way_out`.)"""
         explicit = self.properties.get("security.protocol")
-        if explicit is not None:
+        if self.tls is not None:
+            tls = True
+        elif explicit is not None:
             tls = str(explicit).lower() in ("ssl", "sasl_ssl")
         else:
             tls = any(str(k).startswith("ssl.") for k in self.properties)
         if self.sasl:
             return "SASL_SSL" if tls else "SASL_PLAINTEXT"
-        if explicit is not None:
+        if explicit is not None and self.tls is None:
             return str(explicit)
         return "SSL" if tls else None
 
