@@ -218,6 +218,9 @@ PRIVATE_NAMES: tuple[Use, ...] = (
         f"{LIMITS}: the method of the request whose head just ended, to route it before its body"),
     Use(f"{HTTP}:HTTPChannel._path", Kind.ATTRIBUTE, ("ssekd/bindings/http/channel.py",),
         f"{LIMITS}: and its path"),
+    Use(f"{HTTP}:HTTPChannel._version", Kind.ATTRIBUTE, (CHANNEL,),
+        f"{LIMITS}: and its HTTP version, for the access event of a request refused at its "
+        f"head (413, 408)"),
     Use(f"{HTTP}:HTTPChannel._networkProducer", Kind.ATTRIBUTE, (H2CPY, CHANNEL),
         f"{SWITCH}: the transport's producer slot, handed from HTTP/1.1 to HTTP/2; "
         f"{UNSENT}: reading paused while an answer waits for the socket"),

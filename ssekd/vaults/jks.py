@@ -93,7 +93,7 @@ class _Reader:
         der = self.take(self.u32())
         try:
             return x509.load_der_x509_certificate(der)
-        except ValueError as e:
+        except (ValueError, x509.InvalidVersion) as e:  # a version field out of range too
             raise StoreError("not a readable JKS store (a certificate does not parse)") from e
 
 

@@ -45,7 +45,7 @@ def test_an_event_line_has_every_part() -> None:
 def test_the_daemon_prints_events_in_that_format(site: tuple[Daemon, str], port: int) -> None:
     daemon, base = site
     assert curl(base + "/")[0] == 200
-    daemon.wait_output("BINDING_HTTP_REQUEST_ACCEPTED")
+    daemon.wait_output("BINDING_HTTP_REQUEST_ANSWERED")
     stopped = datetime.now(UTC)
     # every line: twistd's own come in the same format, as TWISTED_<LEVEL> events
     lines = daemon.output().splitlines()
@@ -54,6 +54,10 @@ def test_the_daemon_prints_events_in_that_format(site: tuple[Daemon, str], port:
     assert any(m["name"] == "TWISTED_INFO" and "starting up" in m["detail"] for m in parsed if m)
     events = [(m["namespace"], m["binding"], m["name"], m["detail"]) for m in parsed
               if m and not m["name"].startswith("TWISTED_")]
+    # the access line of the answer comes last; its figures are checked where it is made
+    answered = events.pop()
+    assert answered[:3] == ("test", "http0", "BINDING_HTTP_REQUEST_ANSWERED"), answered
+    assert " method=GET path=/ route=files_map status=200 " in answered[3], answered
     listening = ("test", "ssekd", "ENGINE_LISTENING", f"127.0.0.1:{port}")
     accepted = ("test", "http0", "BINDING_HTTP_REQUEST_ACCEPTED", f"- GET http://localhost:{port}/")
     workers = daemon.worker_pids()
