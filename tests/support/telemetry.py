@@ -130,10 +130,23 @@ scrape_configs:
          f"--web.listen-address=127.0.0.1:{port}"],
         stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     out.close()
+    # The port opens while the TSDB is still starting, and the query API answers 503 until
+    # then: wait for /-/ready, not for the port, on a loaded machine the gap is seconds.
     deadline = time.monotonic() + 30
-    while not port_open("127.0.0.1", port):
+    while not _ready(port):
         if process.poll() is not None or time.monotonic() > deadline:
             stop_process(process, 5)
             raise AssertionError(f"prometheus did not start:\n{log.read_text()}")
         time.sleep(0.1)
     return Prometheus(process, port, log)
+
+
+def _ready(port: int) -> bool:
+    """Whether Prometheus says it is ready to serve queries."""
+    if not port_open("127.0.0.1", port):
+        return False
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/-/ready", timeout=5) as r:
+            return bool(r.status == 200)
+    except OSError:
+        return False
