@@ -24,6 +24,7 @@ from ssekd.bindings.http.unsent import (
     UnsentBytes,
     announced_length,
     refusal_headers,
+    replaced_by_refusal,
 )
 
 DEFAULT_HEADER_BYTES = 16384
@@ -168,6 +169,11 @@ class BodyRoutes(Protocol):
 
     def takes_body(self, request: Request, method: bytes, uri: bytes) -> bool: ...
 
+    def refused(self, request: Request, status: int, method: bytes, uri: bytes,
+                version: bytes) -> None:
+        """The connection answered `status` itself, before the request reached the routes (a
+        body over `limits.body-bytes`): the method, target and version are as it read them."""
+
 
 class LimitedHTTPChannel(HTTPChannel):
     """HTTPChannel with an overall deadline for each request head, and bounded bodies.
@@ -301,9 +307,7 @@ class LimitedHTTPChannel(HTTPChannel):
             if size > SMALL and not self.whole.fits(size, b.limits.process_unsent_bytes):
                 b.refused = True
                 code, reason, headers = b"503", REFUSAL_REASON, Headers()
-                # the request says what went out (the access event reads it)
-                request.code, request.code_message = 503, REFUSAL_REASON
-                request.body_dropped = True  # its body never left
+                replaced_by_refusal(request)
                 for name, value in refusal_headers(pairs):
                     headers.addRawHeader(name, value)
         super().writeHeaders(version, code, reason, headers)
@@ -397,10 +401,11 @@ class LimitedHTTPChannel(HTTPChannel):
     def _respond_and_close(self, status: bytes) -> None:
         assert self.transport is not None
         self.state.answered = True
-        refused = getattr(self.state.routes, "refused", None)
-        if refused is not None and self.requests:
-            refused(self.requests[-1], int(status[:3]), getattr(self, "_command", b"") or b"",
-                    getattr(self, "_path", b"") or b"", getattr(self, "_version", b"") or b"")
+        if self.state.routes is not None and self.requests:
+            self.state.routes.refused(self.requests[-1], int(status[:3]),
+                                      getattr(self, "_command", b"") or b"",
+                                      getattr(self, "_path", b"") or b"",
+                                      getattr(self, "_version", b"") or b"")
         self._disarm_body()
         self.transport.write(b"HTTP/1.1 " + status +
                              b"\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")

@@ -56,7 +56,7 @@ from twisted.python.failure import Failure
 from ssekd.bindings.http.channel import H2_CONTROL_WINDOW, H2_RESET_WINDOW, BodyRoutes, Limits
 from ssekd.bindings.http.h2_sending import BatchingH2Connection
 from ssekd.bindings.http.header_blocks import HeaderBlockWatch
-from ssekd.bindings.http.unsent import REFUSAL_REASON, SMALL, announced_length, refusal_headers
+from ssekd.bindings.http.unsent import SMALL, announced_length, refusal_headers, replaced_by_refusal
 
 #: Seconds a connection sent away with GOAWAY stays half-open, so the peer reads the GOAWAY.
 LINGER_SECONDS = 2.0
@@ -308,9 +308,7 @@ class LimitedH2Connection(BatchingH2Connection):
             if size and not self._room_for(size):
                 self._refused.add(streamID)
                 code, headers = b"503", refusal_headers(headers)
-                # the request says what went out (the access event reads it)
-                stream._request.code, stream._request.code_message = 503, REFUSAL_REASON
-                stream._request.body_dropped = True  # its body never left
+                replaced_by_refusal(stream._request)
         super().writeHeaders(version, code, reason, headers, streamID)
 
     def writeDataToStream(self, streamID: int, data: bytes) -> None:
@@ -371,10 +369,10 @@ class LimitedH2Connection(BatchingH2Connection):
         """`_refuse` for a stream whose request Twisted holds but has not handed on yet (its
         answered event too: `BodyRoutes.refused`)."""
         self._refuse(stream_id, status)
-        refused = getattr(self.routes, "refused", None)
-        if refused is not None:
+        if self.routes is not None:
             stream = self.streams[stream_id]
-            refused(stream._request, int(status[:3]), stream.command, stream.path, b"HTTP/2")
+            self.routes.refused(stream._request, int(status[:3]), stream.command, stream.path,
+                                b"HTTP/2")
         self.streams[stream_id].connectionLost(Failure(ConnectionLost("request refused")))
         self._requestDone(stream_id)
 

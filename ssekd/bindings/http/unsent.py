@@ -41,6 +41,7 @@ HTTP/1.1's socket buffer holds that much of one anyway, unseen by the count.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 #: `limits.h2-unsent-bytes` by default: a few whole answers of a megabyte, or a hundred SSE
 #: streams' steps, per HTTP/2 connection.
@@ -91,3 +92,10 @@ def refusal_headers(headers: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes,
     kept = [(name, value) for name, value in headers
             if name.lower() in _KEPT or name.lower().startswith(b"access-control-")]
     return [*kept, (b"retry-after", RETRY_AFTER), (b"content-length", b"0")]
+
+
+def replaced_by_refusal(request: Any) -> None:
+    """Record on `request` that a `503` went out instead of its response, whose body is then
+    dropped: the access event reads what went out from the request."""
+    request.code, request.code_message = 503, REFUSAL_REASON
+    request.body_dropped = True
