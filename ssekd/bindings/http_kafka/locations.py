@@ -56,7 +56,7 @@ class LocationTemplate:
     def compile(cls, template: str) -> LocationTemplate:
         text = template.replace(CORRELATION, "{" + _CAPTURE + "}")
         text = _PARAM.sub(r"{\1}", text)
-        return cls(Pattern.compile(text), tuple(sorted(set(_PARAM.findall(template)))))
+        return cls(Pattern.compile(text), param_names(template))
 
     def match(self, path: str) -> tuple[str, dict[str, str]] | None:
         """(the raw token, the location's params decoded) when `path` is this location."""
@@ -75,6 +75,11 @@ class LocationTemplate:
             return uri
         at = base.rfind(token)
         return base[:at] + MASK + base[at + len(token):] + sep + query
+
+
+def param_names(template: str) -> tuple[str, ...]:
+    """The `${params.x}` names an `async` value uses, sorted: what its tag binds."""
+    return tuple(sorted(set(_PARAM.findall(template))))
 
 
 class LocationSigner:

@@ -50,7 +50,12 @@ from ssekd.bindings.http_kafka.headers import (
     response_header,
     without_credentials,
 )
-from ssekd.bindings.http_kafka.locations import LocationSigner, LocationTemplate
+from ssekd.bindings.http_kafka.locations import (
+    CORRELATION,
+    LocationSigner,
+    LocationTemplate,
+    param_names,
+)
 from ssekd.bindings.http_kafka.replay import Replays, State, Write
 from ssekd.bindings.http_kafka.waits import KafkaExit, Replies, when_loaded
 from ssekd.bindings.kafka.cache import SchemaUnavailable, TopicLimitReached
@@ -400,10 +405,11 @@ class Producing:
         identities = _identities(ctx, w)
         out = []
         for name, template in w.async_headers:
-            names = LocationTemplate.compile(template).names
-            token = self.signer.token(correlation, names, params, identities)
+            values = {} if CORRELATION not in template else {
+                "correlationId": self.signer.token(correlation, param_names(template), params,
+                                                   identities)}
             try:
-                out.append((name, substitute(template, params, None, {"correlationId": token})))
+                out.append((name, substitute(template, params, None, values)))
             except Unresolvable:
                 continue
         return out

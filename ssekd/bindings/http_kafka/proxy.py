@@ -121,7 +121,7 @@ class HttpKafkaProxy(Service):
             params = route.match(method, path)
             if params is None:
                 continue
-            refused = self._refused(request, ctx, route, f"{method} {route.redact(path)}")
+            refused = self._refused(request, ctx, route, method, path)
             if refused is not None:
                 return refused
             exchange = Exchange(request, route.redact)
@@ -141,7 +141,7 @@ class HttpKafkaProxy(Service):
         return b""
 
     def _refused(self, request: Request, ctx: HttpContext, route: HttpKafkaRoute,
-                 describe: str) -> bytes | None:
+                 method: str, path: str) -> bytes | None:
         if not route.guarded:
             return None
         denied = ctx.authorize(route.guarded)
@@ -149,7 +149,7 @@ class HttpKafkaProxy(Service):
             return None
         guard, refusal = denied
         if not refusal.reported and guard in self.guards:
-            self.guards[guard].report(f"{describe}: {refusal.reason}")
+            self.guards[guard].report(f"{method} {route.redact(path)}: {refusal.reason}")
         req: Any = request
         if refusal.status == http.SERVICE_UNAVAILABLE:
             retry = refusal.retry_after or RETRY_AFTER_GUARD
