@@ -125,15 +125,14 @@ class SseServer(Service):
                  routes: Sequence[SseRoute] = (),
                  guards: Mapping[str, Guard] | None = None) -> None:
         self.name = name
-        #: The routes, in order, then the binding's own exit (None: no such exit).
-        self.routes = tuple(routes)
+        #: The routes, in order, then the binding's own exit as a route of every path.
+        self.routes = tuple(routes) + (() if source is None else (SseRoute((), source),))
         #: The guards routes name in `guarded`, to report the refusals decided here.
         self.guards = dict(guards or {})
         metrics = metrics or Metrics()
         self.stats = SseStats(metrics, name)
         #: The batch being delivered at the tail (`sse.delivery.latency`).
         self.deliveries = metrics.deliveries
-        self.source = source
         self.clock: Any = clock  # an IReactorTime (a MemoryReactorClock in tests)
         self.events = events
         self.retry = retry
@@ -238,12 +237,9 @@ class SseServer(Service):
         return NOT_DONE_YET
 
     def _route(self, path: str) -> SseRoute | None:
-        """The first route that takes `path`, else the binding's exit (a route of every path),
+        """The first route that takes `path` (the binding's exit last, a route of every path),
         else None."""
-        for route in self.routes:
-            if route.matches(path):
-                return route
-        return None if self.source is None else SseRoute((), self.source)
+        return next((route for route in self.routes if route.matches(path)), None)
 
     def answer_unavailable(self, request: Request, reason: str, retry_after: float) -> bytes:
         """A temporary refusal decided in front of this binding (a guard that cannot check
