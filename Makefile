@@ -45,8 +45,9 @@ COMPAT_STAMP  := $(COMPAT)/.installed-$(SUM)
 # An editable install of the checkout with the extras $(2) into the venv whose python is $(1),
 # with the constraints file $(3).
 # The installer is uv (from PyPI, at UV_VERSION, put in the venv by its own pip): it fetches and
-# unpacks in parallel, and took `make run`'s install from 11 s to under 2 s with an empty cache
-# (bench/first_event.py). Where uv cannot be had, pip does the same install: both install
+# unpacks in parallel: `make run`'s install with empty caches took 11 s with pip, 8 s with uv, of
+# which 3 install uv itself and 2 compile (bench/README.md, `python -m bench.first_event --cold`).
+# Where uv cannot be had, pip does the same install: both install
 # exactly the versions of the constraints file, the wheel build's setuptools too.
 # twistd finds plugins in the folders on sys.path (twisted/plugins/ssekd_plugin.py is in this
 # one), while setuptools' editable install reaches the packages through an import hook, so the

@@ -260,7 +260,8 @@ def metrics_lines(config: Config) -> list[tuple[str, str]]:
             continue
         for e in exporter.options.get("endpoints", ()):
             host = str(e.get("host", "127.0.0.1"))
-            shown_host = "localhost" if host in ("127.0.0.1", "0.0.0.0", "::", "::1") else host
+            # as the server URLs show theirs (`asyncapi.servers`), and IPv6's loopback too
+            shown_host = "localhost" if host in asyncapi.LOCALHOST_SHOWN | {"::1"} else host
             out.append((f"http://{shown_host}:{e['port']}{e.get('path', '/metrics')}",
                         "the daemon's metrics, for Prometheus"))
     return out
