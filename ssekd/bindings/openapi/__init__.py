@@ -1,0 +1,105 @@
+"""openapi binding (kinds server, client): the HTTP bindings an API's OpenAPI 3 spec describes,
+composed from the spec instead of written by hand (docs/openapi.md).
+
+- **server** composes tcp (and tls) and an http server with a route per operation of the spec
+  (`ssekd.bindings.openapi.server`);
+- **client** composes the http client (and tls and tcp clients) that carries those requests to
+  the upstream the spec describes (`ssekd.bindings.openapi.client`).
+
+The loader replaces each with what it composes before anything is built (`KindSpec.compose`,
+`ssekd.config.compose`), as it does the asyncapi kinds. The vocabulary is Zilla's
+(`options.specs.<label>.servers`, `catalog`; routes `when: [{spec, operation, tag}]`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ssekd.bindings.http.roles import HttpBinding
+from ssekd.bindings.openapi.client import compose_client
+from ssekd.bindings.openapi.server import compose_server
+from ssekd.config.model import Binding
+from ssekd.spi.binding import BindingType, BuildContext, Exit, KindSpec
+from ssekd.spi.connection import ListenerBinding
+
+__all__ = ["BINDING", "CATALOG", "WHEN"]
+
+_NAME = "^[a-zA-Z]+[a-zA-Z0-9._-]*$"
+
+#: The catalog a spec is read from, by subject (as the asyncapi kinds say it).
+CATALOG = {
+    "type": "object", "minProperties": 1, "maxProperties": 1,
+    "propertyNames": {"pattern": _NAME},
+    "description": "The catalog the spec is read from (`catalogs.<name>`: filesystem, inline or "
+                   "schema-registry), by subject: one entry.",
+    "additionalProperties": {
+        "type": "object", "additionalProperties": False, "required": ["subject"],
+        "properties": {
+            "subject": {"type": "string", "minLength": 1,
+                        "description": "The subject the spec is under."},
+            "version": {"anyOf": [{"type": "string", "pattern": "^(latest|[0-9]+)$"},
+                                  {"type": "integer", "minimum": 1}],
+                        "default": "latest", "x-expected": "latest or a version number",
+                        "description": "Which version of the subject."}}}}
+
+#: One `when` of a route: which operations of which spec it takes.
+WHEN = {"type": "object", "additionalProperties": False,
+        "properties": {
+            "spec": {"type": "string", "description": "The label of the spec."},
+            "operation": {"type": "string",
+                          "description": "An operationId, or a glob (`*` matches any run of "
+                                         "characters); an operation without one is "
+                                         "`<METHOD> <path>`."},
+            "tag": {"type": "string", "description": "A tag the operation has."}}}
+
+
+def _options(description: str, servers: str) -> dict[str, Any]:
+    spec = {"type": "object", "additionalProperties": False, "required": ["catalog"],
+            "description": "One OpenAPI 3 spec, by the label routes name it with.",
+            "properties": {
+                "servers": {"type": "array", "minItems": 1,
+                            "items": {"type": "string", "pattern": "^[hH][tT][tT][pP][sS]?://",
+                                      "x-expected": "a URL such as http://localhost:7114"},
+                            "x-ssekd-default": "the spec's `servers` (variables at their "
+                                               "defaults)",
+                            "description": servers},
+                "catalog": CATALOG}}
+    return {"type": "object", "additionalProperties": False, "required": ["specs"],
+            "description": description,
+            "properties": {"specs": {"type": "object", "minProperties": 1,
+                                     "propertyNames": {"pattern": _NAME},
+                                     "additionalProperties": spec,
+                                     "description": "The specs, by label."}}}
+
+
+def _composed_only(ctx: BuildContext, binding: Binding) -> object:
+    raise AssertionError(f"openapi {binding.kind} {binding.name} is composed by the loader, "
+                         f"never built")
+
+
+BINDING = BindingType("openapi", {
+    "server": KindSpec(
+        role=ListenerBinding, build=_composed_only, compose=compose_server,
+        exit=Exit.REQUIRED, exit_roles=(HttpBinding,), vault=True, when=WHEN,
+        options=_options(
+            "Composes the tcp (and, for `https` URLs, tls: keys from `vault`) and http server "
+            "bindings that serve a spec's operations: a route per operation (its path, `{name}` "
+            "parts matching one segment, and its method; any other request is `404`), "
+            "cross-origin allowed. Each operation goes to the exit of the first route whose "
+            "`when` takes it, else to `exit` (an openapi client, an openapi-asyncapi proxy, or "
+            "any binding that answers HTTP). An operation that requires security is a config "
+            "error (no guard is composed for it). `ssekd check` prints what was composed.",
+            "URLs (scheme, host, port, and a path the spec's paths go under) listened on: on "
+            "the URL's address when it is localhost or an IP address, else on every "
+            "interface.")),
+    "client": KindSpec(
+        role=HttpBinding, build=_composed_only, compose=compose_client,
+        vault=True,
+        options=_options(
+            "Composes the http client (and tls, for an `https` URL, and tcp clients) that "
+            "carries the requests of an openapi server's routes to the spec's upstream. An "
+            "`https` upstream's certificate must chain to the `vault`'s trust, or to the "
+            "system's CAs when the binding has no vault.",
+            "The upstream's URL (scheme, host and port), as given: it need not be one the "
+            "spec lists. All specs of the binding must name the same one.")),
+})

@@ -1,0 +1,71 @@
+"""openapi-asyncapi binding (kind proxy): the http-kafka binding that serves an OpenAPI spec's
+operations from an AsyncAPI spec's Kafka operations, composed from the two specs
+(`ssekd.bindings.openapi_asyncapi.proxy`, docs/openapi.md).
+
+An openapi server's routes exit to it; its routes exit to an asyncapi client (or any kafka
+cache_client). The vocabulary is Zilla's: `options.specs.openapi.<label>` and
+`options.specs.asyncapi.<label>`, routes `when: [{spec, operation, tag}]` (OpenAPI labels) and
+`with: {spec, operation, tag}` (an AsyncAPI label).
+"""
+
+from __future__ import annotations
+
+from ssekd.bindings.http.roles import HttpBinding
+from ssekd.bindings.kafka.roles import KafkaCache
+from ssekd.bindings.openapi import CATALOG, WHEN
+from ssekd.bindings.openapi_asyncapi.proxy import compose_proxy
+from ssekd.config.model import Binding
+from ssekd.spi.binding import BindingType, BuildContext, Exit, KindSpec
+
+__all__ = ["BINDING"]
+
+_NAME = "^[a-zA-Z]+[a-zA-Z0-9._-]*$"
+
+
+def _specs(what: str) -> dict[str, object]:
+    return {"type": "object", "minProperties": 1, "propertyNames": {"pattern": _NAME},
+            "description": f"The {what} specs, by label.",
+            "additionalProperties": {"type": "object", "additionalProperties": False,
+                                     "required": ["catalog"], "properties": {"catalog": CATALOG}}}
+
+
+def _composed_only(ctx: BuildContext, binding: Binding) -> object:
+    raise AssertionError(f"openapi-asyncapi {binding.kind} {binding.name} is composed by the "
+                         f"loader, never built")
+
+
+BINDING = BindingType("openapi-asyncapi", {
+    "proxy": KindSpec(
+        role=HttpBinding, build=_composed_only, compose=compose_proxy,
+        exit=Exit.REQUIRED, exit_roles=(KafkaCache,), when=WHEN,
+        with_={"type": "object", "additionalProperties": False, "required": ["spec"],
+               "description": "The Kafka side of the route.",
+               "properties": {
+                   "spec": {"type": "string", "description": "The label of the AsyncAPI spec."},
+                   "operation": {"type": "string",
+                                 "x-ssekd-default": "the HTTP operation's own operationId",
+                                 "description": "The Kafka operation every HTTP operation of "
+                                                "the route is paired with; a glob (`*`) "
+                                                "instead narrows the operations paired by "
+                                                "operationId."},
+                   "tag": {"type": "string",
+                           "description": "Pair by operationId among the Kafka operations "
+                                          "with this tag only."}}},
+        options={"type": "object", "additionalProperties": False, "required": ["specs"],
+                 "description": "Composes the http-kafka binding that serves an OpenAPI spec's "
+                                "operations from an AsyncAPI spec's Kafka operations: each "
+                                "operation a route's `when` takes is paired with the Kafka "
+                                "operation of `with.spec` of the same operationId (or "
+                                "`with.operation`). One that receives is a `fetch` of its "
+                                "topic (a JSON array response merges every key's latest "
+                                "value), one that sends a `produce` (keyed by the last path "
+                                "parameter, else the idempotency key; `reply` gives "
+                                "`reply-to`). Routes exit to an asyncapi client (or any kafka "
+                                "cache_client).",
+                 "properties": {"specs": {
+                     "type": "object", "additionalProperties": False,
+                     "required": ["openapi", "asyncapi"],
+                     "description": "The OpenAPI and AsyncAPI specs, by label.",
+                     "properties": {"openapi": _specs("OpenAPI 3"),
+                                    "asyncapi": _specs("AsyncAPI 3")}}}}),
+})
