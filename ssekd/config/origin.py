@@ -24,11 +24,15 @@ class SpecRef:
 
 @dataclass(frozen=True)
 class OperationOrigin:
-    """The SSE operation a composed sse-kafka route serves."""
+    """The operation a composed sse-kafka or http-kafka route serves."""
 
     spec: SpecRef
     operation: str
     channel: str
+    #: More of the spec the route serves: the reply channel of a write whose reply is polled,
+    #: and the operation that receives from it (an http-kafka route of an asyncapi proxy).
+    channels: tuple[str, ...] = ()
+    operations: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

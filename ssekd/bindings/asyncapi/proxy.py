@@ -23,9 +23,19 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from ssekd.bindings.asyncapi.http_kafka import http_kafka_route, kafka_operation
+from ssekd.bindings.asyncapi.http_operations import (
+    HTTP_BINDING,
+    SSE_BINDING,
+    http_kafka_name,
+    http_operation,
+    http_operations,
+    polls,
+    reply_channel,
+)
 from ssekd.bindings.asyncapi.routes import matches
 from ssekd.bindings.asyncapi.security import Guarding, guarding
-from ssekd.bindings.asyncapi.server import SSE_BINDING, sse_operations
+from ssekd.bindings.asyncapi.server import sse_operations
 from ssekd.bindings.asyncapi.spec import (
     DEFAULT_PORTS,
     PARAMETER,
@@ -40,9 +50,12 @@ from ssekd.config.origin import OperationOrigin, Origin, SpecRef
 from ssekd.spi.compose import ComposeContext, Composition
 
 SSE_KAFKA_BINDING = "x-zilla-sse-kafka"
+HTTP_KAFKA_BINDING = "x-zilla-http-kafka"
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 
 Path_ = tuple[str | int, ...]
+#: (spec, operation, Kafka spec, Kafka operation)
+Pair = tuple[Spec, Operation, Spec, Operation]
 
 
 def compose_proxy(ctx: ComposeContext, binding: Binding) -> Composition:
@@ -68,13 +81,19 @@ def compose_proxy(ctx: ComposeContext, binding: Binding) -> Composition:
     composition = Composition(bindings={})
     routes: list[dict[str, Any]] = []
     origins: dict[int, OperationOrigin] = {}
+    http_name = http_kafka_name(name, specs)
+    http_routes: list[dict[str, Any]] = []
+    http_origins: dict[int, OperationOrigin] = {}
     taken: set[tuple[str, str]] = set()
+    unpaired: dict[tuple[str, str], str] = {}
     for i, route in enumerate(binding.routes):
         try:
-            pairs = _pairs(ctx, binding, specs, i, route)
+            pairs, requests, missing = _pairs(ctx, binding, specs, i, route)
         except ConfigError as e:
             issues.extend(e.issues)
             continue
+        for label, key, text in missing:
+            unpaired.setdefault((label, key), text)
         for spec, op, kafka, kafka_op in pairs:
             if (spec.label, op.key) in taken:
                 continue  # an earlier route serves it (the first that matches wins)
@@ -89,21 +108,46 @@ def compose_proxy(ctx: ComposeContext, binding: Binding) -> Composition:
                 continue
             origins[index] = OperationOrigin(SpecRef(spec.label, spec.data), op.key,
                                              op.channel.key)
+        for spec, op, kafka, kafka_op in requests:
+            if (spec.label, op.key) in taken:
+                continue
+            taken.add((spec.label, op.key))
+            index = len(http_routes)
+            try:
+                made, origin = _http_route(ctx, binding, route, spec, op, kafka, kafka_op,
+                                           ("bindings", http_name, "routes", index),
+                                           composition, prefixes.get(spec.label, [""]))
+            except ConfigError as e:
+                issues.extend(e.issues)
+                continue
+            http_routes.append(made)
+            http_origins[index] = origin
+    unserved = [text for k, text in unpaired.items() if k not in taken]
     if issues:
         raise ConfigError(issues)
-    composition.bindings[name] = {"type": "sse-kafka", "kind": "proxy", "routes": routes}
-    composition.origins[name] = Origin(name, "proxy", routes=origins)
+    if routes or http_name != name:
+        composition.bindings[name] = {"type": "sse-kafka", "kind": "proxy", "routes": routes}
+        composition.origins[name] = Origin(name, "proxy", routes=origins)
+    if http_routes or http_name == name:
+        composition.bindings[http_name] = {"type": "http-kafka", "kind": "proxy",
+                                           "routes": http_routes}
+        composition.origins[http_name] = Origin(name, "proxy", routes=http_origins)
     composition.sources += [s.source.watch for s in specs.values() if s.source.watch]
-    composition.summary = (f"asyncapi proxy {name}: {len(routes)} SSE operation(s) paired with "
+    said = [f"{len(routes)} SSE operation(s)"] if routes or http_name != name else []
+    said += [f"{len(http_routes)} HTTP operation(s)"] if http_routes else []
+    composition.summary = (f"asyncapi proxy {name}: {' and '.join(said)} paired with "
                            f"Kafka operations, from "
-                           + ", ".join(f"{s.label} ({s.file})" for s in specs.values()))
+                           + ", ".join(f"{s.label} ({s.file})" for s in specs.values())
+                           + (f"; not served, no Kafka operation of the same name: "
+                              f"{', '.join(unserved)}" if unserved else ""))
     return composition
 
 
 def _pairs(ctx: ComposeContext, binding: Binding, specs: Mapping[str, Spec], i: int,
-           route: Route) -> list[tuple[Spec, Operation, Spec, Operation]]:
-    """(SSE spec, SSE operation, Kafka spec, Kafka operation) for each operation route `i`
-    takes."""
+           route: Route) -> tuple[list[Pair], list[Pair], list[tuple[str, str, str]]]:
+    """The (spec, operation, Kafka spec, Kafka operation) pairs route `i` makes, of SSE and of
+    HTTP operations, and the HTTP operations it takes that have no partner (Zilla leaves them
+    unserved): (spec label, operation, what to say of it) each."""
     base: Path_ = ("bindings", binding.name, "routes", i)
     with_ = route.with_ or {}
     labels = ", ".join(specs)
@@ -121,23 +165,32 @@ def _pairs(ctx: ComposeContext, binding: Binding, specs: Mapping[str, Spec], i: 
     if issues or kafka is None:
         raise ConfigError(issues)
     found: list[tuple[Spec, Operation]] = []
+    requests: list[tuple[Spec, Operation]] = []
     for spec in specs.values():
         if spec is kafka:
             continue
+        polled = polls(spec)
         for op in sse_operations(spec):
             if any(matches(w, spec.label, op) for w in route.when or [{}]):
                 found.append((spec, op))
-    if not found:
+        for op in http_operations(spec):
+            if op.action == "receive" and op.channel.key in polled:
+                continue  # the GET of a write's location: that write's route serves it
+            if any(matches(w, spec.label, op) for w in route.when or [{}]):
+                requests.append((spec, op))
+    if not found and not requests:
         raise ConfigError([ctx.issue(base + ("when",),
                                      f"route {i} of binding {binding.name!r} takes no operation "
-                                     f"with the {SSE_BINDING} binding (from the specs "
+                                     f"with the {SSE_BINDING} or the {HTTP_BINDING} binding "
+                                     f"(from the specs "
                                      f"{', '.join(s for s in specs if specs[s] is not kafka)})")])
     kafka_ops = kafka.operations()
     pairs = []
+    missing: list[tuple[str, str, str]] = []
+    known = ", ".join(kafka_ops) or "it has none"
     for spec, op in found:
         wanted = str(with_.get("operation") or op.key)
         kafka_op = kafka_ops.get(wanted)
-        known = ", ".join(kafka_ops) or "it has none"
         if kafka_op is None:
             if "operation" in with_:
                 issues.append(ctx.issue(base + ("with", "operation"),
@@ -159,9 +212,68 @@ def _pairs(ctx: ComposeContext, binding: Binding, specs: Mapping[str, Spec], i: 
                                       f"expected action: receive"))
             continue
         pairs.append((spec, op, kafka, kafka_op))
+    paired: list[Pair] = []
+    for spec, op in requests:
+        wanted = str(with_.get("operation") or op.key)
+        kafka_op = kafka_ops.get(wanted)
+        if kafka_op is not None:
+            paired.append((spec, op, kafka, kafka_op))
+        elif "operation" in with_:
+            issues.append(ctx.issue(base + ("with", "operation"),
+                                    f"{wanted!r} is not an operation of spec {kafka.label!r} "
+                                    f"({kafka.file}); expected one of: {known}"))
+        else:
+            # as Zilla: a route without with.operation pairs what has a partner of its name
+            missing.append((spec.label, op.key, f"{op.key} ({spec.at(op.path)})"))
     if issues:
         raise ConfigError(issues)
-    return pairs
+    return pairs, paired, missing
+
+
+def _http_route(ctx: ComposeContext, binding: Binding, route: Route, spec: Spec,
+                op: Operation, kafka: Spec, kafka_op: Operation, base: Path_,
+                composition: Composition,
+                prefixes: list[str]) -> tuple[dict[str, Any], OperationOrigin]:
+    """The http-kafka route of an HTTP operation and its Kafka partner, and what it serves."""
+    if HTTP_KAFKA_BINDING in op.bindings:
+        raise ConfigError([spec.issue(op.bindings_path + (HTTP_KAFKA_BINDING,),
+                                      f"the {HTTP_KAFKA_BINDING} operation binding (keys, "
+                                      f"filters and overrides from the request) is not "
+                                      f"supported yet: remove it, or write the http-kafka "
+                                      f"binding by hand")])
+    http = http_operation(spec, op)
+    partner = kafka_operation(kafka, kafka_op)
+    assert route.exit is not None  # the schema requires it
+    try:
+        made = http_kafka_route(http, partner, route.exit, prefixes[0])
+        for prefix in prefixes[1:]:
+            made["when"] += http_kafka_route(http, partner, route.exit, prefix)["when"]
+    except ValueError as e:
+        raise ConfigError([kafka.issue(kafka_op.channel.path + ("address",),
+                                       f"HTTP operation {op.key!r} ({spec.at(op.path)}) and "
+                                       f"Kafka operation {kafka_op.key!r}: {e}")]) from None
+    guard = guarding(ctx, binding, spec, op)
+    guarded = {g: list(roles) for g, roles in route.guarded.items()}
+    where = composition.where
+    where[base] = spec.where(op.path)
+    where[base + ("when",)] = spec.where(op.channel.path + ("address",))
+    where[base + ("with",)] = spec.where(op.path)
+    where[base + ("with", "topic")] = kafka.where(kafka_op.channel.path + ("address",))
+    if guard is not None:
+        roles = guarded.setdefault(guard.guard, [])
+        roles += [r for r in guard.roles if r not in roles]
+        where[base + ("guarded",)] = spec.where(op.path + ("security",))
+    if guarded:
+        made["guarded"] = guarded
+    channels: tuple[str, ...] = ()
+    operations: tuple[str, ...] = ()
+    if http.location is not None:
+        reply = reply_channel(spec, op)
+        channels = (reply.key,)
+        operations = tuple(o.key for o in http_operations(spec)
+                           if o.action == "receive" and o.channel.key == reply.key)
+    return made, OperationOrigin(SpecRef(spec.label, spec.data), op.key, op.channel.key,
+                                 channels, operations)
 
 
 def _route(ctx: ComposeContext, binding: Binding, route: Route, spec: Spec, op: Operation,

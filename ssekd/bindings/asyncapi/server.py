@@ -1,5 +1,5 @@
-"""The asyncapi server: the tcp (and tls), http and sse bindings that serve a spec's SSE operations
-on its servers.
+"""The asyncapi server: the tcp (and tls), http and sse bindings that serve a spec's SSE and HTTP
+operations on its servers.
 
 - tcp: one listener for every port of the servers used (`options.specs.<label>.servers`, else
   all of the spec's `http`/`https` servers). It listens on the servers' address when it is
@@ -8,8 +8,12 @@ on its servers.
 - http: cross-origin access (as Zilla's), the authorization of the guards the operations'
   security maps to, and a route per SSE operation: `:path` is the server's pathname and the
   operation's channel address, `:method` GET.
-- sse: one per exit; an operation goes to the exit of the first route whose `when` matches it
-  (spec, operation id or glob, tag), else to the binding's `exit`.
+- sse: one per exit of the SSE operations; an operation goes to the exit of the first route
+  whose `when` matches it (spec, operation id or glob, tag), else to the binding's `exit`.
+- HTTP operations (the `http` operation binding, `ssekd.bindings.asyncapi.http_operations`):
+  an http route each, `:method` the binding's method, straight to the exit's http-kafka binding
+  (`http_exit`: an asyncapi proxy's, or the exit itself); a write whose reply is polled also
+  routes the GET of its location.
 
 An operation is an SSE operation when it has the `x-zilla-sse` operation binding.
 """
@@ -20,6 +24,14 @@ import ipaddress
 from collections.abc import Mapping
 from typing import Any
 
+from ssekd.bindings.asyncapi.http_kafka import HttpOperation
+from ssekd.bindings.asyncapi.http_operations import (
+    HTTP_BINDING,
+    SSE_BINDING,
+    http_exit,
+    http_operation,
+    http_operations,
+)
 from ssekd.bindings.asyncapi.routes import matches
 from ssekd.bindings.asyncapi.security import guarding
 from ssekd.bindings.asyncapi.spec import (
@@ -34,7 +46,6 @@ from ssekd.config.model import Binding
 from ssekd.config.origin import Origin, ServerOrigin, SpecRef
 from ssekd.spi.compose import ComposeContext, Composition
 
-SSE_BINDING = "x-zilla-sse"
 ALPN = ["h2", "http/1.1"]
 ANY_ADDRESS = "0.0.0.0"  # noqa: S104 - where a server that names a host of its own listens
 
@@ -62,19 +73,28 @@ def compose_server(ctx: ComposeContext, binding: Binding) -> Composition:
     specs = read_specs(ctx, binding)
     issues: list[ConfigIssue] = []
     used: list[tuple[Spec, SelectedServer]] = []
-    operations: list[tuple[Spec, Operation]] = []
+    operations: list[tuple[Spec, Operation, HttpOperation | None]] = []
     for spec in specs.values():
         try:
             used += [(spec, s) for s in select_servers(ctx, binding, spec, ("http", "https"))]
             found = sse_operations(spec)
+            requests = http_operations(spec)
         except ConfigError as e:
             issues.extend(e.issues)
             continue
-        if not found:
+        if not found and not requests:
             issues.append(spec.issue(("operations",), f"no operation has the {SSE_BINDING} "
-                                                      f"binding: binding {name!r} has nothing "
-                                                      f"to serve"))
-        operations += [(spec, op) for op in found]
+                                                      f"or the {HTTP_BINDING} binding: binding "
+                                                      f"{name!r} has nothing to serve"))
+        streaming = {op.key for op in found}
+        for op in spec.operations().values():
+            if op.key in streaming:
+                operations.append((spec, op, None))
+            elif op in requests:
+                try:
+                    operations.append((spec, op, http_operation(spec, op)))
+                except ConfigError as e:
+                    issues.extend(e.issues)
     for i, written in enumerate(binding.routes):
         for j, when in enumerate(written.when):
             if "spec" in when and when["spec"] not in specs:
@@ -97,12 +117,16 @@ def compose_server(ctx: ComposeContext, binding: Binding) -> Composition:
     routes: list[dict[str, Any]] = []
     authorization: dict[str, dict[str, Any]] = {}
     exits: dict[str, None] = {}
-    routed: list[tuple[Spec, Operation, str, list[str], dict[str, list[str]]]] = []
-    for spec, op in operations:
+    #: (spec, operation, exit, [(method, path)], guarded, streams): one http route each
+    routed: list[tuple[Spec, Operation, str, list[tuple[str, str]], dict[str, list[str]],
+                       bool]] = []
+    taken: set[tuple[str, str]] = set()
+    served = 0  # HTTP operations served (a poll may share its write's route)
+    for spec, op, http in operations:
         try:
             exit_name, guarded = _exit_of(ctx, binding, spec, op)
             guard = guarding(ctx, binding, spec, op)
-            path = _path(spec, op)
+            path = _path(spec, op) if http is None else http.path
         except ConfigError as e:
             issues.extend(e.issues)
             continue
@@ -114,17 +138,29 @@ def compose_server(ctx: ComposeContext, binding: Binding) -> Composition:
             # asyncapi proxy still serves the operation only as its spec says
             guarded.setdefault(guard.guard, [])
             guarded[guard.guard] += [r for r in guard.roles if r not in guarded[guard.guard]]
-        exits[exit_name] = None
-        prefixes = sorted({s.server.pathname.rstrip("/") for sp, s in used if sp is spec})
-        routed.append((spec, op, exit_name, [p + path for p in prefixes] or [path], guarded))
+        prefixes = sorted({s.server.pathname.rstrip("/") for sp, s in used if sp is spec}) \
+            or [""]
+        if http is None:
+            exits[exit_name] = None
+            routed.append((spec, op, exit_name, [("GET", p + path) for p in prefixes],
+                           guarded, True))
+            continue
+        wanted = [(http.method, p + path) for p in prefixes]
+        if http.location is not None:  # the GET of the async location: the write's route
+            wanted += [("GET", p + http.location) for p in prefixes]
+        wanted = [w for w in wanted if w not in taken]
+        taken.update(wanted)
+        served += 1
+        if wanted:
+            routed.append((spec, op, http_exit(ctx, exit_name), wanted, guarded, False))
     if issues:
         raise ConfigError(issues)
     sse_names = {e: f"{name}.sse_server" if len(exits) == 1 else f"{name}.sse_server.{e}"
                  for e in exits}
-    for i, (spec, op, exit_name, paths, guarded) in enumerate(routed):
+    for i, (spec, op, exit_name, paths, guarded, stream) in enumerate(routed):
         route: dict[str, Any] = {
-            "when": [{"headers": {":path": p, ":method": "GET"}} for p in paths],
-            "exit": sse_names[exit_name]}
+            "when": [{"headers": {":path": p, ":method": m}} for m, p in paths],
+            "exit": sse_names[exit_name] if stream else exit_name}
         if guarded:
             route["guarded"] = guarded
         routes.append(route)
@@ -148,7 +184,9 @@ def compose_server(ctx: ComposeContext, binding: Binding) -> Composition:
         ServerOrigin(SpecRef(spec.label, spec.data), s.server.key, s.port) for spec, s in used))
     composition.sources += [s.source.watch for s in specs.values() if s.source.watch]
     ports = ", ".join(f"{'https' if secure[p] else 'http'} {p}" for p in sorted(secure))
-    composition.summary = (f"asyncapi server {name}: {len(routed)} SSE operation(s) of "
+    streamed = sum(1 for r in routed if r[5])
+    requested = f" and {served} HTTP operation(s)" if served else ""
+    composition.summary = (f"asyncapi server {name}: {streamed} SSE operation(s){requested} of "
                            f"{_named(specs)} on {ports}")
     return composition
 

@@ -216,8 +216,8 @@ def test_more_bad_specs_and_options(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         ({"zilla": [("          - spec: sse_api\n", "          - spec: sse_api\n"
                      "            operation: send*\n")]},
          "zilla.yaml:43: bindings.south_kafka_proxy.routes[0].when: route 0 of binding "
-         "'south_kafka_proxy' takes no operation with the x-zilla-sse binding (from the specs "
-         "sse_api)"),
+         "'south_kafka_proxy' takes no operation with the x-zilla-sse or the http binding "
+         "(from the specs sse_api)"),
         ({"zilla": [("          - spec: sse_api\n", "          - spec: sse\n")]},
          "zilla.yaml:44: bindings.south_kafka_proxy.routes[0].when[0].spec: 'sse' is not a spec "
          "of binding 'south_kafka_proxy'; expected one of sse_api, kafka_api"),
