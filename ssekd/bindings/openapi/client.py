@@ -12,8 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from ssekd.bindings.openapi.requests import RequestChecks
 from ssekd.bindings.openapi.server import read
 from ssekd.bindings.openapi.servers import BaseUrl, base_urls
+from ssekd.bindings.openapi.spec import OpenapiSpec, Operation
 from ssekd.config.errors import ConfigError, ConfigIssue
 from ssekd.config.model import Binding
 from ssekd.config.origin import Origin
@@ -25,11 +27,11 @@ def compose_client(ctx: ComposeContext, binding: Binding) -> Composition:
     specs = read(ctx, binding)
     issues: list[ConfigIssue] = []
     upstreams: dict[tuple[str, str, int], BaseUrl] = {}
-    count = 0
+    operations: list[tuple[OpenapiSpec, Operation]] = []
     for spec in specs.values():
         try:
             urls = base_urls(ctx, binding, spec, ("specs", spec.label))
-            count += len(spec.operations())
+            operations += [(spec, op) for op in spec.operations().values()]
         except ConfigError as e:
             issues.extend(e.issues)
             continue
@@ -53,8 +55,15 @@ def compose_client(ctx: ComposeContext, binding: Binding) -> Composition:
     [url] = upstreams.values()
     tcp, tls = f"{name}.tcp_client", f"{name}.tls_client"
     composition = Composition(bindings={})
+    checks = RequestChecks(name)
+    for spec, op in operations:
+        checks.add_responses(spec, op, [url])
+    options: dict[str, Any] = {}
+    checks.compose(options, composition, name)
     composition.bindings[name] = {"type": "http", "kind": "client",
                                   "exit": tls if url.secure else tcp}
+    if options:
+        composition.bindings[name]["options"] = options
     if url.secure:
         entry: dict[str, Any] = {"type": "tls", "kind": "client", "exit": tcp,
                                  "options": {"alpn": ["http/1.1"]}}
@@ -68,7 +77,8 @@ def compose_client(ctx: ComposeContext, binding: Binding) -> Composition:
     composition.where[("bindings", tcp, "options")] = url.where
     composition.origins[name] = Origin(name, "client")
     composition.sources += [s.text.source.watch for s in specs.values() if s.text.source.watch]
-    composition.summary = (f"openapi client {name}: {count} operation(s) of "
+    composition.summary = (f"openapi client {name}: {len(operations)} operation(s) of "
                            + ", ".join(f"{s.label} ({s.text.file})" for s in specs.values())
-                           + f" to {url.scheme}://{url.host}:{url.port}")
+                           + f" to {url.scheme}://{url.host}:{url.port}"
+                           + checks.summary("response"))
     return composition

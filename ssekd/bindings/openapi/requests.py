@@ -1,9 +1,15 @@
-"""What an openapi server checks of a request before it goes on, from the spec: the http
-server's `options.requests` (Zilla's shape), one entry per operation and URL that has a JSON
-request body or parameters with a schema, and an inline catalog of the body schemas
-(`<binding>.requests`, subjects `<operationId>-<media type>-value` as Zilla names them).
+"""What the spec says requests and responses must be, as the http bindings' `options.requests`
+(Zilla's shape) and an inline catalog of the schemas (`<binding>.requests`, subjects
+`<operationId>-<media type>-value` as Zilla names them):
 
-A request the spec refuses never reaches the exit: the http server answers `400`.
+- an openapi server's http server checks each operation's JSON request body and its path,
+  query and header parameters: a request the spec refuses never reaches the exit (`400`, and
+  `415` for a content type the operation does not take);
+- an openapi client's http client checks the upstream's JSON answers against the operation's
+  responses (by status and content type).
+
+A parameter's model follows its schema as Zilla's does: an integer is `int32` (format int32)
+or `int64`, a string `string` (with its pattern and lengths), anything else the JSON Schema.
 """
 
 from __future__ import annotations
@@ -22,10 +28,6 @@ _PARAMS = {"path": ("params", "path"), "query": ("params", "query"), "header": (
 
 class RequestChecks:
     """The `options.requests` entries of one composed http server, gathered per operation."""
-
-    #: Whether the http server takes `options.requests` (the request validation of the http
-    #: binding); until it does, nothing is composed and requests go on unchecked.
-    enabled = False
 
     def __init__(self, binding: str) -> None:
         self.catalog = f"{binding}.requests"
@@ -53,7 +55,37 @@ class RequestChecks:
             self.where[len(self.entries)] = spec.text.where(op.spec_path)
             self.entries.append(entry)
 
-    def _model(self, subject: str, schema: Any) -> dict[str, Any]:
+    def add_responses(self, spec: OpenapiSpec, op: Operation, urls: list[BaseUrl]) -> None:
+        """The entries that check the upstream's answers to `op` (an http client's)."""
+        answers = []
+        for response in op.responses:
+            if not response.status.isdigit():
+                continue  # `default` and `2XX` select no one status
+            for c in response.content:
+                if c.schema is None or not is_json(c.media_type):
+                    continue
+                subject = self._subject(f"{op.key}-{c.media_type}-{response.status}-value",
+                                        c.schema)
+                answers.append({"status": int(response.status),
+                                "content-type": [c.media_type],
+                                "content": {"model": "json",
+                                            "catalog": {self.catalog: [{"subject": subject}]}}})
+        if not answers:
+            return
+        for url in urls:
+            self.where[len(self.entries)] = spec.text.where(op.spec_path + ("responses",))
+            self.entries.append({"path": url.request_path(op.path), "method": op.method,
+                                 "responses": answers})
+
+    def _model(self, subject: str, schema: Any) -> Any:
+        if isinstance(schema, dict) and schema.get("type") == "integer":
+            return "int32" if schema.get("format") == "int32" else "int64"
+        if isinstance(schema, dict) and schema.get("type") == "string":
+            model: dict[str, Any] = {"model": "string"}
+            for key in ("pattern", "minLength", "maxLength"):
+                if key in schema and (key == "pattern" or int(schema[key]) >= 1):
+                    model[key] = schema[key]
+            return model
         return {"model": "json",
                 "catalog": {self.catalog: [{"subject": self._subject(subject, schema)}]}}
 
@@ -64,8 +96,8 @@ class RequestChecks:
 
     def compose(self, options: dict[str, Any], composition: Composition,
                 http_name: str) -> None:
-        """Put the entries in the http server's `options` and their catalog beside it."""
-        if not self.enabled or not self.entries:
+        """Put the entries in the http binding's `options` and their catalog beside it."""
+        if not self.entries:
             return
         options["requests"] = self.entries
         composition.catalogs[self.catalog] = {"type": "inline",
@@ -74,7 +106,5 @@ class RequestChecks:
             composition.where[("bindings", http_name, "options", "requests", i)] = \
                 where
 
-    def summary(self) -> str:
-        if not self.enabled or not self.entries:
-            return ""
-        return f", {len(self.entries)} request check(s)"
+    def summary(self, what: str) -> str:
+        return f", {len(self.entries)} {what} check(s)" if self.entries else ""

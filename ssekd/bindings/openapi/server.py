@@ -129,7 +129,7 @@ def compose_server(ctx: ComposeContext, binding: Binding) -> Composition:
     ports = ", ".join(f"{'https' if secure[p] else 'http'} {p}" for p in sorted(secure))
     composition.summary = (f"openapi server {name}: {count} operation(s) of "
                            + ", ".join(f"{s.label} ({s.text.file})" for s in specs.values())
-                           + f" on {ports}" + checks.summary())
+                           + f" on {ports}" + checks.summary("request"))
     return composition
 
 

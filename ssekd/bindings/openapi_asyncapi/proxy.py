@@ -6,9 +6,9 @@ pairs each, as Zilla does, with the Kafka operation of `with.spec`:
 
 - with `with.operation` a plain id: that operation, for every HTTP operation the route takes;
 - else (no `with.operation`, a glob, or `with.tag`): the Kafka operation with the HTTP
-  operation's own operationId among those `with` selects; failing that, the one of the HTTP
-  operation whose `202` response names this operation's path as a location (the GET that
-  answers an async request shares the request's Kafka operation).
+  operation's own operationId among those `with` selects. The GET of an async write's
+  location (a `202` response header's `format`) is not paired on its own: the write's route
+  answers it, as Zilla's does.
 
 An HTTP operation with no partner is left out (Zilla's rule: a spec pair need not be total);
 a route that pairs none at all is an error, as is a `when` or `with` naming a spec the binding
@@ -21,15 +21,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ssekd.bindings.asyncapi.http_kafka import kafka_operation
 from ssekd.bindings.asyncapi.spec import Operation as KafkaOperation
 from ssekd.bindings.asyncapi.spec import Spec, glob_match
 from ssekd.bindings.openapi.server import matches, refuse_security
 from ssekd.bindings.openapi.spec import OpenapiSpec, Operation, read_specs
 from ssekd.bindings.openapi_asyncapi.http_kafka import (
     EXTENSION,
-    HttpSide,
-    KafkaSide,
-    http_kafka_route,
+    http_operation,
+    unresolved_names,
+)
+from ssekd.bindings.openapi_asyncapi.http_kafka import (
+    route as http_kafka_route,
 )
 from ssekd.config.errors import ConfigError, ConfigIssue
 from ssekd.config.model import Binding, Route
@@ -72,19 +75,17 @@ def compose_proxy(ctx: ComposeContext, binding: Binding) -> Composition:
             taken.add((spec.label, op.key))
             try:
                 refuse_security(spec, op, binding)
-                topic = kafka_op.channel.address
-                if not isinstance(topic, str) or not topic:
-                    raise ConfigError([kafka.issue(kafka_op.channel.path + ("address",),
-                                                   f"channel {kafka_op.channel.key!r} of Kafka "
-                                                   f"operation {kafka_op.key!r}: expected its "
-                                                   f"address, the topic")])
-                http = _http_side(spec, op)
-                side = KafkaSide(kafka_op.action, topic, _reply_topic(kafka, kafka_op))
+                extension = _extension(spec, op)
+                out = http_kafka_route(op, kafka_operation(kafka, kafka_op), str(route.exit),
+                                       extension)
             except ConfigError as e:
                 issues.extend(e.issues)
                 continue
-            assert route.exit is not None
-            out = http_kafka_route(http, side, route.exit)
+            except ValueError as e:
+                issues.append(spec.issue(op.spec_path, f"operation {op.key!r} cannot be served "
+                                                       f"by Kafka operation {kafka_op.key!r} "
+                                                       f"({kafka.at(kafka_op.path)}): {e}"))
+                continue
             if route.guarded:
                 out["guarded"] = {g: list(r) for g, r in route.guarded.items()}
             at: Path_ = ("bindings", name, "routes", len(routes))
@@ -105,36 +106,25 @@ def compose_proxy(ctx: ComposeContext, binding: Binding) -> Composition:
     return composition
 
 
-def _http_side(spec: OpenapiSpec, op: Operation) -> HttpSide:
+def _extension(spec: OpenapiSpec, op: Operation) -> Mapping[str, Any] | None:
+    """The operation's `x-zilla-http-kafka` extension (key, overrides, filters), checked."""
     extension, at = spec.text.resolve(op.data.get(EXTENSION), op.spec_path + (EXTENSION,))
-    if extension is not None and not isinstance(extension, Mapping):
+    if extension is None:
+        return None
+    if not isinstance(extension, Mapping):
         raise ConfigError([spec.issue(at, f"expected the {EXTENSION} extension as a mapping "
                                           f"(key, overrides, filters)")])
-    accepted: dict[str, Any] = {}
-    for response in op.responses:
-        if response.status == "202":
-            for header, value in response.headers.items():
-                resolved = spec.text.deref(value, response.path + ("headers", header))
-                if isinstance(resolved, Mapping):
-                    accepted[str(header)] = resolved.get("schema")
-    return HttpSide(op.method, op.path,
-                    {r.status: [(c.media_type, c.schema) for c in r.content]
-                     for r in op.responses},
-                    accepted, extension)
-
-
-def _reply_topic(kafka: Spec, op: KafkaOperation) -> str | None:
-    reply = op.data.get("reply")
-    if reply is None:
-        return None
-    reply, at = kafka.resolve(reply, op.path + ("reply",))
-    channel = reply.get("channel") if isinstance(reply, Mapping) else None
-    ref = channel.get("$ref") if isinstance(channel, Mapping) else None
-    if not isinstance(ref, str) or not ref.startswith("#/channels/"):
-        raise ConfigError([kafka.issue(at, f"operation {op.key!r}: expected reply: {{channel: "
-                                           f"{{$ref: '#/channels/<name>'}}}}")])
-    address = kafka.channel(ref.split("/", 2)[2], at + ("channel",)).address
-    return address if isinstance(address, str) and address else None
+    unknown = sorted(set(extension) - {"key", "overrides", "filters"})
+    if unknown:
+        raise ConfigError([spec.issue(at + (unknown[0],),
+                                      f"unexpected property {unknown[0]!r} in {EXTENSION} "
+                                      f"(expected key, overrides or filters)")])
+    wrong = unresolved_names(extension, op.templates)
+    if wrong:
+        raise ConfigError([spec.issue(at, f"{{{wrong[0]}}} in {EXTENSION} of operation "
+                                          f"{op.key!r} is neither {{identity}} nor a parameter "
+                                          f"of its path {op.path!r}")])
+    return extension
 
 
 def _selected(kafka_ops: Mapping[str, KafkaOperation],
@@ -177,12 +167,14 @@ def _pairs(ctx: ComposeContext, binding: Binding, openapis: Mapping[str, Openapi
     pairs = []
     for spec in openapis.values():
         operations = spec.operations()
+        # the GET of an async write's location is the write's route's, as Zilla pairs it
+        locations = {http_operation(op).location for op in operations.values()}
         for op in operations.values():
             if not any(matches(w, spec.label, op) for w in route.when or [{}]):
                 continue
+            if op.method == "GET" and op.path in locations:
+                continue
             partner = candidates.get(op.key if bulk else str(with_["operation"]))
-            if partner is None and bulk:
-                partner = _async_partner(op, operations, candidates)
             if partner is not None:
                 pairs.append((spec, op, kafka, partner))
     if not pairs:
@@ -192,22 +184,3 @@ def _pairs(ctx: ComposeContext, binding: Binding, openapis: Mapping[str, Openapi
                                            f"paired with the one of its own operationId, or "
                                            f"with with.operation")])
     return pairs
-
-
-def _async_partner(op: Operation, operations: Mapping[str, Operation],
-                   candidates: Mapping[str, KafkaOperation]) -> KafkaOperation | None:
-    """The Kafka operation of the HTTP operation whose `202` names `op`'s path as a location:
-    the GET that answers an async request shares the request's Kafka operation."""
-    for other in operations.values():
-        if other is op:
-            continue
-        for response in other.responses:
-            if response.status != "202":
-                continue
-            for header in response.headers.values():
-                schema = header.get("schema") if isinstance(header, Mapping) else None
-                if isinstance(schema, Mapping) and schema.get("format") == op.path:
-                    found = candidates.get(other.key)
-                    if found is not None:
-                        return found
-    return None

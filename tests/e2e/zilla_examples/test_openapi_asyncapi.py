@@ -62,10 +62,20 @@ def test_a_posted_pet_is_listed_as_test_sh_does(run_example: RunExample) -> None
 
 
 def test_beyond_test_sh(run_example: RunExample) -> None:
-    """What the spec does not have is 404 (a path, a method of a known path); a second pet
-    is merged into the array after the first; each answer is JSON."""
+    """What the spec does not have is 404 (a path, a method of a known path); a body the
+    spec's `Pet` schema refuses is 400 and one of another content type 415, and neither
+    reaches Kafka; a second pet is merged into the array after the first."""
     example = started(run_example)
+    assert example.bootstrap is not None
     port = example.port(7114)
+    refused = request(port, "POST", "/pets", {"Content-Type": "application/json",
+                                              "Idempotency-Key": "9"}, b'{"id": "nine"}')
+    assert refused.status == 400, refused
+    assert b"Traceback" not in refused.body
+    assert request(port, "POST", "/pets", {"Content-Type": "application/json",
+                                           "Idempotency-Key": "9"}, b"{").status == 400
+    assert request(port, "POST", "/pets", {"Content-Type": "text/plain",
+                                           "Idempotency-Key": "9"}, b"Spike").status == 415
     assert request(port, "GET", "/owners").status == 404
     assert request(port, "DELETE", "/pets").status == 404
     assert request(port, "GET", "/pets/1").status == 404  # listPetById has no HTTP operation
@@ -82,3 +92,5 @@ def test_beyond_test_sh(run_example: RunExample) -> None:
     pets = json.loads(request(port, "GET", "/pets").body)
     assert sorted(p["id"] for p in pets) == [1, 2]
     assert {"id": 2, "name": "Tom", "tag": "cat"} in pets
+    assert sorted(r.key() for r in read_records(example.bootstrap, TOPIC)) == [b"1", b"2"], \
+        "the refused bodies made no record"
