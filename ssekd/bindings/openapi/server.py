@@ -48,16 +48,16 @@ def matches(when: Mapping[str, Any], label: str, operation: Operation) -> bool:
     return "tag" not in when or str(when["tag"]) in operation.tags
 
 
-def refuse_security(spec: OpenapiSpec, op: Operation, binding: Binding) -> None:
+def refuse_security(spec: OpenapiSpec, op: Operation) -> None:
     """An operation that requires security is not served unguarded (Zilla drops what it cannot
     map; ssekd fails closed): the openapi kinds do not map schemes to guards yet."""
     if any(op.security):
+        schemes = ", ".join(sorted({s for r in op.security for s in r}))
         raise ConfigError([spec.issue(op.security_path,
-                                      f"operation {op.key!r} requires security "
-                                      f"({', '.join(sorted({s for r in op.security for s in r}))})"
-                                      f", which binding {binding.name!r} cannot check: the "
-                                      f"openapi bindings compose no guards yet; write the http "
-                                      f"server with its guard by hand, or drop the requirement")])
+                                      f"operation {op.key!r} requires security ({schemes}), "
+                                      f"which the openapi bindings cannot check: they compose "
+                                      f"no guards yet; write the http server with its guard by "
+                                      f"hand, or drop the requirement")])
 
 
 def compose_server(ctx: ComposeContext, binding: Binding) -> Composition:
@@ -86,7 +86,7 @@ def compose_server(ctx: ComposeContext, binding: Binding) -> Composition:
         used += urls
         for op in operations.values():
             try:
-                refuse_security(spec, op, binding)
+                refuse_security(spec, op)
                 exit_name = _exit_of(spec, op, binding)
                 checks.add(spec, op, urls)
             except ConfigError as e:

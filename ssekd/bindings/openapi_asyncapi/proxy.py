@@ -74,7 +74,7 @@ def compose_proxy(ctx: ComposeContext, binding: Binding) -> Composition:
                 continue  # an earlier route serves it
             taken.add((spec.label, op.key))
             try:
-                refuse_security(spec, op, binding)
+                refuse_security(spec, op)
                 extension = _extension(spec, op)
                 out = http_kafka_route(op, kafka_operation(kafka, kafka_op), str(route.exit),
                                        extension)

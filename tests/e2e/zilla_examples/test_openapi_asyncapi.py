@@ -12,8 +12,8 @@ import pytest
 
 from tests.e2e.zilla_examples.conftest import RunExample
 from tests.support.wait import wait_until
-from tests.support.zilla_examples import Example
 from tests.support.writes import read_records, request
+from tests.support.zilla_examples import Example
 
 pytestmark = [pytest.mark.daemon, pytest.mark.broker]
 

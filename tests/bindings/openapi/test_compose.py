@@ -1,0 +1,318 @@
+"""Composing from OpenAPI specs: the openapi server and client and the openapi-asyncapi proxy
+become the bindings a zilla.yaml written by hand would have, and a spec that cannot be served
+is a config error at the spec's file and line."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+from pathlib import Path
+
+import pytest
+from twisted.internet.testing import MemoryReactorClock
+
+from ssekd.cli import main
+from ssekd.config import ConfigError
+from ssekd.config.load import load_config
+from ssekd.config.model import Config
+from ssekd.engine import Engine
+from ssekd.spi.plugins import discover
+from ssekd.telemetry.events import EventLog
+from tests.support.data import DATA
+
+KAFKA_PROXY = DATA / "zilla-examples" / "openapi.asyncapi.kakfa.proxy" / "etc"
+
+#: What Zilla's openapi.asyncapi.kakfa.proxy example stands for, as ssekd composes it, by hand.
+BY_HAND = """\
+name: zilla-openapi-proxy
+catalogs:
+  host_filesystem:
+    type: filesystem
+    options:
+      subjects:
+        http: {path: specs/http-openapi.yaml}
+        kafka: {path: specs/kafka-asyncapi.yaml}
+  north_openapi_server.requests:
+    type: inline
+    options:
+      subjects:
+        createPet-application/json-value:
+          schema: '{"$schema": "http://json-schema.org/draft-07/schema#", "type": "object",
+            "required": ["id", "name"], "properties": {"id": {"type": "integer", "format":
+            "int64"}, "name": {"type": "string"}, "tag": {"type": "string"}}}'
+  south_asyncapi_client.payloads:
+    type: inline
+    options:
+      subjects:
+        petstore-pets-value:
+          schema: '{"$schema": "http://json-schema.org/draft-07/schema#", "anyOf": [{"type":
+            "object", "required": ["id", "name"], "properties": {"id": {"type": "integer",
+            "format": "int64"}, "name": {"type": "string"}, "tag": {"type": "string"}}},
+            {"type": "null"}]}'
+bindings:
+  north_openapi_server:
+    type: tcp
+    kind: server
+    options: {host: 127.0.0.1, port: [7114]}
+    exit: north_openapi_server.http_server
+  north_openapi_server.http_server:
+    type: http
+    kind: server
+    options:
+      access-control: {policy: cross-origin}
+      requests:
+        - path: /pets
+          method: POST
+          content-type: [application/json]
+          content:
+            model: json
+            catalog:
+              north_openapi_server.requests: [{subject: createPet-application/json-value}]
+    routes:
+      - when: [{headers: {":path": /pets, ":method": GET}}]
+        exit: north_openapi_asyncapi_proxy
+      - when: [{headers: {":path": /pets, ":method": POST}}]
+        exit: north_openapi_asyncapi_proxy
+  north_openapi_asyncapi_proxy:
+    type: http-kafka
+    kind: proxy
+    routes:
+      - when: [{method: GET, path: /pets}]
+        exit: south_asyncapi_client
+        with:
+          capability: fetch
+          topic: petstore-pets
+          merge: {content-type: application/json, patch: {initial: "[]", path: /-}}
+      - when: [{method: POST, path: /pets}]
+        exit: south_asyncapi_client
+        with:
+          capability: produce
+          topic: petstore-pets
+          acks: in_sync_replicas
+          key: ${idempotencyKey}
+  south_asyncapi_client:
+    type: kafka
+    kind: cache_client
+    exit: south_asyncapi_client.cache_server
+  south_asyncapi_client.cache_server:
+    type: kafka
+    kind: cache_server
+    options:
+      bootstrap: [petstore-pets]
+      topics:
+        - name: petstore-pets
+          value:
+            model: json
+            catalog:
+              south_asyncapi_client.payloads: [{subject: petstore-pets-value}]
+    exit: south_asyncapi_client.kafka_client
+  south_asyncapi_client.kafka_client:
+    type: kafka
+    kind: client
+    options: {servers: ["kafka.examples.dev:29092"]}
+telemetry:
+  exporters:
+    stdout_logs_exporter:
+      type: stdout
+"""
+
+
+def example(folder: Path, **edits: list[tuple[str, str]]) -> Path:
+    """The example's etc/ in `folder`, each file (`zilla`, `http`, `kafka`) with its text edits
+    (each must apply once)."""
+    shutil.copytree(KAFKA_PROXY, folder / "ex")
+    files = {"zilla": folder / "ex" / "zilla.yaml",
+             "http": folder / "ex" / "specs" / "http-openapi.yaml",
+             "kafka": folder / "ex" / "specs" / "kafka-asyncapi.yaml"}
+    for name, changes in edits.items():
+        text = files[name].read_text()
+        for old, new in changes:
+            assert text.count(old) == 1, (name, old)
+            text = text.replace(old, new)
+        files[name].write_text(text)
+    return files["zilla"]
+
+
+def load(config: Path) -> Config:
+    return load_config(config, discover())
+
+
+def problems(config: Path) -> list[str]:
+    with pytest.raises(ConfigError) as e:
+        load(config)
+    return [str(i) for i in e.value.issues]
+
+
+def without_origin(config: Config) -> dict[str, object]:
+    return {n: dataclasses.replace(b, origin=None) for n, b in config.bindings.items()}
+
+
+def test_the_example_composes_what_a_hand_written_config_says(tmp_path: Path) -> None:
+    composed = load(example(tmp_path))
+    (tmp_path / "ex" / "by-hand.yaml").write_text(BY_HAND)
+    by_hand = load(tmp_path / "ex" / "by-hand.yaml")
+    assert list(composed.bindings) == list(by_hand.bindings)
+    assert without_origin(composed) == without_origin(by_hand)
+    assert composed.catalogs == by_hand.catalogs
+    folder = tmp_path / "ex"
+    assert set(composed.sources) >= {folder / "zilla.yaml", folder / "specs" / "http-openapi.yaml",
+                                     folder / "specs" / "kafka-asyncapi.yaml"}
+
+
+CREATE_PET = "      operationId: createPet\n"
+SERVER_SPEC = ("              subject: http\n    exit: north_openapi_asyncapi_proxy\n")
+
+BAD = [
+    ("not-openapi-3", {"http": [("openapi: 3.0.0", "swagger: '2.0'")]},
+     "specs/http-openapi.yaml:2: openapi: expected an OpenAPI 3 document (openapi: 3.x.y), got "
+     "None (spec 'my-openapi-spec')"),
+    ("a-ref-to-nothing", {"http": [('"$ref": "#/components/schemas/Pet"\n        required',
+                                    '"$ref": "#/components/schemas/Cat"\n        required')]},
+     "specs/http-openapi.yaml:39: paths./pets.post.requestBody.content.application/json.schema"
+     ".$ref: reference '#/components/schemas/Cat' points at nothing in the spec "
+     "(spec 'my-openapi-spec')"),
+    ("two-operations-one-id", {"http": [(CREATE_PET, "      operationId: listPets\n")]},
+     "specs/http-openapi.yaml:32: paths./pets.post.operationId: operationId 'listPets' is also "
+     "GET /pets (specs/http-openapi.yaml:12); expected each operation to have its own "
+     "(spec 'my-openapi-spec')"),
+    ("security-that-maps-to-no-guard",
+     {"http": [(CREATE_PET, CREATE_PET + "      security: [{petstore_auth: [write:pets]}]\n")]},
+     "specs/http-openapi.yaml:33: paths./pets.post.security: operation 'createPet' requires "
+     "security (petstore_auth), which the openapi bindings cannot check: they compose no "
+     "guards yet; write the http server with its guard by hand, or drop the requirement "
+     "(spec 'my-openapi-spec')"),
+    ("a-path-parameter-that-is-no-name",
+     {"http": [('  "/pets":\n', '  "/pets/{pet-id}":\n')]},
+     "specs/http-openapi.yaml:11: paths./pets/{pet-id}: parameter {pet-id} of '/pets/{pet-id}': "
+     "a path part is captured by a name of letters, digits and _ (spec 'my-openapi-spec')"),
+    ("a-route-naming-no-spec",
+     {"zilla": [("          - spec: my-openapi-spec\n", "          - spec: other-spec\n")]},
+     "zilla.yaml:43: bindings.north_openapi_asyncapi_proxy.routes[0].when[0].spec: 'other-spec' "
+     "is not an openapi spec of binding 'north_openapi_asyncapi_proxy'; expected one of "
+     "my-openapi-spec"),
+    ("with-an-operation-the-kafka-spec-lacks",
+     {"zilla": [("          spec: my-asyncapi-spec\n",
+                 "          spec: my-asyncapi-spec\n          operation: listCats\n")]},
+     "zilla.yaml:46: bindings.north_openapi_asyncapi_proxy.routes[0].with.operation: 'listCats' "
+     "is not an operation of spec 'my-asyncapi-spec' (specs/kafka-asyncapi.yaml); expected one "
+     "of: listPets, createPet, listPetById, updatePet, deletePet"),
+    ("no-operation-paired",
+     {"http": [("operationId: listPets", "operationId: listAll"),
+               (CREATE_PET, "      operationId: addPet\n")]},
+     "zilla.yaml:41: bindings.north_openapi_asyncapi_proxy.routes[0]: route 0 of binding "
+     "'north_openapi_asyncapi_proxy' pairs no HTTP operation with a Kafka operation of spec "
+     "'my-asyncapi-spec' (specs/kafka-asyncapi.yaml): an operation is paired with the one of "
+     "its own operationId, or with with.operation"),
+    ("an-extension-naming-no-parameter",
+     {"http": [(CREATE_PET, CREATE_PET + "      x-zilla-http-kafka: {key: '{petId}'}\n")]},
+     "specs/http-openapi.yaml:33: paths./pets.post.x-zilla-http-kafka: {petId} in "
+     "x-zilla-http-kafka of operation 'createPet' is neither {identity} nor a parameter of its "
+     "path '/pets' (spec 'my-openapi-spec')"),
+    ("a-server-url-that-is-not-http",
+     {"zilla": [("            - http://localhost:7114\n", "            - ws://localhost:7114\n")]},
+     "zilla.yaml:20: bindings.north_openapi_server.options.specs.my-openapi-spec.servers[0]: "
+     "expected a URL such as http://localhost:7114, got 'ws://localhost:7114'"),
+]
+
+
+@pytest.mark.parametrize("edits,expected", [c[1:] for c in BAD], ids=[c[0] for c in BAD])
+def test_bad_specs_and_options_are_errors_where_they_are(
+        tmp_path: Path, edits: dict[str, list[tuple[str, str]]], expected: str,
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    config = example(tmp_path, **edits)
+    monkeypatch.chdir(config.parent)  # file names as a user in that folder sees them
+    assert problems(Path("zilla.yaml")) == [expected]
+    assert main(["check", "--config", "zilla.yaml"]) == 1
+    assert capsys.readouterr().err.splitlines() == [expected]
+
+
+def test_parameters_and_extension_reach_the_checks_and_the_routes(
+        tmp_path: Path) -> None:
+    """A path with a parameter: the http route captures it, the request check models it from
+    its schema (an int64 here), the Kafka side is keyed (produce) and filtered (fetch) by it
+    as Zilla's rule says, and the extension's filters and overrides are added."""
+    one_pet = ('  "/pets/{id}":\n'
+               "    parameters: [{name: id, in: path, required: true, schema: {type: integer}}]\n"
+               "    get:\n      operationId: listPetById\n"
+               "      x-zilla-http-kafka:\n"
+               "        filters: [{headers: {owner: '{id}'}}]\n"
+               "      responses:\n        '200':\n          description: one\n"
+               "          content:\n            application/json:\n"
+               "              schema: {$ref: '#/components/schemas/Pet'}\n"
+               "    put:\n      operationId: updatePet\n"
+               "      parameters: [{name: dryRun, in: query, schema: {type: boolean}}]\n"
+               "      x-zilla-http-kafka:\n        overrides: {source: rest}\n"
+               "      requestBody:\n        content:\n          application/json:\n"
+               "            schema: {$ref: '#/components/schemas/Pet'}\n"
+               "      responses:\n        '204':\n          description: done\n")
+    config = load(example(tmp_path, http=[("components:\n", one_pet + "components:\n")]))
+    http = config.bindings["north_openapi_server.http_server"]
+    assert [r.when[0]["headers"] for r in http.routes][2:] == [
+        {":path": "/pets/{id}", ":method": "GET"}, {":path": "/pets/{id}", ":method": "PUT"}]
+    checks = http.options["requests"]
+    assert [(c["path"], c["method"]) for c in checks] == [
+        ("/pets", "POST"), ("/pets/{id}", "GET"), ("/pets/{id}", "PUT")]
+    assert checks[1]["params"] == {"path": {"id": "int64"}}
+    assert checks[2]["params"]["query"]["dryRun"]["model"] == "json"
+    routes = config.bindings["north_openapi_asyncapi_proxy"].routes
+    by_when = {(r.when[0]["method"], r.when[0]["path"]): r.with_ for r in routes}
+    assert by_when[("GET", "/pets/{id}")] == {
+        "capability": "fetch", "topic": "petstore-pets",
+        "filters": [{"key": "${params.id}"}, {"headers": {"owner": "${params.id}"}}]}
+    assert by_when[("PUT", "/pets/{id}")] == {
+        "capability": "produce", "topic": "petstore-pets", "acks": "in_sync_replicas",
+        "key": "${params.id}", "overrides": {"source": "rest"}}
+
+
+def test_check_prints_what_was_composed_and_the_composed_config_loads_as_written(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    config = example(tmp_path)
+    monkeypatch.chdir(config.parent)
+    assert main(["check", "--config", "zilla.yaml"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[:4] == [
+        "zilla.yaml: schema and references ok (namespace zilla-openapi-proxy, 6 bindings)",
+        "composed openapi server north_openapi_server: 2 operation(s) of my-openapi-spec "
+        "(specs/http-openapi.yaml) on http 7114, 1 request check(s)",
+        "composed openapi-asyncapi proxy north_openapi_asyncapi_proxy: 2 HTTP operation(s) "
+        "paired with Kafka operations, from my-openapi-spec (specs/http-openapi.yaml), "
+        "my-asyncapi-spec (specs/kafka-asyncapi.yaml)",
+        "composed asyncapi client south_asyncapi_client: 1 topic(s) on "
+        "kafka.examples.dev:29092, from my-asyncapi-spec (specs/kafka-asyncapi.yaml)"]
+    assert out[4:6] == [
+        "north_openapi_server (tcp server 127.0.0.1:[7114]) -> north_openapi_server.http_server "
+        "(http server)",
+        "  when :path=/pets :method=GET -> north_openapi_asyncapi_proxy (http-kafka proxy)"]
+    assert main(["check", "--config", "zilla.yaml", "--print-composed"]) == 0
+    printed = capsys.readouterr().out
+    Path("composed.yaml").write_text(printed)
+    written = load(Path("composed.yaml"))
+    assert written.composites == {}, "nothing left to compose"
+    assert without_origin(written) == without_origin(load(Path("zilla.yaml")))
+
+
+def test_a_reload_rebuilds_only_what_a_spec_change_touches(tmp_path: Path) -> None:
+    """Words alone keep every binding; a changed request schema rebuilds the http server (and
+    the listener in front of it) and keeps the Kafka side; a new HTTP operation paired with
+    Kafka rebuilds the http-kafka proxy too."""
+    config = example(tmp_path)
+    engine = Engine(config, reactor=MemoryReactorClock(), events=EventLog("t"),
+                    print_events=False)
+    first = engine.built
+    assert first is not None
+    spec = config.parent / "specs" / "http-openapi.yaml"
+    spec.write_text(spec.read_text().replace("List all pets", "Every pet there is"))
+    worded = engine._build(load(config), previous=first)
+    assert worded.reused == set(first.runtimes)
+    spec.write_text(spec.read_text().replace("        - name\n", "        - name\n        - tag\n",
+                                             1))
+    stricter = engine._build(load(config), previous=worded)
+    kafka_side = {"south_asyncapi_client", "south_asyncapi_client.cache_server",
+                  "south_asyncapi_client.kafka_client"}
+    assert stricter.reused == kafka_side | {"north_openapi_asyncapi_proxy"}
+    spec.write_text(spec.read_text().replace(
+        "components:\n", '  "/pets/{id}":\n    delete:\n      operationId: deletePet\n'
+                         "      responses: {'204': {description: gone}}\ncomponents:\n"))
+    deleting = engine._build(load(config), previous=stricter)
+    assert deleting.reused == kafka_side
