@@ -13,6 +13,8 @@ from twisted.internet.testing import MemoryReactorClock
 
 from ssekd.cli import main
 from ssekd.config import ConfigError
+from ssekd.config.compose import compose
+from ssekd.config.document import read_document
 from ssekd.config.load import load_config
 from ssekd.config.model import Config
 from ssekd.engine import Engine
@@ -21,6 +23,7 @@ from ssekd.telemetry.events import EventLog
 from tests.support.data import DATA
 
 KAFKA_PROXY = DATA / "zilla-examples" / "openapi.asyncapi.kakfa.proxy" / "etc"
+PROXY = DATA / "zilla-examples" / "openapi.proxy" / "etc"
 
 #: What Zilla's openapi.asyncapi.kakfa.proxy example stands for, as ssekd composes it, by hand.
 BY_HAND = """\
@@ -316,3 +319,46 @@ def test_a_reload_rebuilds_only_what_a_spec_change_touches(tmp_path: Path) -> No
                          "      responses: {'204': {description: gone}}\ncomponents:\n"))
     deleting = engine._build(load(config), previous=stricter)
     assert deleting.reused == kafka_side
+
+
+def test_the_proxy_example_composes_a_server_and_a_client_to_the_named_upstream(
+        tmp_path: Path) -> None:
+    """openapi.proxy: the server's routes go to the client; the client is an http client
+    (checking the answers the spec describes) over a tcp client to the URL its options name,
+    which the spec does not list (Zilla takes it as given)."""
+    folder = tmp_path / "ex"
+    shutil.copytree(PROXY, folder)
+    document = read_document(folder / "zilla.yaml")
+    composed = compose(folder / "zilla.yaml", document, discover())
+    bindings = composed.bindings
+    assert list(bindings) == ["north_openapi_server", "north_openapi_server.http_server",
+                              "south_openapi_client", "south_openapi_client.tcp_client"]
+    http = bindings["north_openapi_server.http_server"]
+    assert [(r.when[0]["headers"][":method"], r.exit) for r in http.routes] == [
+        ("GET", "south_openapi_client"), ("POST", "south_openapi_client")]
+    client = bindings["south_openapi_client"]
+    assert (client.type, client.kind, client.exit) == \
+        ("http", "client", "south_openapi_client.tcp_client")
+    [check] = client.options["requests"]
+    assert (check["path"], check["method"], check["responses"][0]["status"]) == \
+        ("/pets", "GET", 200)
+    assert bindings["south_openapi_client.tcp_client"].options == {"host": "openapi-mock",
+                                                                  "port": 5000}
+    assert composed.composites["south_openapi_client"] == (
+        "openapi client south_openapi_client: 2 operation(s) of my-openapi-spec "
+        f"({folder / 'specs' / 'petstore-openapi.yaml'}) to http://openapi-mock:5000, "
+        "1 response check(s)")
+
+
+def test_a_client_calls_one_upstream(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = tmp_path / "ex"
+    shutil.copytree(PROXY, folder)
+    config = folder / "zilla.yaml"
+    config.write_text(config.read_text().replace(
+        "            - http://openapi-mock:5000\n",
+        "            - http://openapi-mock:5000\n            - https://openapi-mock:5443\n"))
+    monkeypatch.chdir(folder)
+    assert problems(Path("zilla.yaml")) == [
+        "zilla.yaml:27: bindings.south_openapi_client.options.specs: binding "
+        "'south_openapi_client' calls 2 upstreams (http://openapi-mock:5000, "
+        "https://openapi-mock:5443); one client calls one: give each its own openapi client"]
