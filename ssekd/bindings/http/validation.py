@@ -549,6 +549,10 @@ def settle(check: Callable[[], None], clock: Any,
         woken.addCallback(again)
 
     attempt(first)
+    if result.called:  # the catalog answered at once (a registry id fetched before, say)
+        now: list[Refused | None] = []
+        result.addCallback(now.append)
+        return now[0]
     return result
 
 
@@ -567,9 +571,11 @@ def retry_after(refused: Refused) -> bytes:
 _NAME = "^[a-zA-Z]+[a-zA-Z0-9._-]*$"
 
 MODEL_SCHEMA: Mapping[str, Any] = {
-    "anyOf": [
-        {"enum": list(SCALAR_MODELS)},
-        {"type": "object", "additionalProperties": False, "required": ["model"],
+    "type": ["string", "object"],
+    "x-expected": "a model: string, int32 or int64, or {model, catalog, ...}",
+    "if": {"type": "string"},
+    "then": {"enum": list(SCALAR_MODELS)},
+    "else": {"type": "object", "additionalProperties": False, "required": ["model"],
          "properties": {
              "model": {"enum": [*SCALAR_MODELS, *SCHEMA_MODELS],
                        "description": "`string` (text), `int32`/`int64` (integers), `json` (a "
@@ -612,8 +618,6 @@ MODEL_SCHEMA: Mapping[str, Any] = {
              "multiple": {"type": "integer", "minimum": 1,
                           "description": "For `int32`/`int64`: what the value is a multiple "
                                          "of."}}},
-    ],
-    "x-expected": "a model: string, int32 or int64, or {model, catalog, ...}",
 }
 
 _MODELS: Mapping[str, Any] = {"type": "object", "propertyNames": {"pattern": _NAME},
@@ -634,7 +638,8 @@ def _entry(responses: bool) -> dict[str, Any]:
                                         "without parameters). A request of the path and method "
                                         "with another is `415`; one without any is checked."},
         "headers": {**_MODELS, "description": "Header name to the model of its value."},
-        "params": {"type": "object", "additionalProperties": False, "properties": {
+        "params": {"type": "object", "additionalProperties": False,
+                   "description": "The models of the request's parameters.", "properties": {
             "path": {**_MODELS, "description": "Path parameter to model (URL-decoded)."},
             "query": {**_MODELS, "description": "Query parameter to model (URL-decoded; "
                                                 "each occurrence)."}}},
@@ -662,6 +667,11 @@ def _entry(responses: bool) -> dict[str, Any]:
             "x-expected": f"a path and what to check (headers, params, {checked})"}
 
 
+_MODEL_WORDS = ("A model is `string`, `int32` or `int64` (bare, or `{model: string, "
+                "minLength, maxLength, pattern, encoding}`, `{model: int32|int64, range: "
+                "'[1,10)', multiple, format: text|binary}`), or `{model: json|avro, catalog: "
+                "{name: [{subject: S, version: latest} | {id: N} | {strategy: encoded}]}}`.")
+
 REQUESTS_SCHEMA: Mapping[str, Any] = {
     "type": "array", "items": _entry(False),
     "description": "Requests to check before the route's exit sees them: the first entry "
@@ -670,7 +680,7 @@ REQUESTS_SCHEMA: Mapping[str, Any] = {
                    "`limits.body-bytes`). A failure is `400` saying which part failed, a "
                    "content type the path and method do not list `415`, a schema its "
                    "catalog cannot give yet `503` with `Retry-After` (after up to "
-                   f"{WAIT_SECONDS:g} s).",
+                   f"{WAIT_SECONDS:g} s). {_MODEL_WORDS}",
 }
 
 CLIENT_REQUESTS_SCHEMA: Mapping[str, Any] = {
@@ -679,7 +689,7 @@ CLIENT_REQUESTS_SCHEMA: Mapping[str, Any] = {
                    "`responses` entry selected by the answer's status and content type. "
                    "Headers that fail: `503` with `Retry-After: 0` in place of the answer; "
                    "content that fails: the answer is cut after its head (the client sees it "
-                   "end early), as Zilla does.",
+                   "end early), as Zilla does. " + _MODEL_WORDS,
 }
 
 
