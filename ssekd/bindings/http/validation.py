@@ -157,14 +157,19 @@ class SchemaModel(FieldModel):
         self._failed_at = self.clock.seconds()
         self.report("CATALOG_SCHEMA_UNAVAILABLE", why)
 
-    def check(self, payload: bytes) -> bytes:
-        if self.wire_only and (len(payload) < WIRE_HEADER or payload[0] != WIRE_MAGIC):
-            raise Invalid("not in the schema registry's wire format (byte 0, then a 4-byte "
-                          "schema id)")
+    def prepare(self) -> None:
+        """Ask the catalog for the schema now if it is not held (a response to check is on
+        its way), unless it was asked less than `RETRY_AFTER` seconds ago."""
         if not self.wire_only and not self.ready and self._resolving is None:
             failed = self._failed_at
             if failed is None or self.clock.seconds() - failed >= RETRY_AFTER:
                 self.resolve()
+
+    def check(self, payload: bytes) -> bytes:
+        if self.wire_only and (len(payload) < WIRE_HEADER or payload[0] != WIRE_MAGIC):
+            raise Invalid("not in the schema registry's wire format (byte 0, then a 4-byte "
+                          "schema id)")
+        self.prepare()
         return super().check(payload)
 
 
@@ -496,6 +501,68 @@ def _models(builder: ModelBuilder, specs: Mapping[str, Any] | None,
         if model is not None:
             built[str(name).lower() if lower else str(name)] = model
     return built
+
+
+# -- responses (the http client) ---------------------------------------------------------------
+
+#: The most body bytes of one response held to be checked whole; a bigger one is cut.
+RESPONSE_BODY_BYTES = 4 << 20
+
+
+@dataclass(frozen=True)
+class ResponseRefused:
+    """Why a response is not relayed whole (the http client's relay cuts it after its head)."""
+
+    reason: str
+
+
+class ResponseValidation:
+    """The http client's check of upstream responses (`options.requests[].responses`): a
+    response its entry selects is held until its body is whole, then checked; one that fails is
+    cut after its head. The relay asks `wants` when a response head arrives and `check` once its
+    body has (both on the reactor, neither waiting: a schema the catalog has not given yet is
+    asked for at `wants` and, still missing at `check`, refuses the response)."""
+
+    def __init__(self, requests: Requests, max_body: int = RESPONSE_BODY_BYTES) -> None:
+        self.requests = requests
+        self.max_body = max_body
+
+    def _response(self, method: str, path: str, status: int,
+                  headers: Iterable[tuple[str, str]]) -> ResponseType | None:
+        content_type = next((v for n, v in headers if n.lower() == "content-type"), None)
+        for entry in self.requests.entries:
+            if entry.responses and entry.matches(method, path) is not None:
+                return entry.response(status, content_type)
+        return None
+
+    def wants(self, method: str, path: str, status: int,
+              headers: tuple[tuple[str, str], ...]) -> bool:
+        response = self._response(method, path, status, headers)
+        if response is None:
+            return False
+        for model in (response.content, *response.headers.values()):
+            if isinstance(model, SchemaModel):
+                model.prepare()
+        return True
+
+    def check(self, answer: Any) -> ResponseRefused | None:
+        """`answer` has the request's `method` and `path` and the response's `status`,
+        `headers` (lower-case names) and whole `body`."""
+        response = self._response(answer.method, answer.path, answer.status, answer.headers)
+        if response is None:
+            return None
+        try:
+            for name, value in answer.headers:
+                model = response.headers.get(name.lower())
+                if model is not None:
+                    _check(model, value.encode("latin-1"), f"header {name.lower()}")
+            if response.content is not None and answer.body:
+                _check(response.content, answer.body, "content")
+        except Refused as refused:
+            return ResponseRefused(refused.reason)
+        except Pending as pending:
+            return ResponseRefused(f"the schema is not available yet ({pending})")
+        return None
 
 
 # -- waiting for a catalog ----------------------------------------------------------------------

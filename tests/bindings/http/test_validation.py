@@ -287,3 +287,43 @@ def test_a_pending_check_is_tried_again_when_the_model_is_ready() -> None:
     ready.callback(None)
     assert len(calls) == 2 and isinstance(got[0], Refused) and got[0].status == 400
     assert not clock.getDelayedCalls(), "the wait's timer is gone"
+
+
+def test_responses_its_entry_selects_are_held_and_cut_when_they_fail() -> None:
+    """http.json.schema's client entries: a `200 application/json` is checked against the
+    schema, a `404 text/plain` as text; other answers, and other paths, pass unheld."""
+    from types import SimpleNamespace
+
+    from ssekd.bindings.http.validation import ResponseRefused, ResponseValidation
+    json_model = {"model": "json", "catalog": {"local": [{"subject": "item"}]}}
+    requests, builder = _build([{"path": "/valid.json", "method": "GET",
+                                 "content-type": ["application/json", "text/plain"],
+                                 "responses": [
+                                     {"status": 200, "content-type": ["application/json"],
+                                      "headers": {"x-n": "int32"}, "content": json_model},
+                                     {"status": [401, 404], "content-type": ["text/plain"],
+                                      "content": {"model": "string"}}]}],
+                               _local(), responses=True)
+    assert not builder.issues
+    check = ResponseValidation(requests)
+    json_head = (("content-type", "application/json"), ("content-length", "30"))
+    assert check.wants("GET", "/valid.json", 200, json_head)
+    assert check.wants("GET", "/valid.json?x=1", 404, (("content-type", "text/plain"),))
+    assert not check.wants("GET", "/valid.json", 500, json_head), "no entry for a 500"
+    assert not check.wants("GET", "/valid.json", 200, (("content-type", "text/html"),))
+    assert not check.wants("POST", "/valid.json", 200, json_head), "another method"
+    assert not check.wants("GET", "/other.json", 200, json_head)
+
+    def answer(status: int, headers: tuple[tuple[str, str], ...], body: bytes) -> Any:
+        return SimpleNamespace(method="GET", path="/valid.json", status=status,
+                               headers=headers, body=body)
+
+    good = b'{"id": 42, "status": "Active"}'
+    assert check.check(answer(200, json_head, good)) is None
+    assert check.check(answer(200, json_head, b'{"id": 42, "status": "a", "name": "secret"}')) \
+        == ResponseRefused("content: the document: has a property its schema does not allow")
+    assert check.check(answer(200, (*json_head, ("x-n", "secret")), good)) == \
+        ResponseRefused("header x-n: not an int32")
+    assert check.check(answer(404, (("content-type", "text/plain"),), b"\xff")) == \
+        ResponseRefused("content: not utf-8 text")
+    assert check.check(answer(404, (("content-type", "text/plain"),), b"Not Found")) is None
