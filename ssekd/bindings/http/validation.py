@@ -157,14 +157,19 @@ class SchemaModel(FieldModel):
         self._failed_at = self.clock.seconds()
         self.report("CATALOG_SCHEMA_UNAVAILABLE", why)
 
-    def check(self, payload: bytes) -> bytes:
-        if self.wire_only and (len(payload) < WIRE_HEADER or payload[0] != WIRE_MAGIC):
-            raise Invalid("not in the schema registry's wire format (byte 0, then a 4-byte "
-                          "schema id)")
+    def prepare(self) -> None:
+        """Ask the catalog for the schema now if it is not held (a response to check is on
+        its way), unless it was asked less than `RETRY_AFTER` seconds ago."""
         if not self.wire_only and not self.ready and self._resolving is None:
             failed = self._failed_at
             if failed is None or self.clock.seconds() - failed >= RETRY_AFTER:
                 self.resolve()
+
+    def check(self, payload: bytes) -> bytes:
+        if self.wire_only and (len(payload) < WIRE_HEADER or payload[0] != WIRE_MAGIC):
+            raise Invalid("not in the schema registry's wire format (byte 0, then a 4-byte "
+                          "schema id)")
+        self.prepare()
         return super().check(payload)
 
 
@@ -498,6 +503,68 @@ def _models(builder: ModelBuilder, specs: Mapping[str, Any] | None,
     return built
 
 
+# -- responses (the http client) ---------------------------------------------------------------
+
+#: The most body bytes of one response held to be checked whole; a bigger one is cut.
+RESPONSE_BODY_BYTES = 4 << 20
+
+
+@dataclass(frozen=True)
+class ResponseRefused:
+    """Why a response is not relayed whole (the http client's relay cuts it after its head)."""
+
+    reason: str
+
+
+class ResponseValidation:
+    """The http client's check of upstream responses (`options.requests[].responses`): a
+    response its entry selects is held until its body is whole, then checked; one that fails is
+    cut after its head. The relay asks `wants` when a response head arrives and `check` once its
+    body has (both on the reactor, neither waiting: a schema the catalog has not given yet is
+    asked for at `wants` and, still missing at `check`, refuses the response)."""
+
+    def __init__(self, requests: Requests, max_body: int = RESPONSE_BODY_BYTES) -> None:
+        self.requests = requests
+        self.max_body = max_body
+
+    def _response(self, method: str, path: str, status: int,
+                  headers: Iterable[tuple[str, str]]) -> ResponseType | None:
+        content_type = next((v for n, v in headers if n.lower() == "content-type"), None)
+        for entry in self.requests.entries:
+            if entry.responses and entry.matches(method, path) is not None:
+                return entry.response(status, content_type)
+        return None
+
+    def wants(self, method: str, path: str, status: int,
+              headers: tuple[tuple[str, str], ...]) -> bool:
+        response = self._response(method, path, status, headers)
+        if response is None:
+            return False
+        for model in (response.content, *response.headers.values()):
+            if isinstance(model, SchemaModel):
+                model.prepare()
+        return True
+
+    def check(self, answer: Any) -> ResponseRefused | None:
+        """`answer` has the request's `method` and `path` and the response's `status`,
+        `headers` (lower-case names) and whole `body`."""
+        response = self._response(answer.method, answer.path, answer.status, answer.headers)
+        if response is None:
+            return None
+        try:
+            for name, value in answer.headers:
+                model = response.headers.get(name.lower())
+                if model is not None:
+                    _check(model, value.encode("latin-1"), f"header {name.lower()}")
+            if response.content is not None and answer.body:
+                _check(response.content, answer.body, "content")
+        except Refused as refused:
+            return ResponseRefused(refused.reason)
+        except Pending as pending:
+            return ResponseRefused(f"the schema is not available yet ({pending})")
+        return None
+
+
 # -- waiting for a catalog ----------------------------------------------------------------------
 
 def settle(check: Callable[[], None], clock: Any,
@@ -549,6 +616,10 @@ def settle(check: Callable[[], None], clock: Any,
         woken.addCallback(again)
 
     attempt(first)
+    if result.called:  # the catalog answered at once (a registry id fetched before, say)
+        now: list[Refused | None] = []
+        result.addCallback(now.append)
+        return now[0]
     return result
 
 
@@ -567,9 +638,11 @@ def retry_after(refused: Refused) -> bytes:
 _NAME = "^[a-zA-Z]+[a-zA-Z0-9._-]*$"
 
 MODEL_SCHEMA: Mapping[str, Any] = {
-    "anyOf": [
-        {"enum": list(SCALAR_MODELS)},
-        {"type": "object", "additionalProperties": False, "required": ["model"],
+    "type": ["string", "object"],
+    "x-expected": "a model: string, int32 or int64, or {model, catalog, ...}",
+    "if": {"type": "string"},
+    "then": {"enum": list(SCALAR_MODELS)},
+    "else": {"type": "object", "additionalProperties": False, "required": ["model"],
          "properties": {
              "model": {"enum": [*SCALAR_MODELS, *SCHEMA_MODELS],
                        "description": "`string` (text), `int32`/`int64` (integers), `json` (a "
@@ -612,8 +685,6 @@ MODEL_SCHEMA: Mapping[str, Any] = {
              "multiple": {"type": "integer", "minimum": 1,
                           "description": "For `int32`/`int64`: what the value is a multiple "
                                          "of."}}},
-    ],
-    "x-expected": "a model: string, int32 or int64, or {model, catalog, ...}",
 }
 
 _MODELS: Mapping[str, Any] = {"type": "object", "propertyNames": {"pattern": _NAME},
@@ -634,7 +705,8 @@ def _entry(responses: bool) -> dict[str, Any]:
                                         "without parameters). A request of the path and method "
                                         "with another is `415`; one without any is checked."},
         "headers": {**_MODELS, "description": "Header name to the model of its value."},
-        "params": {"type": "object", "additionalProperties": False, "properties": {
+        "params": {"type": "object", "additionalProperties": False,
+                   "description": "The models of the request's parameters.", "properties": {
             "path": {**_MODELS, "description": "Path parameter to model (URL-decoded)."},
             "query": {**_MODELS, "description": "Query parameter to model (URL-decoded; "
                                                 "each occurrence)."}}},
@@ -662,6 +734,11 @@ def _entry(responses: bool) -> dict[str, Any]:
             "x-expected": f"a path and what to check (headers, params, {checked})"}
 
 
+_MODEL_WORDS = ("A model is `string`, `int32` or `int64` (bare, or `{model: string, "
+                "minLength, maxLength, pattern, encoding}`, `{model: int32|int64, range: "
+                "'[1,10)', multiple, format: text|binary}`), or `{model: json|avro, catalog: "
+                "{name: [{subject: S, version: latest} | {id: N} | {strategy: encoded}]}}`.")
+
 REQUESTS_SCHEMA: Mapping[str, Any] = {
     "type": "array", "items": _entry(False),
     "description": "Requests to check before the route's exit sees them: the first entry "
@@ -670,7 +747,7 @@ REQUESTS_SCHEMA: Mapping[str, Any] = {
                    "`limits.body-bytes`). A failure is `400` saying which part failed, a "
                    "content type the path and method do not list `415`, a schema its "
                    "catalog cannot give yet `503` with `Retry-After` (after up to "
-                   f"{WAIT_SECONDS:g} s).",
+                   f"{WAIT_SECONDS:g} s). {_MODEL_WORDS}",
 }
 
 CLIENT_REQUESTS_SCHEMA: Mapping[str, Any] = {
@@ -679,7 +756,7 @@ CLIENT_REQUESTS_SCHEMA: Mapping[str, Any] = {
                    "`responses` entry selected by the answer's status and content type. "
                    "Headers that fail: `503` with `Retry-After: 0` in place of the answer; "
                    "content that fails: the answer is cut after its head (the client sees it "
-                   "end early), as Zilla does.",
+                   "end early), as Zilla does. " + _MODEL_WORDS,
 }
 
 
