@@ -22,7 +22,7 @@ from ssekd.config.model import Binding
 from ssekd.spi.binding import BindingType, BuildContext, Exit, KindSpec
 from ssekd.spi.connection import ListenerBinding
 
-__all__ = ["BINDING", "CATALOG", "WHEN"]
+__all__ = ["BINDING", "CATALOG", "SECURITY", "WHEN"]
 
 _NAME = "^[a-zA-Z]+[a-zA-Z0-9._-]*$"
 
@@ -42,6 +42,17 @@ CATALOG = {
                         "default": "latest", "x-expected": "latest or a version number",
                         "description": "Which version of the subject."}}}}
 
+#: Security scheme -> guard, for the kinds that serve operations.
+SECURITY = {
+    "type": "object", "propertyNames": {"pattern": "^[a-zA-Z0-9._-]+$"},
+    "additionalProperties": {"type": "string", "pattern": _NAME, "x-expected": "a guard name"},
+    "x-ssekd-default": "none: an operation that requires security is an error",
+    "description": "Security scheme name (`components.securitySchemes`) to the guard "
+                   "(`guards.<name>`) that checks its tokens; the requirement's scopes are the "
+                   "roles the route requires. An operation whose security names a scheme "
+                   "mapped to no guard, or has alternatives, is a config error (Zilla leaves "
+                   "the one open and drops the other)."}
+
 #: One `when` of a route: which operations of which spec it takes.
 WHEN = {"type": "object", "additionalProperties": False,
         "properties": {
@@ -53,8 +64,8 @@ WHEN = {"type": "object", "additionalProperties": False,
             "tag": {"type": "string", "description": "A tag the operation has."}}}
 
 
-def _options(description: str, servers: str) -> dict[str, Any]:
-    spec = {"type": "object", "additionalProperties": False, "required": ["catalog"],
+def _options(description: str, servers: str, security: bool) -> dict[str, Any]:
+    spec: dict[str, Any] = {"type": "object", "additionalProperties": False, "required": ["catalog"],
             "description": "One OpenAPI 3 spec, by the label routes name it with.",
             "properties": {
                 "servers": {"type": "array", "minItems": 1,
@@ -64,6 +75,8 @@ def _options(description: str, servers: str) -> dict[str, Any]:
                                                "defaults)",
                             "description": servers},
                 "catalog": CATALOG}}
+    if security:
+        spec["properties"]["security"] = SECURITY
     return {"type": "object", "additionalProperties": False, "required": ["specs"],
             "description": description,
             "properties": {"specs": {"type": "object", "minProperties": 1,
@@ -87,11 +100,13 @@ BINDING = BindingType("openapi", {
             "parts matching one segment, and its method; any other request is `404`), "
             "cross-origin allowed. Each operation goes to the exit of the first route whose "
             "`when` takes it, else to `exit` (an openapi client, an openapi-asyncapi proxy, or "
-            "any binding that answers HTTP). An operation that requires security is a config "
-            "error (no guard is composed for it). `ssekd check` prints what was composed.",
+            "any binding that answers HTTP). A request is checked against the operation's "
+            "request body and parameters (`400`, `415`) before it goes on; an operation's "
+            "security requires the guard `security` maps its scheme to. `ssekd check` prints "
+            "what was composed.",
             "URLs (scheme, host, port, and a path the spec's paths go under) listened on: on "
             "the URL's address when it is localhost or an IP address, else on every "
-            "interface.")),
+            "interface.", security=True)),
     "client": KindSpec(
         role=HttpBinding, build=_composed_only, compose=compose_client,
         vault=True,
@@ -99,7 +114,9 @@ BINDING = BindingType("openapi", {
             "Composes the http client (and tls, for an `https` URL, and tcp clients) that "
             "carries the requests of an openapi server's routes to the spec's upstream. An "
             "`https` upstream's certificate must chain to the `vault`'s trust, or to the "
-            "system's CAs when the binding has no vault.",
+            "system's CAs when the binding has no vault. The upstream's JSON answers are "
+            "checked against the operation's responses; one the spec refuses is cut after "
+            "its head.",
             "The upstream's URL (scheme, host and port), as given: it need not be one the "
-            "spec lists. All specs of the binding must name the same one.")),
+            "spec lists. All specs of the binding must name the same one.", security=False)),
 })

@@ -10,7 +10,9 @@ on its servers.
   request for any other path or method is `404`. The route exits to the exit of the first
   route of the binding whose `when` takes the operation (spec, operation id or glob, tag), else
   to the binding's `exit`: an openapi client, an openapi-asyncapi proxy, or any binding that
-  answers HTTP requests.
+  answers HTTP requests. An operation's security requires the guard its schemes map to
+  (`options.specs.<label>.security`, `ssekd.bindings.openapi.security`), which reads the token
+  where the scheme says.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any
 from ssekd.bindings.asyncapi.server import ALPN, listen_host
 from ssekd.bindings.asyncapi.spec import glob_match
 from ssekd.bindings.openapi.requests import RequestChecks
+from ssekd.bindings.openapi.security import guarding
 from ssekd.bindings.openapi.servers import BaseUrl, base_urls
 from ssekd.bindings.openapi.spec import OpenapiSpec, Operation, read_specs
 from ssekd.config.errors import ConfigError, ConfigIssue
@@ -48,18 +51,6 @@ def matches(when: Mapping[str, Any], label: str, operation: Operation) -> bool:
     return "tag" not in when or str(when["tag"]) in operation.tags
 
 
-def refuse_security(spec: OpenapiSpec, op: Operation) -> None:
-    """An operation that requires security is not served unguarded (Zilla drops what it cannot
-    map; ssekd fails closed): the openapi kinds do not map schemes to guards yet."""
-    if any(op.security):
-        schemes = ", ".join(sorted({s for r in op.security for s in r}))
-        raise ConfigError([spec.issue(op.security_path,
-                                      f"operation {op.key!r} requires security ({schemes}), "
-                                      f"which the openapi bindings cannot check: they compose "
-                                      f"no guards yet; write the http server with its guard by "
-                                      f"hand, or drop the requirement")])
-
-
 def compose_server(ctx: ComposeContext, binding: Binding) -> Composition:
     name = binding.name
     specs = read(ctx, binding)
@@ -74,6 +65,7 @@ def compose_server(ctx: ComposeContext, binding: Binding) -> Composition:
     composition = Composition(bindings={})
     routes: list[dict[str, Any]] = []
     used: list[BaseUrl] = []
+    authorization: dict[str, dict[str, Any]] = {}
     checks = RequestChecks(name)
     count = 0
     for spec in specs.values():
@@ -86,19 +78,30 @@ def compose_server(ctx: ComposeContext, binding: Binding) -> Composition:
         used += urls
         for op in operations.values():
             try:
-                refuse_security(spec, op)
-                exit_name = _exit_of(spec, op, binding)
+                guard = guarding(ctx, binding, spec, op, ("specs", spec.label))
+                exit_name, guarded = _exit_of(spec, op, binding)
                 checks.add(spec, op, urls)
             except ConfigError as e:
                 issues.extend(e.issues)
                 continue
+            if guard is not None:
+                entry = authorization.setdefault(guard.guard, {"credentials": {}})
+                for place, values in guard.credentials.items():
+                    entry["credentials"].setdefault(place, {}).update(values)
+                roles = guarded.setdefault(guard.guard, [])
+                roles += [r for r in guard.roles if r not in roles]
             count += 1
             for url in urls:
-                composition.where[("bindings", http_name, "routes", len(routes))] = \
-                    spec.text.where(op.spec_path)
-                routes.append({"when": [{"headers": {":path": url.request_path(op.path),
-                                                     ":method": op.method}}],
-                               "exit": exit_name})
+                at = ("bindings", http_name, "routes", len(routes))
+                composition.where[at] = spec.text.where(op.spec_path)
+                composed: dict[str, Any] = {
+                    "when": [{"headers": {":path": url.request_path(op.path),
+                                          ":method": op.method}}],
+                    "exit": exit_name}
+                if guarded:
+                    composed["guarded"] = guarded
+                    composition.where[at + ("guarded",)] = spec.text.where(op.security_path)
+                routes.append(composed)
     if issues:
         raise ConfigError(issues)
     secure: dict[int, bool] = {}
@@ -118,6 +121,8 @@ def compose_server(ctx: ComposeContext, binding: Binding) -> Composition:
                                           "vault": binding.vault, "options": {"alpn": ALPN},
                                           "exit": http_name}
     options: dict[str, Any] = {"access-control": {"policy": "cross-origin"}}
+    if authorization:
+        options["authorization"] = authorization
     checks.compose(options, composition, http_name)
     composition.bindings[http_name] = {"type": "http", "kind": "server", "options": options,
                                        "routes": routes}
@@ -149,13 +154,15 @@ def _tcp(name: str, used: list[BaseUrl], secure: Mapping[int, bool], http_name: 
     return tcp
 
 
-def _exit_of(spec: OpenapiSpec, op: Operation, binding: Binding) -> str:
-    """The exit of the first route whose `when` takes the operation, else the binding's."""
+def _exit_of(spec: OpenapiSpec, op: Operation,
+             binding: Binding) -> tuple[str, dict[str, list[str]]]:
+    """The exit of the first route whose `when` takes the operation (and that route's
+    `guarded`), else the binding's exit."""
     for route in binding.routes:
         if route.exit is not None and any(matches(w, spec.label, op) for w in route.when):
-            return route.exit
+            return route.exit, {g: list(roles) for g, roles in route.guarded.items()}
     if binding.exit is None:
         raise ConfigError([spec.issue(op.spec_path, f"no route of binding {binding.name!r} "
                                                     f"takes operation {op.key!r} and the "
                                                     f"binding has no exit")])
-    return binding.exit
+    return binding.exit, {}

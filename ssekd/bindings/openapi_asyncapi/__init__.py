@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from ssekd.bindings.http.roles import HttpBinding
 from ssekd.bindings.kafka.roles import KafkaCache
-from ssekd.bindings.openapi import CATALOG, WHEN
+from ssekd.bindings.openapi import CATALOG, SECURITY, WHEN
 from ssekd.bindings.openapi_asyncapi.proxy import compose_proxy
 from ssekd.config.model import Binding
 from ssekd.spi.binding import BindingType, BuildContext, Exit, KindSpec
@@ -22,11 +22,14 @@ __all__ = ["BINDING"]
 _NAME = "^[a-zA-Z]+[a-zA-Z0-9._-]*$"
 
 
-def _specs(what: str) -> dict[str, object]:
+def _specs(what: str, security: bool) -> dict[str, object]:
+    properties: dict[str, object] = {"catalog": CATALOG}
+    if security:
+        properties["security"] = SECURITY
     return {"type": "object", "minProperties": 1, "propertyNames": {"pattern": _NAME},
             "description": f"The {what} specs, by label.",
             "additionalProperties": {"type": "object", "additionalProperties": False,
-                                     "required": ["catalog"], "properties": {"catalog": CATALOG}}}
+                                     "required": ["catalog"], "properties": properties}}
 
 
 def _composed_only(ctx: BuildContext, binding: Binding) -> object:
@@ -60,12 +63,15 @@ BINDING = BindingType("openapi-asyncapi", {
                                 "topic (a JSON array response merges every key's latest "
                                 "value), one that sends a `produce` (keyed by the last path "
                                 "parameter, else the idempotency key; `reply` gives "
-                                "`reply-to`). Routes exit to an asyncapi client (or any kafka "
+                                "`reply-to`). An operation's security requires the guard "
+                                "its scheme maps to (`security`), and `{identity}` in its "
+                                "`x-zilla-http-kafka` extension is that guard's identity. "
+                                "Routes exit to an asyncapi client (or any kafka "
                                 "cache_client).",
                  "properties": {"specs": {
                      "type": "object", "additionalProperties": False,
                      "required": ["openapi", "asyncapi"],
                      "description": "The OpenAPI and AsyncAPI specs, by label.",
-                     "properties": {"openapi": _specs("OpenAPI 3"),
-                                    "asyncapi": _specs("AsyncAPI 3")}}}}),
+                     "properties": {"openapi": _specs("OpenAPI 3", True),
+                                    "asyncapi": _specs("AsyncAPI 3", False)}}}}),
 })

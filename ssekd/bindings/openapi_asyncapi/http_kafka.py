@@ -84,7 +84,7 @@ def _extend(with_: dict[str, Any], extension: Mapping[str, Any], identity: str |
 
 
 def unresolved_names(extension: Mapping[str, Any], parameters: list[str]) -> list[str]:
-    """`{name}`s of the extension that are neither a path parameter nor `{identity}`."""
+    """`{name}`s of the extension that are not among `parameters`."""
     text = repr(dict(extension))
     return sorted({n for n in re.findall(r"\{([A-Za-z_][A-Za-z0-9_]*)\}", text)
-                   if n not in parameters and n != "identity"})
+                   if n not in parameters})

@@ -24,7 +24,8 @@ from typing import Any
 from ssekd.bindings.asyncapi.http_kafka import kafka_operation
 from ssekd.bindings.asyncapi.spec import Operation as KafkaOperation
 from ssekd.bindings.asyncapi.spec import Spec, glob_match
-from ssekd.bindings.openapi.server import matches, refuse_security
+from ssekd.bindings.openapi.security import guarding
+from ssekd.bindings.openapi.server import matches
 from ssekd.bindings.openapi.spec import OpenapiSpec, Operation, read_specs
 from ssekd.bindings.openapi_asyncapi.http_kafka import (
     EXTENSION,
@@ -74,10 +75,10 @@ def compose_proxy(ctx: ComposeContext, binding: Binding) -> Composition:
                 continue  # an earlier route serves it
             taken.add((spec.label, op.key))
             try:
-                refuse_security(spec, op)
-                extension = _extension(spec, op)
+                guard = guarding(ctx, binding, spec, op, ("specs", "openapi", spec.label))
+                extension = _extension(spec, op, guard is not None)
                 out = http_kafka_route(op, kafka_operation(kafka, kafka_op), str(route.exit),
-                                       extension)
+                                       extension, None if guard is None else guard.identity)
             except ConfigError as e:
                 issues.extend(e.issues)
                 continue
@@ -86,8 +87,12 @@ def compose_proxy(ctx: ComposeContext, binding: Binding) -> Composition:
                                                        f"by Kafka operation {kafka_op.key!r} "
                                                        f"({kafka.at(kafka_op.path)}): {e}"))
                 continue
-            if route.guarded:
-                out["guarded"] = {g: list(r) for g, r in route.guarded.items()}
+            guarded = {g: list(r) for g, r in route.guarded.items()}
+            if guard is not None:
+                roles = guarded.setdefault(guard.guard, [])
+                roles += [r for r in guard.roles if r not in roles]
+            if guarded:
+                out["guarded"] = guarded
             at: Path_ = ("bindings", name, "routes", len(routes))
             composition.where[at] = spec.text.where(op.spec_path)
             composition.where[at + ("with",)] = kafka.where(kafka_op.path)
@@ -106,7 +111,7 @@ def compose_proxy(ctx: ComposeContext, binding: Binding) -> Composition:
     return composition
 
 
-def _extension(spec: OpenapiSpec, op: Operation) -> Mapping[str, Any] | None:
+def _extension(spec: OpenapiSpec, op: Operation, guarded: bool) -> Mapping[str, Any] | None:
     """The operation's `x-zilla-http-kafka` extension (key, overrides, filters), checked."""
     extension, at = spec.text.resolve(op.data.get(EXTENSION), op.spec_path + (EXTENSION,))
     if extension is None:
@@ -119,7 +124,11 @@ def _extension(spec: OpenapiSpec, op: Operation) -> Mapping[str, Any] | None:
         raise ConfigError([spec.issue(at + (unknown[0],),
                                       f"unexpected property {unknown[0]!r} in {EXTENSION} "
                                       f"(expected key, overrides or filters)")])
-    wrong = unresolved_names(extension, op.templates)
+    if not guarded and "identity" in unresolved_names(extension, op.templates):
+        raise ConfigError([spec.issue(at, f"{{identity}} in {EXTENSION} of operation "
+                                          f"{op.key!r}: the operation requires no security "
+                                          f"that maps to a guard, so there is no identity")])
+    wrong = unresolved_names(extension, [*op.templates, "identity"])
     if wrong:
         raise ConfigError([spec.issue(at, f"{{{wrong[0]}}} in {EXTENSION} of operation "
                                           f"{op.key!r} is neither {{identity}} nor a parameter "

@@ -180,10 +180,14 @@ BAD = [
      "(spec 'my-openapi-spec')"),
     ("security-that-maps-to-no-guard",
      {"http": [(CREATE_PET, CREATE_PET + "      security: [{petstore_auth: [write:pets]}]\n")]},
-     "specs/http-openapi.yaml:33: paths./pets.post.security: operation 'createPet' requires "
-     "security (petstore_auth), which the openapi bindings cannot check: they compose no "
-     "guards yet; write the http server with its guard by hand, or drop the requirement "
-     "(spec 'my-openapi-spec')"),
+     ["specs/http-openapi.yaml:33: paths./pets.post.security: operation 'createPet' requires "
+      "security scheme 'petstore_auth', which binding 'north_openapi_server' maps to no guard: "
+      "add petstore_auth: <guard> to its options.specs.my-openapi-spec.security "
+      "(spec 'my-openapi-spec')",
+      "specs/http-openapi.yaml:33: paths./pets.post.security: operation 'createPet' requires "
+      "security scheme 'petstore_auth', which binding 'north_openapi_asyncapi_proxy' maps to "
+      "no guard: add petstore_auth: <guard> to its options.specs.openapi.my-openapi-spec"
+      ".security (spec 'my-openapi-spec')"]),
     ("a-path-parameter-that-is-no-name",
      {"http": [('  "/pets":\n', '  "/pets/{pet-id}":\n')]},
      "specs/http-openapi.yaml:11: paths./pets/{pet-id}: parameter {pet-id} of '/pets/{pet-id}': "
@@ -220,13 +224,60 @@ BAD = [
 
 @pytest.mark.parametrize("edits,expected", [c[1:] for c in BAD], ids=[c[0] for c in BAD])
 def test_bad_specs_and_options_are_errors_where_they_are(
-        tmp_path: Path, edits: dict[str, list[tuple[str, str]]], expected: str,
+        tmp_path: Path, edits: dict[str, list[tuple[str, str]]], expected: str | list[str],
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     config = example(tmp_path, **edits)
     monkeypatch.chdir(config.parent)  # file names as a user in that folder sees them
-    assert problems(Path("zilla.yaml")) == [expected]
+    said = [expected] if isinstance(expected, str) else expected
+    assert problems(Path("zilla.yaml")) == said
     assert main(["check", "--config", "zilla.yaml"]) == 1
-    assert capsys.readouterr().err.splitlines() == [expected]
+    assert capsys.readouterr().err.splitlines() == said
+
+
+GUARD = ("bindings:\n", "guards:\n  jwt0:\n    type: jwt\n    options:\n      keys: "
+                        "[{kty: oct, kid: k, alg: HS256, k: c2VjcmV0}]\nbindings:\n")
+SECURED = [(CREATE_PET, CREATE_PET + "      security: [{petstore_auth: [write:pets]}]\n"
+                        "      x-zilla-http-kafka:\n        overrides: {owner: '{identity}'}\n"),
+           ("components:\n", "components:\n  securitySchemes:\n    petstore_auth:\n"
+                              "      type: http\n      scheme: bearer\n")]
+MAPPED = [GUARD, ("              subject: http\n    exit",
+                  "              subject: http\n          security: {petstore_auth: jwt0}\n"
+                  "    exit"),
+          ("                subject: http\n        asyncapi",
+           "                subject: http\n            security: {petstore_auth: jwt0}\n"
+           "        asyncapi")]
+
+
+def test_security_requires_the_mapped_guard_with_the_scopes_as_roles(tmp_path: Path) -> None:
+    """An operation's security scheme mapped to a guard: the http server reads the bearer
+    token for it and its route requires the requirement's scopes; the http-kafka route too,
+    where `{identity}` of the extension is the guard's identity."""
+    config = load(example(tmp_path, http=SECURED, zilla=MAPPED))
+    http = config.bindings["north_openapi_server.http_server"]
+    assert http.options["authorization"] == {
+        "jwt0": {"credentials": {"headers": {"authorization": "Bearer {credentials}"}}}}
+    assert [r.guarded for r in http.routes] == [{}, {"jwt0": ("write:pets",)}]
+    routes = config.bindings["north_openapi_asyncapi_proxy"].routes
+    assert [r.guarded for r in routes] == [{}, {"jwt0": ("write:pets",)}]
+    assert routes[1].with_["overrides"] == {"owner": "${guarded['jwt0'].identity}"}
+
+
+def test_security_that_cannot_be_one_guard_is_an_error(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    either = [(CREATE_PET, CREATE_PET + "      security: [{petstore_auth: []}, {key: []}]\n")]
+    config = example(tmp_path, http=either, zilla=MAPPED)
+    monkeypatch.chdir(config.parent)
+    assert problems(Path("zilla.yaml"))[0] == (
+        "specs/http-openapi.yaml:33: paths./pets.post.security: operation 'createPet' has 2 "
+        "alternative security requirements; a route checks one guard: keep one "
+        "(spec 'my-openapi-spec')")
+    no_identity = [(CREATE_PET, CREATE_PET + "      x-zilla-http-kafka: {key: '{identity}'}\n")]
+    config = example(tmp_path / "b", http=no_identity)
+    monkeypatch.chdir(config.parent)
+    assert problems(Path("zilla.yaml")) == [
+        "specs/http-openapi.yaml:33: paths./pets.post.x-zilla-http-kafka: {identity} in "
+        "x-zilla-http-kafka of operation 'createPet': the operation requires no security that "
+        "maps to a guard, so there is no identity (spec 'my-openapi-spec')"]
 
 
 def test_parameters_and_extension_reach_the_checks_and_the_routes(
