@@ -164,20 +164,23 @@ class Relay:
         self.request.finish()
 
     def _cut_off(self) -> None:
-        """End the client's answer unfinished: the connection (HTTP/1.1) or stream (HTTP/2)
-        is aborted, so a partial body is never taken for a whole one."""
+        """End the client's answer unfinished, so a partial body is never taken for a whole
+        one: an HTTP/2 stream is reset (`RST_STREAM`, the connection's other streams go on); an
+        HTTP/1.1 connection is closed once what was written has gone (its head, say: a reset
+        would discard that), short of the length or the last chunk it announced."""
         self.done = True
         call, self.call = self.call, None
         if call is not None:
             call.cancel()
         if self.answered:
             self.request.unregisterProducer()
-        transport = self.request.channel.transport if self.request.channel else None
-        stream = getattr(self.request, "transport", None)
-        target = stream if stream is not None and hasattr(stream, "abortConnection") \
-            else transport
-        if target is not None:
-            target.abortConnection()
+        transport = getattr(self.request, "transport", None)
+        if transport is None:  # HTTP/2: the request's channel is its stream
+            stream: Any = getattr(self.request, "channel", None)
+            if hasattr(stream, "abortConnection"):
+                stream.abortConnection()
+            return
+        transport.loseConnection()
 
     def _client_gone(self, reason: Any) -> None:
         """The client went away before the answer ended: the upstream request is cancelled."""
