@@ -1,77 +1,137 @@
-"""Real nginx (the Debian package) as an example's upstream, run from the example's own
-`nginx.conf` on a free loopback port: what the example's container mounts and writes (the site,
-the logs, the pid file) lives in a folder of the test, and its access log counts the requests
-that reached it."""
+"""Real nginx as the upstream of Zilla's http.proxy example (its compose file runs `nginx:stable`
+with the example's nginx.conf, ssl/ and www/): the same server block - TLS with the example's
+certificate, HTTP/2, `root` the example's pages - on a free loopback port, run as the
+test's user (`user` is that user, logs, pid and temp files in the test's folder, in the foreground).
+
+What the example's config does not have, and the tests use: `dav_methods PUT` (so a request
+body going through the proxy can be read back as a file), and an access log line per request
+that names the protocol (`HTTP/2.0`, `HTTP/1.1`) and the request body size, to show what the
+upstream saw.
+"""
 
 from __future__ import annotations
 
-import getpass
-import re
+import os
+import pwd
 import shutil
+import socket
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from ssekd.dev.broker import free_port, port_open, stop_process
+from ssekd.dev.broker import free_port
 from tests.support.wait import wait_until
 
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
-#: Where the example's container has its site (the compose file mounts `www/` there).
-SITE = "/usr/share/nginx/html"
+
+_CONF = """\
+user  {user};
+worker_processes  1;
+error_log  {folder}/error.log warn;
+pid        {folder}/nginx.pid;
+
+events {{
+    worker_connections  1024;
+}}
+
+http {{
+    include       /etc/nginx/mime.types;
+    default_type  application/octet-stream;
+
+    log_format seen '$request_method $request_uri $server_protocol $status $request_length '
+                    '$http_host';
+    access_log {folder}/access.log seen;
+    client_body_temp_path {folder}/body;
+    proxy_temp_path {folder}/proxy;
+    fastcgi_temp_path {folder}/fastcgi;
+    uwsgi_temp_path {folder}/uwsgi;
+    scgi_temp_path {folder}/scgi;
+
+    sendfile        on;
+    keepalive_timeout  65;
+    client_max_body_size 64m;
+
+    server {{
+        listen 127.0.0.1:{port} ssl http2;
+
+        ssl_certificate     {ssl}/cert.pem;
+        ssl_certificate_key {ssl}/key.pem;
+
+        root {root};
+        dav_methods PUT;
+        create_full_put_path on;
+    }}
+
+    server {{
+        listen 127.0.0.1:{plain_port};
+        root {root};
+        dav_methods PUT;
+    }}
+
+    server {{
+        listen 127.0.0.1:{h2c_port} http2;
+        root {root};
+        dav_methods PUT;
+    }}
+}}
+"""
 
 
 @dataclass
 class Nginx:
-    process: subprocess.Popen[bytes]
+    """A running nginx; `root` is the folder it serves (a copy of the example's www/). `port`
+    is the example's (TLS, HTTP/2 or HTTP/1.1 by ALPN); the same pages are on `plain_port`
+    (cleartext HTTP/1.1) and `h2c_port` (cleartext HTTP/2 with prior knowledge)."""
+
     port: int
+    plain_port: int
+    h2c_port: int
     folder: Path
+    root: Path
+    process: subprocess.Popen[bytes]
 
-    @property
-    def access_log(self) -> Path:
-        return self.folder / "access.log"
-
-    def requests(self) -> list[str]:
-        """The request lines it has answered (`GET /valid.json HTTP/1.1`), in order."""
-        if not self.access_log.exists():
-            return []
-        return re.findall(r'"([A-Z]+ \S+ HTTP/[0-9.]+)"', self.access_log.read_text())
+    def seen(self) -> list[str]:
+        """The access log: `METHOD URI PROTOCOL STATUS REQUEST_LENGTH HOST` per request."""
+        log = self.folder / "access.log"
+        return log.read_text().splitlines() if log.exists() else []
 
     def stop(self) -> None:
-        stop_process(self.process, 10)
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
 
 
-def adapt(conf: str, port: int, site: Path, folder: Path) -> str:
-    """The example's nginx.conf for this machine: loopback and `port` instead of `80` on every
-    address, the test's folder for the site, logs, pid and temporary files, in the foreground."""
-    conf = re.sub(r"^\s*user\s+[^;]+;", f"user {getpass.getuser()};", conf, flags=re.M)
-    conf = re.sub(r"error_log\s+\S+", f"error_log {folder / 'error.log'}", conf)
-    conf = re.sub(r"access_log\s+\S+", f"access_log {folder / 'access.log'}", conf)
-    conf = re.sub(r"pid\s+\S+;", f"pid {folder / 'nginx.pid'};", conf)
-    conf = re.sub(r"^\s*listen\s+\[::\]:80;\n", "", conf, flags=re.M)
-    conf = re.sub(r"listen\s+80;", f"listen 127.0.0.1:{port};", conf)
-    conf = conf.replace(f"root {SITE};", f"root {site};")
-    temp = "".join(f"    {kind}_temp_path {folder / kind};\n"
-                   for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
-    conf = re.sub(r"http\s*\{\n", lambda m: m.group(0) + temp, conf, count=1)
-    return "daemon off;\n" + conf
-
-
-def start_nginx(conf: Path, site: Path, folder: Path) -> Nginx:
-    """nginx with the example's `conf`, serving `site`, listening on a free loopback port."""
+def start_nginx(example: Path, folder: Path, port: int | None = None) -> Nginx:
+    """nginx as the example's compose file runs it (module docstring), its files from the
+    example folder `example` (ssl/, www/), its own under `folder`."""
     folder.mkdir(parents=True, exist_ok=True)
-    port = free_port()
-    adapted = folder / "nginx.conf"
-    adapted.write_text(adapt(conf.read_text(encoding="utf-8"), port, site.resolve(), folder),
-                       encoding="utf-8")
-    process = subprocess.Popen([NGINX, "-p", str(folder), "-c", str(adapted),
-                                "-e", str(folder / "error.log")],
+    root = folder / "html"
+    shutil.copytree(example / "www", root, dirs_exist_ok=True)
+    port = port or free_port()
+    plain_port, h2c_port = free_port(), free_port()
+    conf = folder / "nginx.conf"
+    user = pwd.getpwuid(os.getuid()).pw_name  # workers read the test's folder, as it does
+    conf.write_text(_CONF.format(user=user, folder=folder, port=port, plain_port=plain_port,
+                                 h2c_port=h2c_port, ssl=example / "ssl", root=root))
+    process = subprocess.Popen([NGINX, "-p", str(folder), "-c", str(conf), "-e",
+                                str(folder / "error.log"), "-g", "daemon off;"],
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        wait_until(lambda: port_open("127.0.0.1", port) or process.poll() is not None, 10,
-                   what="nginx to listen")
+        wait_until(lambda: process.poll() is not None or _accepts(port), 10)
+    finally:
         if process.poll() is not None:
-            raise RuntimeError(f"nginx exited: {(folder / 'error.log').read_text()}")
-    except BaseException:
-        stop_process(process, 5)
-        raise
-    return Nginx(process, port, folder)
+            _, err = process.communicate(10)
+            raise RuntimeError(f"nginx did not start: {err.decode(errors='replace')}")
+    return Nginx(port, plain_port, h2c_port, folder, root, process)
+
+
+def _accepts(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), 0.5):
+            return True
+    except OSError:
+        return False

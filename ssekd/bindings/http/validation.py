@@ -34,6 +34,7 @@ from urllib.parse import unquote, unquote_to_bytes
 import jsonschema
 from twisted.internet.defer import Deferred
 
+from ssekd.bindings.http.response_check import Abort, UpstreamAnswer
 from ssekd.catalogs.catalog import Catalog, Schema
 from ssekd.catalogs.local import LocalCatalog
 from ssekd.catalogs.models import (
@@ -509,13 +510,6 @@ def _models(builder: ModelBuilder, specs: Mapping[str, Any] | None,
 RESPONSE_BODY_BYTES = 4 << 20
 
 
-@dataclass(frozen=True)
-class ResponseRefused:
-    """Why a response is not relayed whole (the http client's relay cuts it after its head)."""
-
-    reason: str
-
-
 class ResponseValidation:
     """The http client's check of upstream responses (`options.requests[].responses`): a
     response its entry selects is held until its body is whole, then checked; one that fails is
@@ -525,7 +519,11 @@ class ResponseValidation:
 
     def __init__(self, requests: Requests, max_body: int = RESPONSE_BODY_BYTES) -> None:
         self.requests = requests
-        self.max_body = max_body
+        self._max_body = max_body
+
+    @property
+    def max_body(self) -> int:
+        return self._max_body
 
     def _response(self, method: str, path: str, status: int,
                   headers: Iterable[tuple[str, str]]) -> ResponseType | None:
@@ -545,9 +543,7 @@ class ResponseValidation:
                 model.prepare()
         return True
 
-    def check(self, answer: Any) -> ResponseRefused | None:
-        """`answer` has the request's `method` and `path` and the response's `status`,
-        `headers` (lower-case names) and whole `body`."""
+    def check(self, answer: UpstreamAnswer) -> Abort | None:
         response = self._response(answer.method, answer.path, answer.status, answer.headers)
         if response is None:
             return None
@@ -559,9 +555,9 @@ class ResponseValidation:
             if response.content is not None and answer.body:
                 _check(response.content, answer.body, "content")
         except Refused as refused:
-            return ResponseRefused(refused.reason)
+            return Abort(refused.reason)
         except Pending as pending:
-            return ResponseRefused(f"the schema is not available yet ({pending})")
+            return Abort(f"the schema is not available yet ({pending})")
         return None
 
 

@@ -294,7 +294,8 @@ def test_responses_its_entry_selects_are_held_and_cut_when_they_fail() -> None:
     schema, a `404 text/plain` as text; other answers, and other paths, pass unheld."""
     from types import SimpleNamespace
 
-    from ssekd.bindings.http.validation import ResponseRefused, ResponseValidation
+    from ssekd.bindings.http.response_check import Abort
+    from ssekd.bindings.http.validation import ResponseValidation
     json_model = {"model": "json", "catalog": {"local": [{"subject": "item"}]}}
     requests, builder = _build([{"path": "/valid.json", "method": "GET",
                                  "content-type": ["application/json", "text/plain"],
@@ -321,9 +322,9 @@ def test_responses_its_entry_selects_are_held_and_cut_when_they_fail() -> None:
     good = b'{"id": 42, "status": "Active"}'
     assert check.check(answer(200, json_head, good)) is None
     assert check.check(answer(200, json_head, b'{"id": 42, "status": "a", "name": "secret"}')) \
-        == ResponseRefused("content: the document: has a property its schema does not allow")
+        == Abort("content: the document: has a property its schema does not allow")
     assert check.check(answer(200, (*json_head, ("x-n", "secret")), good)) == \
-        ResponseRefused("header x-n: not an int32")
+        Abort("header x-n: not an int32")
     assert check.check(answer(404, (("content-type", "text/plain"),), b"\xff")) == \
-        ResponseRefused("content: not utf-8 text")
+        Abort("content: not utf-8 text")
     assert check.check(answer(404, (("content-type", "text/plain"),), b"Not Found")) is None
