@@ -83,6 +83,17 @@ AAPI_SERVER_ROUTES = f"{AAPI_COMPOSE}::test_server_routes_send_operations_to_the
 AAPI_TLS = "e2e/test_asyncapi_example.py::" \
            "test_an_https_server_of_the_spec_is_served_over_tls_with_the_vault_s_key"
 AAPI_PATHNAME = f"{AAPI_COMPOSE}::test_a_server_pathname_is_in_front_of_every_path"
+#: The openapi kinds and the openapi-asyncapi proxy: Zilla's two examples on the real daemon, and
+#: the composition tests for what the examples do not use.
+OAPI_COMPOSE = "bindings/openapi/test_compose.py"
+OAPI_PROXY = "e2e/zilla_examples/test_openapi_proxy.py::" \
+             "test_get_pets_answers_the_mockers_pets_as_test_sh_does"
+OAPI_KAFKA = "e2e/zilla_examples/test_openapi_asyncapi.py::" \
+             "test_a_posted_pet_is_listed_as_test_sh_does"
+OAPI_ROUTES = f"{OAPI_COMPOSE}::test_routes_take_operations_by_id_glob_and_tag"
+OAPI_CLIENT = f"{OAPI_COMPOSE}::" \
+              "test_the_proxy_example_composes_a_server_and_a_client_to_the_named_upstream"
+OAPI_SECURITY = f"{OAPI_COMPOSE}::test_security_requires_the_mapped_guard_with_the_scopes_as_roles"
 #: The write path's security tests on a real daemon.
 AUDIT = "bindings/http_kafka/test_write_path_audit.py"
 #: The write path (http-kafka) and the kafka client's producers.
@@ -466,6 +477,40 @@ COVERAGE: dict[str, str] = {
     "telemetry.exporters.<name>.options.endpoint.overrides (otlp)": OTLP_SIGNALS,
     "telemetry.exporters.<name>.options.endpoint.overrides.metrics (otlp)": OTLP_SIGNALS,
     "telemetry.exporters.<name>.options.endpoint.overrides.logs (otlp)": OTLP_SIGNALS,
+    "bindings.openapi/server.options.specs": OAPI_PROXY,
+    "bindings.openapi/server.options.specs.<name>.servers": OAPI_PROXY,
+    "bindings.openapi/server.options.specs.<name>.catalog": OAPI_PROXY,
+    "bindings.openapi/server.options.specs.<name>.catalog.<name>.subject": OAPI_PROXY,
+    "bindings.openapi/server.options.specs.<name>.catalog.<name>.version": OAPI_ROUTES,
+    "bindings.openapi/server.options.specs.<name>.security": OAPI_SECURITY,
+    "bindings.openapi/server.routes[].when[].spec": OAPI_ROUTES,
+    "bindings.openapi/server.routes[].when[].operation": OAPI_ROUTES,
+    "bindings.openapi/server.routes[].when[].tag": OAPI_ROUTES,
+    "bindings.openapi/client.options.specs": OAPI_PROXY,
+    "bindings.openapi/client.options.specs.<name>.servers": OAPI_PROXY,
+    "bindings.openapi/client.options.specs.<name>.catalog": OAPI_PROXY,
+    "bindings.openapi/client.options.specs.<name>.catalog.<name>.subject": OAPI_PROXY,
+    "bindings.openapi/client.options.specs.<name>.catalog.<name>.version": OAPI_CLIENT,
+    "bindings.openapi-asyncapi/proxy.options.specs": OAPI_KAFKA,
+    "bindings.openapi-asyncapi/proxy.options.specs.openapi": OAPI_KAFKA,
+    "bindings.openapi-asyncapi/proxy.options.specs.openapi.<name>.catalog": OAPI_KAFKA,
+    "bindings.openapi-asyncapi/proxy.options.specs.openapi.<name>.catalog.<name>.subject":
+        OAPI_KAFKA,
+    "bindings.openapi-asyncapi/proxy.options.specs.openapi.<name>.catalog.<name>.version":
+        OAPI_ROUTES,
+    "bindings.openapi-asyncapi/proxy.options.specs.openapi.<name>.security": OAPI_SECURITY,
+    "bindings.openapi-asyncapi/proxy.options.specs.asyncapi": OAPI_KAFKA,
+    "bindings.openapi-asyncapi/proxy.options.specs.asyncapi.<name>.catalog": OAPI_KAFKA,
+    "bindings.openapi-asyncapi/proxy.options.specs.asyncapi.<name>.catalog.<name>.subject":
+        OAPI_KAFKA,
+    "bindings.openapi-asyncapi/proxy.options.specs.asyncapi.<name>.catalog.<name>.version":
+        OAPI_ROUTES,
+    "bindings.openapi-asyncapi/proxy.routes[].when[].spec": OAPI_KAFKA,
+    "bindings.openapi-asyncapi/proxy.routes[].when[].operation": OAPI_ROUTES,
+    "bindings.openapi-asyncapi/proxy.routes[].when[].tag": OAPI_ROUTES,
+    "bindings.openapi-asyncapi/proxy.routes[].with.spec": OAPI_KAFKA,
+    "bindings.openapi-asyncapi/proxy.routes[].with.operation": OAPI_ROUTES,
+    "bindings.openapi-asyncapi/proxy.routes[].with.tag": OAPI_ROUTES,
     "bindings.asyncapi/server.options.specs": AAPI,
     "bindings.asyncapi/server.options.specs.<name>.servers": AAPI_TLS,
     "bindings.asyncapi/server.options.specs.<name>.catalog": AAPI,

@@ -374,11 +374,17 @@ def test_a_reload_rebuilds_only_what_a_spec_change_touches(tmp_path: Path) -> No
 
 def test_the_proxy_example_composes_a_server_and_a_client_to_the_named_upstream(
         tmp_path: Path) -> None:
-    """openapi.proxy: the server's routes go to the client; the client is an http client
-    (checking the answers the spec describes) over a tcp client to the URL its options name,
-    which the spec does not list (Zilla takes it as given)."""
+    """openapi.proxy (its catalog entries naming `version: latest`): the server's routes go to
+    the client; the client is an http client (checking the answers the spec describes) over a
+    tcp client to the URL its options name, which the spec does not list (Zilla takes it as
+    given)."""
     folder = tmp_path / "ex"
     shutil.copytree(PROXY, folder)
+    config = folder / "zilla.yaml"
+    text = config.read_text()
+    assert text.count("              subject: petstore\n") == 2
+    config.write_text(text.replace("              subject: petstore\n",
+                                   "              subject: petstore\n              version: latest\n"))
     document = read_document(folder / "zilla.yaml")
     composed = compose(folder / "zilla.yaml", document, discover())
     bindings = composed.bindings
@@ -413,3 +419,43 @@ def test_a_client_calls_one_upstream(tmp_path: Path, monkeypatch: pytest.MonkeyP
         "zilla.yaml:27: bindings.south_openapi_client.options.specs: binding "
         "'south_openapi_client' calls 2 upstreams (http://openapi-mock:5000, "
         "https://openapi-mock:5443); one client calls one: give each its own openapi client"]
+
+
+def test_routes_take_operations_by_id_glob_and_tag(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server's routes pick each operation's exit (operationId or glob, tag: all must
+    match; the first route wins; else the binding's exit). The proxy's `with.operation` pairs
+    every operation its route takes with one Kafka operation; `with.tag` pairs by operationId
+    among the Kafka operations with that tag; a catalog's `version` is read."""
+    tagged = [("  listPets:\n    action: receive\n",
+               "  listPets:\n    action: receive\n    tags: [{name: reads}]\n")]
+    audit = ("    exit: north_openapi_asyncapi_proxy\n",
+             "    exit: north_openapi_asyncapi_proxy\n    routes:\n"
+             "      - when: [{spec: my-openapi-spec, operation: 'create*', tag: pets}]\n"
+             "        exit: audit_proxy\n"
+             "  audit_proxy:\n    type: http-kafka\n    kind: proxy\n    routes:\n"
+             "      - when: [{method: POST, path: /pets}]\n        exit: south_asyncapi_client\n"
+             "        with: {capability: produce, topic: audit}\n")
+    config = example(tmp_path / "a", kafka=tagged, zilla=[
+        audit, ("              subject: http\n    exit",
+                "              subject: http\n              version: latest\n    exit"),
+        ("                subject: http\n        asyncapi",
+         "                subject: http\n                version: latest\n        asyncapi"),
+        ("                subject: kafka\n    routes",
+         "                subject: kafka\n                version: latest\n    routes"),
+        ("          - spec: my-openapi-spec\n        with:\n          spec: my-asyncapi-spec\n",
+         "          - spec: my-openapi-spec\n            operation: list*\n            tag: pets\n"
+         "        with:\n          spec: my-asyncapi-spec\n          tag: reads\n")])
+    composed = load(config)
+    http = composed.bindings["north_openapi_server.http_server"]
+    assert [(r.when[0]["headers"][":method"], r.exit) for r in http.routes] == [
+        ("GET", "north_openapi_asyncapi_proxy"), ("POST", "audit_proxy")]
+    [fetch] = composed.bindings["north_openapi_asyncapi_proxy"].routes
+    assert (fetch.when[0]["method"], fetch.with_["capability"]) == ("GET", "fetch")
+    # one Kafka operation for every operation of the route
+    one = example(tmp_path / "b", zilla=[
+        ("          spec: my-asyncapi-spec\n",
+         "          spec: my-asyncapi-spec\n          operation: createPet\n")])
+    routes = load(one).bindings["north_openapi_asyncapi_proxy"].routes
+    assert [(r.when[0]["method"], r.with_["capability"]) for r in routes] == [
+        ("GET", "produce"), ("POST", "produce")]
