@@ -5,9 +5,11 @@ system's CA certificates).
 Between an http client and its tcp client (which says where to connect), it makes the
 connections itself: the server's certificate must chain to what is trusted and name the host the
 tcp client connects to (or `sni`), checked by Twisted's `optionsForClientTLS`
-(service_identity): an upstream with a certificate that does not is a failed connection, retried
-like any other, never a stream of unverified data. Only `http/1.1` may be offered by ALPN there:
-the http client speaks nothing else.
+(service_identity): an upstream with a certificate that does not is a failed connection, never a
+stream of unverified data. `alpn` is what its connections offer (`h2`, `http/1.1`): the http
+client speaks HTTP/2 on those that negotiate `h2`, and asks for connections offering no `h2`
+when it speaks HTTP/1.1 (`endpoint_offering`). `trust` and `trustcacerts: true` together trust
+both the vault's entries and the system's CA certificates, as Zilla's http.proxy configures.
 
 On a kafka client's way out (its tcp client has no host: the kafka client's `servers` say where,
 and librdkafka makes the connections), it makes none: it only says what to trust (`trusted`) and
@@ -18,6 +20,9 @@ which name (`server_name`), and the kafka client hands that to librdkafka
 
 from __future__ import annotations
 
+import os
+import ssl
+from collections.abc import Sequence
 from typing import Any
 
 from cryptography import x509
@@ -41,10 +46,15 @@ class TlsClient:
 
     def __init__(self, name: str, inner: Connector, creator: Any,
                  trusted: tuple[x509.Certificate, ...] | None = None,
-                 server_name: str | None = None) -> None:
+                 server_name: str | None = None, alpn: tuple[str, ...] = (),
+                 trust_root: Any = None) -> None:
         self.name = name
         self.inner = inner
         self._creator = creator
+        #: The protocols offered by ALPN (`options.alpn`).
+        self.alpn = alpn
+        self._trust_root = trust_root
+        self._creators: dict[tuple[str, ...], Any] = {alpn: creator}
         #: The certificates a server's must chain to; None: the system's CA certificates.
         self.trusted = trusted
         #: `sni`, when the config gives one.
@@ -60,6 +70,18 @@ class TlsClient:
                              f"client has no options.host")
         return wrapClientTLS(self._creator, self.inner.endpoint())
 
+    def endpoint_offering(self, protocols: Sequence[str]) -> Any:
+        """`endpoint()`, with `protocols` offered by ALPN instead of `alpn`."""
+        offer = tuple(protocols)
+        creator = self._creators.get(offer)
+        if creator is None:
+            if self._creator is None or self.inner.address is None:
+                return self.endpoint()  # raises: nowhere to connect
+            creator = self._creators[offer] = optionsForClientTLS(
+                self.server_name or self.inner.address[0], trustRoot=self._trust_root,
+                acceptableProtocols=[p.encode("ascii") for p in offer] or None)
+        return wrapClientTLS(creator, self.inner.endpoint())
+
 
 def _trusted(ctx: BuildContext, binding: Binding) -> tuple[x509.Certificate, ...] | None:
     """What the server's certificate must chain to: named `trust` entries, else the whole trust
@@ -68,12 +90,7 @@ def _trusted(ctx: BuildContext, binding: Binding) -> tuple[x509.Certificate, ...
     options = binding.options
     base: tuple[str | int, ...] = ("bindings", binding.name)
     aliases = list(options.get("trust") or ())
-    if options.get("trustcacerts"):
-        if aliases:
-            raise ConfigError([ctx.issue(base + ("options", "trustcacerts"),
-                                         "expected either `trust` or `trustcacerts: true`: ssekd "
-                                         "does not combine the system's CA certificates with "
-                                         "vault entries")])
+    if options.get("trustcacerts") and not aliases:
         return None
     if binding.vault is None:
         raise ConfigError([ctx.issue(base, f"tls client {binding.name!r} needs a `vault` with "
@@ -99,11 +116,27 @@ def _trusted(ctx: BuildContext, binding: Binding) -> tuple[x509.Certificate, ...
     return tuple(e.certificate for e in entries)
 
 
-def _trust_root(trusted: tuple[x509.Certificate, ...] | None) -> Any:
+def _trust_root(trusted: tuple[x509.Certificate, ...] | None, system: bool = False) -> Any:
+    """What Twisted checks the server's certificate against: `trusted`, the platform's CA
+    certificates (None), or both (`system`)."""
     if trusted is None:
         return platformTrust()
-    return trustRootFromCertificates(
-        [Certificate.loadPEM(c.public_bytes(Encoding.PEM)) for c in trusted])
+    certificates = [Certificate.loadPEM(c.public_bytes(Encoding.PEM)) for c in trusted]
+    if system:
+        certificates += _system_certificates()
+    return trustRootFromCertificates(certificates)
+
+
+def _system_certificates() -> list[Certificate]:
+    """The system's CA certificates, as OpenSSL's default bundle file holds them (none when
+    there is no such file)."""
+    paths = ssl.get_default_verify_paths()
+    for name in (paths.cafile, paths.openssl_cafile):
+        if name and os.path.isfile(name):
+            with open(name, "rb") as bundle:
+                found = x509.load_pem_x509_certificates(bundle.read())
+            return [Certificate.loadPEM(c.public_bytes(Encoding.PEM)) for c in found]
+    return []
 
 
 def _build(ctx: BuildContext, binding: Binding) -> TlsClient:
@@ -119,17 +152,22 @@ def _build(ctx: BuildContext, binding: Binding) -> TlsClient:
     server_name = str(sni[0]) if sni else None
     alpn = [str(p) for p in binding.options.get("alpn") or ()]
     if inner.address is None:  # a kafka client's way out: librdkafka connects (docstring)
+        if binding.options.get("trustcacerts") and binding.options.get("trust"):
+            raise ConfigError([ctx.issue(base + ("options", "trustcacerts"),
+                                         "expected either `trust` or `trustcacerts: true` on a "
+                                         "kafka client's way out: librdkafka is given one "
+                                         "trust store")])
         return TlsClient(binding.name, inner, None, trusted, server_name)
     issues = [ctx.issue(base + ("options", "alpn", i),
-                        f"expected http/1.1: the http client speaks HTTP/1.1 only, and {p} "
+                        f"expected h2 or http/1.1, the protocols the http client speaks; {p} "
                         f"would be offered to its upstream")
-              for i, p in enumerate(alpn) if p != "http/1.1"]
+              for i, p in enumerate(alpn) if p not in ("h2", "http/1.1")]
     if issues:
         raise ConfigError(issues)
-    creator = optionsForClientTLS(server_name or inner.address[0],
-                                  trustRoot=_trust_root(trusted),
+    root = _trust_root(trusted, bool(binding.options.get("trustcacerts")))
+    creator = optionsForClientTLS(server_name or inner.address[0], trustRoot=root,
                                   acceptableProtocols=[p.encode("ascii") for p in alpn] or None)
-    return TlsClient(binding.name, inner, creator, trusted, server_name)
+    return TlsClient(binding.name, inner, creator, trusted, server_name, tuple(alpn), root)
 
 
 OPTIONS = {"type": "object", "additionalProperties": False,
@@ -144,8 +182,9 @@ OPTIONS = {"type": "object", "additionalProperties": False,
               "description": "Aliases of the vault's `trust` store entries (CA or server "
                              "certificates) the upstream's certificate must chain to."},
     "trustcacerts": {"type": "boolean", "default": False,
-                     "description": "Trust the system's CA certificates instead of vault "
-                                    "entries (for a public upstream); not combined with `trust`."},
+                     "description": "Trust the system's CA certificates (for a public "
+                                    "upstream); with `trust`, those entries as well (toward an "
+                                    "http upstream)."},
     "sni": {**STRING_LIST, "maxItems": 1, "x-ssekd-default": "the tcp client's `host`",
             "description": "The server name sent and checked against the certificate. On a "
                            "kafka client's way out, librdkafka sends each broker's own host "
@@ -153,8 +192,9 @@ OPTIONS = {"type": "object", "additionalProperties": False,
                            "`servers` entry."},
     "alpn": {"type": "array", "items": {"type": "string", "minLength": 1},
              "x-ssekd-default": "none offered",
-             "description": "Protocols offered by ALPN: only `http/1.1` toward an http "
-                            "upstream (the http client speaks HTTP/1.1); on a kafka client's "
+             "description": "Protocols offered by ALPN toward an http upstream: `h2` "
+                            "(the http client then speaks HTTP/2 when the upstream chooses "
+                            "it) and `http/1.1`; on a kafka client's "
                             "way out none is offered whatever this says (librdkafka has no "
                             "ALPN, and a Kafka broker negotiates none)."},
 }}

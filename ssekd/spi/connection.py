@@ -5,7 +5,7 @@ ones (tcp client, tls client).
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -76,3 +76,16 @@ class Connector(Protocol):
     def endpoint(self) -> IStreamClientEndpoint:
         """A Twisted `IStreamClientEndpoint` to `address`; connecting never blocks the reactor.
         Raises `ValueError` when there is no `address`."""
+
+
+@runtime_checkable
+class NegotiatingConnector(Connector, Protocol):
+    """A connector that offers protocols by ALPN (tls client): the http client asks it for
+    connections that offer fewer (its HTTP/1.1 ones never offer `h2`)."""
+
+    @property
+    def alpn(self) -> tuple[str, ...]:
+        """The protocols its connections offer (`options.alpn`)."""
+
+    def endpoint_offering(self, protocols: Sequence[str]) -> IStreamClientEndpoint:
+        """`endpoint()`, but offering `protocols` (none: no ALPN)."""

@@ -1,5 +1,6 @@
 """http bindings (docs/config-reference.md): the server (routing by pseudo-headers, CORS, limits,
-HTTP/1.1 and h2) and the client (HTTP/1.1 requests to one upstream, for an sse client)."""
+HTTP/1.1 and h2) and the client (requests to one upstream over HTTP/1.1 or h2: an sse client's
+streams, and an http server's routes as a reverse proxy)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,13 @@ from ssekd.bindings.http.health import HealthPaths
 from ssekd.bindings.http.roles import HttpBinding, HttpClientBinding
 from ssekd.bindings.http.routing import Condition, HeaderPattern
 from ssekd.bindings.http.server import HttpRoot, HttpRoute, HttpServer, HttpSite, HttpStats
+from ssekd.bindings.http.validation import (
+    CLIENT_REQUESTS_SCHEMA,
+    REQUESTS_SCHEMA,
+    ResponseValidation,
+    build_for,
+    catalogs_named,
+)
 from ssekd.config import ConfigError
 from ssekd.config.model import Binding
 from ssekd.spi.binding import BindingType, BuildContext, Dependencies, Exit, KindSpec
@@ -26,6 +34,8 @@ from ssekd.spi.guard import CertificateGuard
 from ssekd.telemetry.attributes import BindingAttributes, compile_attributes
 
 DEFAULT_VERSIONS = ("http/1.1", "h2")
+#: An http client's `versions` when the config gives none (Zilla's default).
+CLIENT_VERSIONS = ("http/1.1", "h2")
 
 
 def _build(ctx: BuildContext, binding: Binding) -> HttpServer:
@@ -59,7 +69,7 @@ def _build(ctx: BuildContext, binding: Binding) -> HttpServer:
                     HttpStats(ctx.metrics, binding.name, ctx.reactor,
                               _attributes(ctx, binding, authorization)),
                     HealthPaths.from_options(options.get("health"), ctx.health), ctx.siblings,
-                    ctx.reactor)
+                    ctx.reactor, build_for(ctx, binding, responses=False))
     site = HttpSite(root, limits, ctx.reactor)
     versions = tuple(options.get("versions", DEFAULT_VERSIONS))
     return HttpServer(binding.name, site, versions)
@@ -121,11 +131,7 @@ def _build_client(ctx: BuildContext, binding: Binding) -> HttpClient:
     base: tuple[str | int, ...] = ("bindings", binding.name)
     options = binding.options
     issues = []
-    for i, version in enumerate(options.get("versions", ("http/1.1",))):
-        if version != "http/1.1":
-            issues.append(ctx.issue(base + ("options", "versions", i),
-                                    f"the http client speaks HTTP/1.1 only; {version} upstreams "
-                                    f"are not supported"))
+    versions = tuple(str(v) for v in options.get("versions", CLIENT_VERSIONS))
     overrides = {str(k): str(v) for k, v in (options.get("overrides") or {}).items()}
     for name in overrides:
         if name.startswith(":") and name != ":authority":
@@ -139,7 +145,9 @@ def _build_client(ctx: BuildContext, binding: Binding) -> HttpClient:
                                 f"where to connect: give the tcp client options.host and port"))
     if issues:
         raise ConfigError(issues)
-    return HttpClient(binding.name, ctx.reactor, connector, overrides)
+    requests = build_for(ctx, binding, responses=True)
+    return HttpClient(binding.name, ctx.reactor, connector, overrides, versions, ctx.events,
+                      response_check=ResponseValidation(requests) if requests else None)
 
 
 _CREDENTIALS = {"type": "object", "additionalProperties": False,
@@ -202,6 +210,7 @@ OPTIONS = {"type": "object", "additionalProperties": False,
     "limits": LIMITS_SCHEMA,
     "health": HEALTH_SCHEMA,
     "asyncapi": ASYNCAPI_SCHEMA,
+    "requests": REQUESTS_SCHEMA,
 }}
 
 WHEN = {"type": "object", "additionalProperties": False, "properties": {
@@ -214,17 +223,29 @@ WHEN = {"type": "object", "additionalProperties": False, "properties": {
                                "captures one path segment."}}}
 
 CLIENT_OPTIONS = {"type": "object", "additionalProperties": False,
-                  "description": "Sends HTTP/1.1 requests (an sse client's upstream streams) to "
-                                 "where its exit connects: a tcp client (`http`), or a tls "
-                                 "client in front of one (`https`).",
+                  "description": "Sends requests to where its exit connects: a tcp client "
+                                 "(`http`), or a tls client in front of one (`https`). As an "
+                                 "http server's exit it is a reverse proxy: any method, the "
+                                 "path and query, the request's headers but hop-by-hop ones "
+                                 "and its body go up; the status, headers and body come back "
+                                 "as they arrive, with flow control; connections are pooled "
+                                 "(HTTP/2 requests share one). An upstream that refuses, cannot "
+                                 "be reached or resets is `502`, one that does not answer in "
+                                 "60 s `504`. An sse client's streams get an HTTP/1.1 "
+                                 "connection each.",
                   "properties": {
     "versions": {"type": "array", "minItems": 1, "items": {"enum": ["http/1.1", "h2"]},
-                 "default": ["http/1.1"],
-                 "description": "HTTP versions spoken upstream: `http/1.1` (`h2` is refused)."},
+                 "default": list(CLIENT_VERSIONS),
+                 "description": "HTTP versions spoken upstream: HTTP/2 when a tls client's "
+                                "`alpn` negotiates `h2`, or - `[h2]` alone - with prior "
+                                "knowledge (TLS or cleartext); HTTP/1.1 otherwise. An sse "
+                                "client's streams are HTTP/1.1."},
     "overrides": {"type": "object", "additionalProperties": {"type": "string"},
                   "x-ssekd-default": "none",
                   "description": "Headers set on every request; `:authority` replaces the "
-                                 "`Host` (by default the tcp client's `host:port`)."},
+                                 "`Host` (by default the request's own when proxying, the tcp "
+                                 "client's `host:port` for an sse client's streams)."},
+    "requests": CLIENT_REQUESTS_SCHEMA,
 }}
 
 def server_depends(options: Mapping[str, Any]) -> Dependencies:
@@ -232,7 +253,13 @@ def server_depends(options: Mapping[str, Any]) -> Dependencies:
     `options.asyncapi`, every catalog and the whole config, which its document describes."""
     document = bool(options.get("asyncapi"))
     return Dependencies(guards={g: ("authorization", g) for g in options.get("authorization") or {}},
+                        catalogs=catalogs_named(options.get("requests")),
                         every_catalog=document, whole_config=document)
+
+
+def client_depends(options: Mapping[str, Any]) -> Dependencies:
+    """The catalogs the models of its `requests` name."""
+    return Dependencies(catalogs=catalogs_named(options.get("requests")))
 
 
 BINDING = BindingType("http", {
@@ -240,6 +267,6 @@ BINDING = BindingType("http", {
                        exit_roles=(HttpBinding,), depends=server_depends,
                        options=OPTIONS, when=WHEN),
     "client": KindSpec(role=HttpClientBinding, build=_build_client, exit=Exit.REQUIRED,
-                       exit_roles=(Connector,), options=CLIENT_OPTIONS,
+                       exit_roles=(Connector,), options=CLIENT_OPTIONS, depends=client_depends,
                        summary=lambda o: str((o.get("overrides") or {}).get(":authority", ""))),
 })

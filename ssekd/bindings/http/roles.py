@@ -95,8 +95,9 @@ class RedactsPaths(Protocol):
 
 
 @runtime_checkable
-class HttpClientBinding(Protocol):
-    """Sends requests to one upstream HTTP server (http client)."""
+class HttpClientBinding(HttpBinding, Protocol):
+    """Sends requests to one upstream HTTP server (http client): an sse client's streams
+    (`get`), and, as an http server's exit, any request routed to it (`render`)."""
 
     @property
     def origin(self) -> str:
