@@ -132,6 +132,40 @@ def _route(route: Any) -> dict[str, Any]:
     return out
 
 
+def test_send_payloads_and_path_parameters_are_request_checks(tmp_path: Path) -> None:
+    """The server's http binding checks what the spec says a request carries: the payload
+    schema of each send operation's messages (createPets: the pet, createCustomer: the
+    customer, refs followed, in an inline catalog beside it), and path parameters that declare
+    a schema (Zilla's form) or an enum (AsyncAPI 3's)."""
+    id_schema = ("  showPetById:\n    address: /pets/{id}\n",
+                 "  showPetById:\n    address: /pets/{id}\n    parameters:\n"
+                 "      id:\n        schema: {type: integer}\n")
+    cid_enum = ("    address: /customer;cid={correlationId}\n",
+                "    address: /customer;cid={correlationId}\n    parameters:\n"
+                "      correlationId:\n        enum: [a.b, c]\n")
+    composed = load(example(tmp_path, http=[id_schema, cid_enum]))
+    http = composed.bindings["north_http_server.http_server"]
+    catalog = "north_http_server.requests"
+    assert http.options["requests"] == [
+        {"path": "/pets", "method": "POST",
+         "content": {"model": "json", "catalog": {catalog: [
+             {"subject": "http_api-createPets-value"}]}}},
+        {"path": "/pets/{id}", "method": "GET", "params": {"path": {"id": "int64"}}},
+        {"path": "/customer", "method": "POST",
+         "content": {"model": "json", "catalog": {catalog: [
+             {"subject": "http_api-createCustomer-value"}]}}},
+        {"path": "/customer;cid={correlationId}", "method": "GET",
+         "params": {"path": {"correlationId": {"model": "string",
+                                               "pattern": "^(?:a\\.b|c)$"}}}}]
+    subjects = composed.catalogs[catalog]["options"]["subjects"]
+    pet = yaml.safe_load(subjects["http_api-createPets-value"]["schema"])
+    assert pet["properties"]["id"] == {"type": "integer", "minimum": 0,
+                                       "description": "Pet id."}
+    customer = yaml.safe_load(subjects["http_api-createCustomer-value"]["schema"])
+    assert customer["properties"]["address"]["items"]["properties"]["zip"] == \
+        {"type": "string", "example": "94301"}
+
+
 def test_check_and_print_composed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                   capsys: pytest.CaptureFixture[str]) -> None:
     """`ssekd check` counts the HTTP operations each binding composed and names the one left
@@ -142,7 +176,7 @@ def test_check_and_print_composed(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     out = capsys.readouterr().out.splitlines()
     assert out[1:3] == [
         "composed asyncapi server north_http_server: 0 SSE operation(s) and 5 HTTP "
-        "operation(s) of http_api (specs/http-asyncapi.yaml) on http 7114",
+        "operation(s) of http_api (specs/http-asyncapi.yaml) on http 7114, 2 request check(s)",
         "composed asyncapi proxy south_kafka_proxy: 3 HTTP operation(s) paired with Kafka "
         "operations, from http_api (specs/http-asyncapi.yaml), kafka_api "
         "(specs/kafka-asyncapi.yaml); not served, no Kafka operation of the same name: "

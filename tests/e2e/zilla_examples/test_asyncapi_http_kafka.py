@@ -100,6 +100,25 @@ def test_test_sh_post_then_get_pets(run_example: RunExample) -> None:
     assert [r.key() for r in found][1:] == [b"pet-2"]
 
 
+def test_a_body_the_spec_refuses_is_400_and_never_written(run_example: RunExample) -> None:
+    """The payload schemas of the send operations check request bodies before Kafka sees
+    them: a pet with a negative id (`minimum: 0`), a customer with a status its enum lacks, a
+    body that is not JSON - each `400`, nothing on the topics; a good pet still `204`."""
+    example = run_example(NAME)
+    assert example.bootstrap is not None
+    port = example.port(7114)
+    json_type = {"Content-Type": "application/json"}
+    for path, body in (("/pets", b'{"name":"Rocky","id":-1}'), ("/pets", b"{not json"),
+                       ("/customer", json.dumps({**CUSTOMER, "status": "gone"}).encode())):
+        refused = request(port, "POST", path, json_type, body)
+        assert refused.status == 400, (path, body, refused)
+        assert b"content" in refused.body, refused
+    assert request(port, "POST", "/pets", json_type, INPUT.encode()).status == 204
+    [record] = records(example.bootstrap, "petstore-pets", 1)
+    assert record.value() == INPUT.encode()
+    assert read_records(example.bootstrap, "petstore-customers") == []
+
+
 def test_paths_the_specs_do_not_serve(run_example: RunExample) -> None:
     """`GET /pets/{id}` (getPets) has no Kafka operation of its name in the Kafka spec (it has
     getPet): Zilla composes no route for it, and neither does ssekd - 404, and `ssekd check`
