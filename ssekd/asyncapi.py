@@ -33,7 +33,9 @@ waiting on a registry on the reactor thread) while `ssekd asyncapi` may ask a re
 A route or listener composed from an AsyncAPI spec (an asyncapi binding, `Binding.origin`) is
 written as the spec says it: its channel, operation, messages and servers as they are in the
 spec, under the spec's names, with the components they refer to (a name two specs both use for
-different things gets the spec's label in front).
+different things gets the spec's label in front). That holds for the http-kafka routes of a
+spec's HTTP operations too: a write whose reply is polled brings its reply channel and the
+operation that receives from it.
 """
 
 from __future__ import annotations
@@ -571,7 +573,7 @@ def document(config: Config, catalogs: Mapping[str, Catalog],
         if security:
             operation["security"] = security
         operations[f"receive_{c.key}"] = operation
-    _http_kafka(config, docs_channels, operations, schemes)
+    _http_kafka(config, docs_channels, operations, schemes, from_specs)
     doc: dict[str, Any] = {
         "asyncapi": ASYNCAPI_VERSION,
         "info": {"title": config.namespace, "version": "1.0.0",
@@ -612,10 +614,12 @@ class _FromSpecs:
 
     def operation(self, origin: OperationOrigin) -> None:
         _, chans, ops, _ = self._of(origin.spec.label, origin.spec.document)
-        if origin.channel not in chans:
-            chans.append(origin.channel)
-        if origin.operation not in ops:
-            ops.append(origin.operation)
+        for channel in (origin.channel, *origin.channels):
+            if channel not in chans:
+                chans.append(channel)
+        for operation in (origin.operation, *origin.operations):
+            if operation not in ops:
+                ops.append(operation)
 
     def server(self, origin: ServerOrigin) -> None:
         _, _, _, keys = self._of(origin.spec.label, origin.spec.document)
@@ -710,10 +714,15 @@ class _NoAliases(yaml.SafeDumper):
 
 
 def _http_kafka(config: Config, channels: dict[str, Any], operations: dict[str, Any],
-                schemes: dict[str, Any]) -> None:
-    """The channels and operations of the http-kafka routes (see the module docstring)."""
+                schemes: dict[str, Any], from_specs: _FromSpecs) -> None:
+    """The channels and operations of the http-kafka routes (see the module docstring); a
+    route composed from a spec's HTTP operation is that operation, as the spec says it."""
     for e in endpoints(config):
         route = config.bindings[e.binding].routes[e.route]
+        origin = config.bindings[e.binding].origin
+        if isinstance(origin, Origin) and e.route in origin.routes:
+            from_specs.operation(origin.routes[e.route])
+            continue
         w = route.with_ or {}
         security = []
         for guard_name in e.guarded:

@@ -8,8 +8,9 @@ them through the config's catalogs:
 
 - **server** composes tcp (and tls), http and sse bindings for the SSE spec's servers and
   operations (`ssekd.bindings.asyncapi.server`);
-- **proxy** composes the sse-kafka binding that pairs each SSE operation with a Kafka one
-  (`ssekd.bindings.asyncapi.proxy`);
+- **proxy** composes the sse-kafka binding that pairs each SSE operation with a Kafka one, and
+  the http-kafka binding that pairs each HTTP operation (`http` operation binding) with one
+  (`ssekd.bindings.asyncapi.proxy`, `ssekd.bindings.asyncapi.http_kafka`);
 - **client** composes the kafka cache_client, cache_server and client for the Kafka spec
   (`ssekd.bindings.asyncapi.client`).
 
@@ -25,6 +26,7 @@ from typing import Any
 from ssekd.bindings.asyncapi.client import compose_client
 from ssekd.bindings.asyncapi.proxy import compose_proxy
 from ssekd.bindings.asyncapi.server import compose_server
+from ssekd.bindings.http.roles import HttpBinding
 from ssekd.bindings.kafka.roles import KafkaCache
 from ssekd.bindings.sse.roles import StreamSource
 from ssekd.config.model import Binding
@@ -105,16 +107,17 @@ def _composed_only(ctx: BuildContext, binding: Binding) -> object:
 BINDING = BindingType("asyncapi", {
     "server": KindSpec(
         role=ListenerBinding, build=_composed_only, compose=compose_server,
-        exit=Exit.REQUIRED, exit_roles=(StreamSource,), vault=True, when=_WHEN,
+        exit=Exit.REQUIRED, exit_roles=(StreamSource, HttpBinding), vault=True, when=_WHEN,
         options=_options(
             "Composes the tcp (and, for `https` servers, tls: keys from `vault`), http and sse "
             "bindings that serve a spec's SSE operations (those with the `x-zilla-sse` "
-            "operation binding) on its servers. Each operation's channel address is a path "
-            "(`GET`, cross-origin allowed); the token of an operation's security is read as its "
+            "operation binding) and HTTP operations (the `http` operation binding's `method`) "
+            "on its servers. Each operation's channel address is a path (SSE: `GET`; "
+            "cross-origin allowed); the token of an operation's security is read as its "
             "scheme says (a bearer token, or an API key in a header, query parameter or "
             "cookie). An operation goes to the exit of the first route whose `when` takes it, "
-            "else to `exit` (an asyncapi proxy, or any sse-kafka binding). `ssekd check` prints "
-            "the bindings composed.",
+            "else to `exit` (an asyncapi proxy, any sse-kafka binding for SSE operations, any "
+            "http-kafka binding for HTTP ones). `ssekd check` prints the bindings composed.",
             "Those of an SSE spec are listened on (`http`, `https`): on the URL's address when "
             "it is localhost or an IP address, else on every interface.", security=True)),
     "proxy": KindSpec(
@@ -125,9 +128,11 @@ BINDING = BindingType("asyncapi", {
                "properties": {
                    "spec": {"type": "string", "description": "The label of the Kafka spec."},
                    "operation": {"type": "string",
-                                 "x-ssekd-default": "the SSE operation's own id",
-                                 "description": "The Kafka operation each SSE operation of the "
-                                                "route is paired with."}}},
+                                 "x-ssekd-default": "the operation's own id (an HTTP "
+                                                    "operation without one is left unserved, "
+                                                    "as in Zilla)",
+                                 "description": "The Kafka operation each SSE or HTTP "
+                                                "operation of the route is paired with."}}},
         options=_options(
             "Composes the sse-kafka binding that streams Kafka topics for an SSE spec's "
             "operations: each operation a route's `when` takes is paired with the Kafka "
@@ -136,8 +141,14 @@ BINDING = BindingType("asyncapi", {
             "Kafka channel's address (`{name}` parts from the path), its filters the SSE "
             "operation's `x-zilla-sse-kafka` `filters` (`{identity}` is the guard's identity), "
             "its event id form `x-zilla-sse-kafka.event.id` (an ssekd addition), and its "
-            "`guarded` the operation's security. Routes exit to an asyncapi client (or any "
-            "kafka cache_client).",
+            "`guarded` the operation's security. HTTP operations (the `http` operation "
+            "binding) make an http-kafka binding (the proxy's own name when its specs have no "
+            "SSE operation, else `<name>.http_kafka`): a Kafka operation that receives is a "
+            "`fetch` of its topic (by the last path parameter's key, when there is one), one "
+            "that sends a `produce` (keyed by the last path parameter, else the idempotency "
+            "key; with its `reply` channel as `reply-to`, and a `send` HTTP operation with a "
+            "reply channel answering `Prefer: respond-async` with `202` and a location to "
+            "poll). Routes exit to an asyncapi client (or any kafka cache_client).",
             "The pathnames of an SSE spec's servers are put in front of its paths.",
             security=True)),
     "client": KindSpec(

@@ -135,7 +135,7 @@ def _value_model(spec: Spec, channel: Channel, catalog: str,
             if not form.startswith(_JSON_FORMATS):
                 return None
             payload, path = spec.resolve(payload.get("schema"), path + ("schema",))
-        if not _json_content(spec, message.data):
+        if not json_content(spec, message.data):
             return None
         schemas.append(spec.deref(payload, path))
     if not schemas and not avro:
@@ -158,7 +158,7 @@ def _value_model(spec: Spec, channel: Channel, catalog: str,
     return {"model": "json", "catalog": {catalog: [{"subject": subject}]}}
 
 
-def _json_content(spec: Spec, message: Mapping[str, Any]) -> bool:
+def json_content(spec: Spec, message: Mapping[str, Any]) -> bool:
     """Whether a message's content type (its own, else the spec's default) is JSON."""
     content = str(message.get("contentType") or spec.data.get("defaultContentType")
                   or "application/json").split(";")[0].strip().lower()

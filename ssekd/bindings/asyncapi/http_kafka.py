@@ -37,6 +37,16 @@ _HEADER_LOCATION = re.compile(r"^\$message\.header#/(.+)$")
 Path_ = tuple[str | int, ...]
 
 
+class PairingError(ValueError):
+    """Why an HTTP operation and a Kafka operation cannot make a route; `part` says which part
+    of the Kafka operation is at fault (`topic`: its channel's address, `reply`: its reply), so
+    that the caller says it at that line of its spec."""
+
+    def __init__(self, part: str, message: str) -> None:
+        super().__init__(message)
+        self.part = part
+
+
 @dataclass(frozen=True)
 class HttpOperation:
     """The HTTP side of a pairing, as its spec says it."""
@@ -131,14 +141,14 @@ def as_template(text: str) -> str:
 def http_kafka_route(http: HttpOperation, kafka: KafkaOperation, exit_name: str,
                      prefix: str = "") -> dict[str, Any]:
     """The http-kafka route (`when`, `exit`, `with`) that serves `http` with `kafka`: see the
-    module docstring. `prefix` is put before the paths (a server's pathname). Raises ValueError
-    with what is wrong when they cannot be paired (a topic parameter the path lacks, an async
+    module docstring. `prefix` is put before the paths (a server's pathname). Raises
+    `PairingError` when they cannot be paired (a topic parameter the path lacks, an async
     location without a reply topic): the caller says it at the spec's line."""
     params = http.parameters
     topic = kafka.topic
     for name in PARAMETER.findall(topic):
         if name not in params:
-            raise ValueError(f"topic {topic!r} has parameter {{{name}}}, which the path "
+            raise PairingError("topic", f"topic {topic!r} has parameter {{{name}}}, which the path "
                              f"{http.path!r} cannot supply"
                              + (f" (its parameters: {', '.join(params)})" if params else ""))
     when: list[dict[str, Any]] = [{"method": http.method.upper(), "path": prefix + http.path}]
@@ -160,11 +170,11 @@ def http_kafka_route(http: HttpOperation, kafka: KafkaOperation, exit_name: str,
         with_["correlation-id"] = kafka.correlation_header
     if http.location is not None:
         if kafka.reply_to is None:
-            raise ValueError(f"the reply of {http.method.upper()} {http.path} is polled at "
+            raise PairingError("reply", f"the reply of {http.method.upper()} {http.path} is polled at "
                              f"{http.location!r}, but Kafka operation {kafka.key!r} has no "
                              f"reply channel: give it one (reply: {{channel: ...}})")
         if "{" + CORRELATION_ID + "}" not in http.location:
-            raise ValueError(f"the async location {http.location!r} has no {{correlationId}}: "
+            raise PairingError("reply", f"the async location {http.location!r} has no {{correlationId}}: "
                              f"a client could not tell its reply from another's")
         with_["async"] = {"location": prefix + as_template(http.location)}
         when.append({"method": "GET", "path": prefix + http.location})

@@ -91,7 +91,7 @@ def polls(spec: Spec) -> dict[str, str]:
     return found
 
 
-def _messages(spec: Spec, op: Operation) -> list[tuple[Mapping[str, object], tuple[str | int, ...]]]:
+def messages_of(spec: Spec, op: Operation) -> list[tuple[Mapping[str, object], tuple[str | int, ...]]]:
     """The operation's messages (its own list, else its channel's), refs followed."""
     listed = op.data.get("messages")
     if isinstance(listed, list):
@@ -106,7 +106,7 @@ def _messages(spec: Spec, op: Operation) -> list[tuple[Mapping[str, object], tup
 
 def _header_format(spec: Spec, op: Operation) -> str | None:
     """The `format` of the header a message's `correlationId` is in, when it is a path."""
-    for message, at in _messages(spec, op):
+    for message, at in messages_of(spec, op):
         location = correlation_location(spec, message, at)
         m = _HEADER.match(location or "")
         if m is None:

@@ -23,7 +23,11 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from ssekd.bindings.asyncapi.http_kafka import http_kafka_route, kafka_operation
+from ssekd.bindings.asyncapi.http_kafka import (
+    PairingError,
+    http_kafka_route,
+    kafka_operation,
+)
 from ssekd.bindings.asyncapi.http_operations import (
     HTTP_BINDING,
     SSE_BINDING,
@@ -248,10 +252,11 @@ def _http_route(ctx: ComposeContext, binding: Binding, route: Route, spec: Spec,
         made = http_kafka_route(http, partner, route.exit, prefixes[0])
         for prefix in prefixes[1:]:
             made["when"] += http_kafka_route(http, partner, route.exit, prefix)["when"]
-    except ValueError as e:
-        raise ConfigError([kafka.issue(kafka_op.channel.path + ("address",),
-                                       f"HTTP operation {op.key!r} ({spec.at(op.path)}) and "
-                                       f"Kafka operation {kafka_op.key!r}: {e}")]) from None
+    except PairingError as e:
+        at = kafka_op.channel.path + ("address",) if e.part == "topic" else kafka_op.path
+        raise ConfigError([kafka.issue(at, f"HTTP operation {op.key!r} ({spec.at(op.path)}) "
+                                           f"and Kafka operation {kafka_op.key!r}: "
+                                           f"{e}")]) from None
     guard = guarding(ctx, binding, spec, op)
     guarded = {g: list(roles) for g, roles in route.guarded.items()}
     where = composition.where

@@ -13,7 +13,8 @@ operations on its servers.
 - HTTP operations (the `http` operation binding, `ssekd.bindings.asyncapi.http_operations`):
   an http route each, `:method` the binding's method, straight to the exit's http-kafka binding
   (`http_exit`: an asyncapi proxy's, or the exit itself); a write whose reply is polled also
-  routes the GET of its location.
+  routes the GET of its location. The spec's payload schemas and path parameters become the
+  http binding's `options.requests` (`ssekd.bindings.asyncapi.requests`).
 
 An operation is an SSE operation when it has the `x-zilla-sse` operation binding.
 """
@@ -32,6 +33,7 @@ from ssekd.bindings.asyncapi.http_operations import (
     http_operation,
     http_operations,
 )
+from ssekd.bindings.asyncapi.requests import RequestChecks
 from ssekd.bindings.asyncapi.routes import matches
 from ssekd.bindings.asyncapi.security import guarding
 from ssekd.bindings.asyncapi.spec import (
@@ -121,6 +123,7 @@ def compose_server(ctx: ComposeContext, binding: Binding) -> Composition:
     routed: list[tuple[Spec, Operation, str, list[tuple[str, str]], dict[str, list[str]],
                        bool]] = []
     taken: set[tuple[str, str]] = set()
+    checks = RequestChecks(name)
     served = 0  # HTTP operations served (a poll may share its write's route)
     for spec, op, http in operations:
         try:
@@ -145,6 +148,7 @@ def compose_server(ctx: ComposeContext, binding: Binding) -> Composition:
             routed.append((spec, op, exit_name, [("GET", p + path) for p in prefixes],
                            guarded, True))
             continue
+        checks.add(spec, op, http, prefixes)
         wanted = [(http.method, p + path) for p in prefixes]
         if http.location is not None:  # the GET of the async location: the write's route
             wanted += [("GET", p + http.location) for p in prefixes]
@@ -168,6 +172,7 @@ def compose_server(ctx: ComposeContext, binding: Binding) -> Composition:
     http_options: dict[str, Any] = {"access-control": {"policy": "cross-origin"}}
     if authorization:
         http_options["authorization"] = authorization
+    checks.compose(http_options, composition, http_name)
     composition.bindings[name] = _tcp(name, used, secure, http_name, tls_name)
     if any(secure.values()):
         composition.bindings[tls_name] = {"type": "tls", "kind": "server",
@@ -186,8 +191,9 @@ def compose_server(ctx: ComposeContext, binding: Binding) -> Composition:
     ports = ", ".join(f"{'https' if secure[p] else 'http'} {p}" for p in sorted(secure))
     streamed = sum(1 for r in routed if r[5])
     requested = f" and {served} HTTP operation(s)" if served else ""
+    checked = f", {len(checks.entries)} request check(s)" if checks.entries else ""
     composition.summary = (f"asyncapi server {name}: {streamed} SSE operation(s){requested} of "
-                           f"{_named(specs)} on {ports}")
+                           f"{_named(specs)} on {ports}{checked}")
     return composition
 
 
