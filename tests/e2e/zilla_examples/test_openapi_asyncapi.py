@@ -2,17 +2,20 @@
 an openapi-asyncapi proxy and an asyncapi client composed from the example's two specs, started
 as published (`tests.support.zilla_examples`) and checked the way its `.github/test.sh` checks
 it, then further: the record the POST made, a path and a method the spec does not have, a body
-that is not JSON, and a second pet merged into the list."""
+that is not JSON, a second pet merged into the list, and the spec's security mapped to a jwt
+guard."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
+import yaml
 
 from tests.e2e.zilla_examples.conftest import RunExample
+from tests.support.jwt import AUDIENCE, ISSUER, rsa_key
 from tests.support.wait import wait_until
-from tests.support.writes import read_records, request
+from tests.support.writes import header, read_records, request
 from tests.support.zilla_examples import Example
 
 pytestmark = [pytest.mark.daemon, pytest.mark.broker]
@@ -94,3 +97,47 @@ def test_beyond_test_sh(run_example: RunExample) -> None:
     assert {"id": 2, "name": "Tom", "tag": "cat"} in pets
     assert sorted(r.key() for r in read_records(example.bootstrap, TOPIC)) == [b"1", b"2"], \
         "the refused bodies made no record"
+
+
+def test_a_secured_operation_takes_a_token_with_its_scope(run_example: RunExample) -> None:
+    """The example's spec with `createPet` secured by a bearer scheme (scope `write:pets`)
+    mapped to a jwt guard on the server and the proxy, and `owner: '{identity}'` in its
+    x-zilla-http-kafka overrides: no token is 401, a token without the scope 404 (Zilla's
+    answer for a missing role), a good one writes the record with the token's subject as its
+    `owner` header; GET /pets stays open."""
+    key = rsa_key()
+    example = run_example(NAME, start=False)
+    del example.ports[4444]
+    spec = example.root("/etc/zilla/specs/http-openapi.yaml")
+    spec.write_text(spec.read_text().replace(
+        "      operationId: createPet\n",
+        "      operationId: createPet\n      security: [{petstore_auth: [write:pets]}]\n"
+        "      x-zilla-http-kafka:\n        overrides: {owner: '{identity}'}\n").replace(
+        "components:\n", "components:\n  securitySchemes:\n    petstore_auth:\n"
+                         "      type: http\n      scheme: bearer\n      bearerFormat: JWT\n"))
+    guard = {"jwt0": {"type": "jwt", "options": {"issuer": ISSUER, "audience": AUDIENCE,
+                                                 "keys": [key.jwk]}}}
+    config = yaml.safe_load(example.config.read_text())
+    config["guards"] = guard
+    bindings = config["bindings"]
+    bindings["north_openapi_server"]["options"]["specs"]["my-openapi-spec"]["security"] = \
+        {"petstore_auth": "jwt0"}
+    bindings["north_openapi_asyncapi_proxy"]["options"]["specs"]["openapi"][
+        "my-openapi-spec"]["security"] = {"petstore_auth": "jwt0"}
+    example.config.write_text(yaml.safe_dump(config, sort_keys=False))
+    example.start()
+    assert example.bootstrap is not None
+    port = example.port(7114)
+    body = b'{"id": 3, "name": "Felix"}'
+    pet = {"Content-Type": "application/json", "Idempotency-Key": "3"}
+    assert request(port, "POST", "/pets", pet, body).status == 401
+    reader = key.token(sub="bob", scope="read:pets")
+    assert request(port, "POST", "/pets", {**pet, "Authorization": f"Bearer {reader}"},
+                   body).status == 404
+    writer = key.token(sub="alice", scope="write:pets")
+    written = request(port, "POST", "/pets", {**pet, "Authorization": f"Bearer {writer}"}, body)
+    assert written.status in (200, 201, 202, 204), written
+    [record] = read_records(example.bootstrap, TOPIC)
+    assert (record.key(), record.value(), header(record, "owner")) == (b"3", body, b"alice")
+    assert header(record, "authorization") is None, "the token never reaches Kafka"
+    assert request(port, "GET", "/pets").status == 200
