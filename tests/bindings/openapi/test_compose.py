@@ -459,3 +459,26 @@ def test_routes_take_operations_by_id_glob_and_tag(tmp_path: Path,
     routes = load(one).bindings["north_openapi_asyncapi_proxy"].routes
     assert [(r.when[0]["method"], r.with_["capability"]) for r in routes] == [
         ("GET", "produce"), ("POST", "produce")]
+
+
+def test_an_inline_spec_is_read_and_its_errors_are_at_the_configs_lines(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A spec inline in zilla.yaml (an `inline` catalog) composes as from a file; a problem in
+    it is at its line of zilla.yaml."""
+    spec = (KAFKA_PROXY / "specs" / "http-openapi.yaml").read_text()
+    inline = "".join(f"            {line}\n" for line in spec.splitlines())
+    config = example(tmp_path, zilla=[
+        ("catalogs:\n", "catalogs:\n  specs_inline:\n    type: inline\n    options:\n"
+                        "      subjects:\n        http:\n          schema: |\n" + inline),
+        ("            host_filesystem:\n              subject: http\n",
+         "            specs_inline:\n              subject: http\n")])
+    monkeypatch.chdir(config.parent)
+    composed = load(Path("zilla.yaml"))
+    assert len(composed.bindings["north_openapi_server.http_server"].routes) == 2
+    text = config.read_text()
+    config.write_text(text.replace('schemas/Pet"\n', 'schemas/Cat"\n', 1))  # the request body's
+    line = next(i for i, t in enumerate(config.read_text().splitlines(), 1) if "Cat" in t)
+    assert problems(Path("zilla.yaml")) == [
+        f"zilla.yaml:{line}: paths./pets.post.requestBody.content.application/json.schema.$ref: "
+        "reference '#/components/schemas/Cat' points at nothing in the spec "
+        "(spec 'my-openapi-spec')"]
