@@ -17,9 +17,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ssekd.bindings.asyncapi.client import JSON_SCHEMA_DRAFT
 from ssekd.bindings.openapi.servers import BaseUrl
-from ssekd.bindings.openapi.spec import OpenapiSpec, Operation, is_json
+from ssekd.bindings.openapi.spec import OpenapiSpec, Operation, is_json, json_schema
 from ssekd.spi.compose import Composition, Where
 
 #: Where each parameter goes in a request entry (`in: cookie` is not checked, as in Zilla).
@@ -34,8 +33,11 @@ class RequestChecks:
         self.entries: list[dict[str, Any]] = []
         self.subjects: dict[str, dict[str, str]] = {}
         self.where: dict[int, Where] = {}
+        #: The `openapi` version of the spec being read (its schemas' dialect).
+        self.version = "3.0.0"
 
     def add(self, spec: OpenapiSpec, op: Operation, urls: list[BaseUrl]) -> None:
+        self.version = str(spec.data.get("openapi"))
         body = [c for c in op.body if c.schema is not None and is_json(c.media_type)]
         params = [p for p in op.parameters if p.schema is not None and p.where in _PARAMS]
         if not body and not params:
@@ -57,6 +59,7 @@ class RequestChecks:
 
     def add_responses(self, spec: OpenapiSpec, op: Operation, urls: list[BaseUrl]) -> None:
         """The entries that check the upstream's answers to `op` (an http client's)."""
+        self.version = str(spec.data.get("openapi"))
         answers = []
         for response in op.responses:
             if not response.status.isdigit():
@@ -90,8 +93,7 @@ class RequestChecks:
                 "catalog": {self.catalog: [{"subject": self._subject(subject, schema)}]}}
 
     def _subject(self, subject: str, schema: Any) -> str:
-        text = {"$schema": JSON_SCHEMA_DRAFT, **schema} if isinstance(schema, dict) else schema
-        self.subjects[subject] = {"schema": json.dumps(text)}
+        self.subjects[subject] = {"schema": json.dumps(json_schema(schema, self.version))}
         return subject
 
     def compose(self, options: dict[str, Any], composition: Composition,

@@ -14,9 +14,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
-from ssekd.bindings.asyncapi.spec import DEFAULT_PORTS, Spec
+from ssekd.bindings.asyncapi.spec import Spec
 from ssekd.config.document import parse_text
 from ssekd.config.errors import ConfigError, ConfigIssue
 from ssekd.spi.compose import ComposeContext, Source
@@ -29,6 +28,9 @@ METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
 TEMPLATE = re.compile(r"\{([^{}/]*)\}")
 #: What a path parameter may be called to become a capture of the http binding (`{name}`).
 CAPTURE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: The JSON Schema dialect of an OpenAPI 3.1 schema (3.0's is draft-04-like: see `json_schema`).
+DRAFT_2020_12 = "https://json-schema.org/draft/2020-12/schema"
+DRAFT_07 = "http://json-schema.org/draft-07/schema#"
 _JSON = re.compile(r"^application/(?:[^;]+\+)?json(?:;.*)?$", re.IGNORECASE)
 
 
@@ -36,6 +38,32 @@ def is_json(content_type: str) -> bool:
     """Whether a media type is JSON (`application/json`, `application/<x>+json`), as Zilla
     decides which request and response contents it models as JSON."""
     return _JSON.match(content_type.strip()) is not None
+
+
+def json_schema(schema: Any, openapi: str) -> Any:
+    """An OpenAPI schema object as a JSON Schema a validator reads, with its `$schema`: 3.1's
+    is JSON Schema 2020-12 as it is; 3.0's is a dialect of its own, whose `nullable: true`
+    becomes a `null` alternative and whose boolean `exclusiveMinimum`/`exclusiveMaximum`
+    become draft-07's numbers (draft-07 would refuse the schema otherwise)."""
+    if openapi.startswith("3.1"):
+        return {"$schema": DRAFT_2020_12, **schema} if isinstance(schema, dict) else schema
+    converted = _from_3_0(schema)
+    return {"$schema": DRAFT_07, **converted} if isinstance(converted, dict) else converted
+
+
+def _from_3_0(schema: Any) -> Any:
+    if isinstance(schema, list):
+        return [_from_3_0(v) for v in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: _from_3_0(v) for k, v in schema.items() if k != "nullable"}
+    for bound, limit in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
+        if isinstance(out.get(bound), bool):
+            if out.pop(bound) and limit in out:
+                out[bound] = out.pop(limit)
+    if schema.get("nullable") is True:
+        out = {"anyOf": [out, {"type": "null"}]}
+    return out
 
 
 @dataclass(frozen=True)
@@ -105,33 +133,6 @@ class Server:
                 return None
             url = url.replace(f"{{{name}}}", self.defaults[name])
         return url
-
-    def matches(self, url: str) -> bool:
-        """Whether `url` (scheme, host, port and path as a binding names it) is this server."""
-        pattern, pos = "", 0
-        for m in TEMPLATE.finditer(self.url):
-            pattern += re.escape(self.url[pos:m.start()])
-            options = self.choices.get(m.group(1))
-            pattern += "(?:" + "|".join(map(re.escape, options)) + ")" if options \
-                else "[^/]+"
-            pos = m.end()
-        pattern += re.escape(self.url[pos:])
-        return any(re.fullmatch(pattern, u.rstrip("/"), re.IGNORECASE) is not None
-                   for u in _spellings(url)) or \
-            re.fullmatch(pattern.rstrip("/"), url.rstrip("/"), re.IGNORECASE) is not None
-
-
-def _spellings(url: str) -> list[str]:
-    """`url` with and without its scheme's default port (`http://h` is `http://h:80`)."""
-    parts = urlsplit(url)
-    out = [url]
-    default = DEFAULT_PORTS.get(parts.scheme.lower())
-    if parts.hostname and default is not None:
-        if parts.port is None:
-            out.append(url.replace(parts.netloc, f"{parts.netloc}:{default}", 1))
-        elif parts.port == default:
-            out.append(url.replace(parts.netloc, parts.hostname, 1))
-    return out
 
 
 class OpenapiSpec:
