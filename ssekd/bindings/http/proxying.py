@@ -153,6 +153,12 @@ class Relay:
                          f"{self.describe}: {status} aborted: {verdict.reason}")
         if self.call is not None:
             self.call.cancel()
+        if verdict.instead is not None:  # nothing of the response has gone: answer otherwise
+            self.request.setResponseCode(verdict.instead)
+            self.request.setHeader(b"retry-after", b"0")
+            self.request.setHeader(b"content-length", b"0")
+            self._finish()
+            return
         self._write_head(status, headers)
         self.request.write(b"")  # the head goes out, then the answer is cut off
         self._cut_off()
