@@ -24,6 +24,7 @@ from zope.interface import implementer
 
 from ssekd.bindings.http.exchange import UpstreamCall, end_to_end
 from ssekd.bindings.http.response_check import Abort, ResponseCheck, UpstreamAnswer
+from ssekd.bindings.http.stream_writer import reset
 from ssekd.telemetry.events import EventLog
 
 UPSTREAM_FAILED = "BINDING_HTTP_UPSTREAM_FAILED"
@@ -172,12 +173,7 @@ class Relay:
             call.cancel()
         if self.answered:
             self.request.unregisterProducer()
-        transport = self.request.channel.transport if self.request.channel else None
-        stream = getattr(self.request, "transport", None)
-        target = stream if stream is not None and hasattr(stream, "abortConnection") \
-            else transport
-        if target is not None:
-            target.abortConnection()
+        reset(self.request)
 
     def _client_gone(self, reason: Any) -> None:
         """The client went away before the answer ended: the upstream request is cancelled."""
