@@ -9,7 +9,7 @@ A client that goes away cancels the upstream call.
 Upstream trouble before the response head is an answer, never a traceback: `502` when the
 upstream refused, was unreachable, reset or closed the connection, or spoke no HTTP; `504`
 when it did not answer in time. After the head, the client's answer is cut off (its connection
-aborted on HTTP/1.1, its stream reset on HTTP/2) so it cannot take a partial body for a whole
+closed short on HTTP/1.1, its stream reset on HTTP/2) so it cannot take a partial body for a whole
 one. Both are `BINDING_HTTP_UPSTREAM_FAILED` events.
 """
 
