@@ -9,7 +9,7 @@ A client that goes away cancels the upstream call.
 Upstream trouble before the response head is an answer, never a traceback: `502` when the
 upstream refused, was unreachable, reset or closed the connection, or spoke no HTTP; `504`
 when it did not answer in time. After the head, the client's answer is cut off (its connection
-aborted on HTTP/1.1, its stream reset on HTTP/2) so it cannot take a partial body for a whole
+closed short on HTTP/1.1, its stream reset on HTTP/2) so it cannot take a partial body for a whole
 one. Both are `BINDING_HTTP_UPSTREAM_FAILED` events.
 """
 
@@ -153,6 +153,12 @@ class Relay:
                          f"{self.describe}: {status} aborted: {verdict.reason}")
         if self.call is not None:
             self.call.cancel()
+        if verdict.instead is not None:  # nothing of the response has gone: answer otherwise
+            self.request.setResponseCode(verdict.instead)
+            self.request.setHeader(b"retry-after", b"0")
+            self.request.setHeader(b"content-length", b"0")
+            self._finish()
+            return
         self._write_head(status, headers)
         self.request.write(b"")  # the head goes out, then the answer is cut off
         self._cut_off()

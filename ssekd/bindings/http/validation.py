@@ -16,9 +16,10 @@ ignores the method; ssekd does not.)
 The answers: a request that fails is `400` before its route's exit sees anything, its body a line
 saying which part failed and why, never the value itself (a header may be a credential, a body
 anything). A catalog that cannot answer yet (a schema registry down or slow) is waited for at
-most `WAIT_SECONDS`, then `503` with `Retry-After`. A response whose headers fail is a `503`
-with `Retry-After: 0` instead (Zilla's answer); one whose content fails is cut after its head
-has gone: the client sees the response end early (curl exits 18).
+most `WAIT_SECONDS`, then `503` with `Retry-After`. A response its entry selects is held until
+its body is whole (at most `RESPONSE_BODY_BYTES`): one whose headers fail is a `503` with
+`Retry-After: 0` instead (Zilla's answer); one whose content fails is cut after its head has
+gone (Zilla's too): the client sees the response end early (curl exits 18 over HTTP/1.1).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from urllib.parse import unquote, unquote_to_bytes
 
 import jsonschema
 from twisted.internet.defer import Deferred
+from twisted.web import http
 
 from ssekd.bindings.http.response_check import Abort, UpstreamAnswer
 from ssekd.catalogs.catalog import Catalog, Schema
@@ -552,6 +554,12 @@ class ResponseValidation:
                 model = response.headers.get(name.lower())
                 if model is not None:
                     _check(model, value.encode("latin-1"), f"header {name.lower()}")
+        except Refused as refused:
+            return Abort(refused.reason, instead=http.SERVICE_UNAVAILABLE)
+        except Pending as pending:
+            return Abort(f"the schema is not available yet ({pending})",
+                         instead=http.SERVICE_UNAVAILABLE)
+        try:
             if response.content is not None and answer.body:
                 _check(response.content, answer.body, "content")
         except Refused as refused:

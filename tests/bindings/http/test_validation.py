@@ -324,7 +324,7 @@ def test_responses_its_entry_selects_are_held_and_cut_when_they_fail() -> None:
     assert check.check(answer(200, json_head, b'{"id": 42, "status": "a", "name": "secret"}')) \
         == Abort("content: the document: has a property its schema does not allow")
     assert check.check(answer(200, (*json_head, ("x-n", "secret")), good)) == \
-        Abort("header x-n: not an int32")
+        Abort("header x-n: not an int32", instead=503), "Zilla's 503 in place of the answer"
     assert check.check(answer(404, (("content-type", "text/plain"),), b"\xff")) == \
         Abort("content: not utf-8 text")
     assert check.check(answer(404, (("content-type", "text/plain"),), b"Not Found")) is None

@@ -131,3 +131,24 @@ def test_answers_no_entry_selects_pass_unchecked(run_example: RunExample,
     assert missing.returncode == 0 and missing.stdout.endswith(b"404")
     page = curl(base + "/demo.html")
     assert page.stdout == (EXAMPLES / NAME / "www" / "demo.html").read_bytes()
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_an_answer_whose_headers_fail_is_503_instead(run_example: RunExample, nginx: Nginx,
+                                                     version: str) -> None:
+    """Beyond the example: its `200` entries given a header model nginx's `ETag` (a quoted
+    text) fails. The answer is Zilla's: `503` with `Retry-After: 0` in its place, none of
+    nginx's headers nor body."""
+    header_model = ("            - status: 200\n              headers:\n                etag:\n"
+                    "                  model: int32\n")
+    example = run_example(NAME, kafka=False,
+                          hosts={"host: nginx": "host: 127.0.0.1",
+                                 "port: 80\n": f"port: {nginx.port}\n",
+                                 "            - status: 200\n": header_model})
+    out = curl(version, "-D", "-", f"http://localhost:{example.port(7114)}/valid.json")
+    head, _, body = out.stdout.partition(b"\r\n\r\n")
+    assert out.returncode == 0 and re.match(rb"HTTP/(1\.1|2) 503", head), out
+    assert b"retry-after: 0" in head.lower() and b"etag" not in head.lower()
+    assert body == b""
+    assert example.daemon is not None
+    example.daemon.wait_output("aborted: header etag: not an int32")
