@@ -16,9 +16,10 @@ STAMP      := $(VENV)/.installed-full-$(SUM)
 FULL_EXTRAS := dev,spark,bench
 # What builds and runs the container image (`make image` installs these alone).
 IMAGE_DEBS := podman runc debootstrap
-# Debian programs the tests and benchmarks drive as real clients, and the image's; certutil
-# (libnss3-tools) makes the browser trust the test CA; nginx is an example's upstream.
-DEBS   := curl openssl wrk nghttp2-client chromium default-jre-headless prometheus haproxy nginx systemd \
+# Debian programs the tests and benchmarks drive as real clients (and nginx, the real upstream
+# of the http.proxy example), and the image's; certutil (libnss3-tools) makes the browser trust
+# the test CA.
+DEBS   := curl openssl wrk nghttp2-client nginx chromium default-jre-headless prometheus haproxy systemd \
           libnss3-tools $(IMAGE_DEBS)
 PYTEST_ARGS ?=
 # The official AsyncAPI JSON Schemas (npm `@asyncapi/specs`), which the generated AsyncAPI

@@ -138,7 +138,8 @@ class HttpClient:
                                                         pool=stream_pool)
         pool = HTTPConnectionPool(reactor, persistent=True)
         pool.maxPersistentPerHost = MAX_IDLE_H1_CONNECTIONS
-        pool.retryAutomatically = False  # a request is sent once: the client decides again
+        # Twisted sends a request again, once, only when a reused connection turned out closed
+        # before it was answered, and only an idempotent one without a body: kept.
         self._agent = Agent.usingEndpointFactory(reactor, _OneEndpoint(self), pool=pool)
         self._h1_slots = DeferredSemaphore(MAX_H1_CONNECTIONS)
 
@@ -184,7 +185,9 @@ class HttpClient:
         raw = [(bytes(n).lower(), bytes(v)) for n, vs in request.requestHeaders.getAllRawHeaders()
                for v in vs]
         host = next((v for n, v in raw if n == b"host"), None)
-        kept = [(n, v) for n, v in end_to_end(raw) if n not in (b"host", b"content-length")]
+        # `Expect: 100-continue` was the http server's to answer: the body is in already
+        kept = [(n, v) for n, v in end_to_end(raw)
+                if n not in (b"host", b"content-length", b"expect")]
         if self.headers:
             names = {k.lower().encode("latin-1") for k in self.headers}
             kept = [(n, v) for n, v in kept if n not in names]

@@ -106,6 +106,7 @@ def test_hop_by_hop_headers_stay_behind_and_the_host_is_the_clients() -> None:
         b"Host": b"localhost:7143", b"Connection": b"keep-alive, x-hop",
         b"X-Hop": b"1", b"Keep-Alive": b"timeout=5", b"TE": b"trailers",
         b"Transfer-Encoding": b"chunked", b"Upgrade": b"h2c", b"Content-Length": b"4",
+        b"Expect": b"100-continue",
         b"Accept": b"text/html", b"User-Agent": b"curl"})
     up = client.upstream_request(request)
     assert (up.method, up.path, up.authority, up.body) == (b"POST", b"/a?b=1",

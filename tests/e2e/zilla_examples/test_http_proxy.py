@@ -101,7 +101,48 @@ def test_http_proxy_headers_bodies_and_protocols(run_example: RunExample, nginx:
     seen = nginx.seen()
     assert any(line.startswith("PUT /uploads/two.bin HTTP/2.0 201") for line in seen), seen
     assert all(" HTTP/2.0 " in line for line in seen), seen
-    assert any(line.endswith(f"localhost:{example.port(7143)}") for line in seen), seen
+    assert any(line.split()[5] == f"localhost:{example.port(7143)}" for line in seen), seen
+
+
+def test_http_proxy_multiplexes_requests_on_one_upstream_connection(run_example: RunExample,
+                                                                    nginx: Nginx) -> None:
+    """nghttp asks for the page and its stylesheet at once, twice over: every request reaches
+    nginx as an HTTP/2 stream of the same connection."""
+    example = run_proxy(run_example, nginx)
+    base = f"https://localhost:{example.port(7143)}"
+    for _ in range(2):
+        out = nghttp(f"{base}/demo.html", f"{base}/style.css")
+        assert out.returncode == 0 and expected_page() in out.stdout, out.stderr
+    seen = nginx.seen()
+    assert len(seen) == 4 and {line.split()[2] for line in seen} == {"HTTP/2.0"}, seen
+    assert len({line.split()[6] for line in seen}) == 1, seen
+
+
+def test_a_client_that_leaves_cancels_the_upstream_request(run_example: RunExample,
+                                                           nginx: Nginx) -> None:
+    """A client that reads the head of a 64 MiB file and closes: nginx's request ends with a
+    fraction of the file sent (its stream was reset), and the daemon serves on."""
+    example = run_proxy(run_example, nginx)
+    (nginx.root / "large.bin").write_bytes(os.urandom(64 * 1024 * 1024))
+    conn = _tls(example.port(7143))
+    conn.sendall(b"GET /large.bin HTTP/1.1\r\nHost: localhost\r\n\r\n")
+    assert conn.recv(4096).startswith(b"HTTP/1.1 200")
+    conn.close()
+    wait_until(lambda: any("/large.bin" in line for line in nginx.seen()), 10)
+    [line] = [line for line in nginx.seen() if "/large.bin" in line]
+    assert int(line.split()[7]) < 16 * 1024 * 1024, line
+    assert curl("-o", "/dev/null", "-w", "%{http_code}",
+                f"https://localhost:{example.port(7143)}/demo.html").stdout == b"200"
+
+
+def _tls(port: int) -> ssl.SSLSocket:
+    """A TLS connection to the example's port without ALPN (HTTP/1.1), its certificate not
+    checked (`--no-verify`, as test.sh does)."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    raw = socket.create_connection(("127.0.0.1", port), 10)
+    return context.wrap_socket(raw, server_hostname="localhost")
 
 
 @pytest.mark.parametrize("options,protocol", [("", "HTTP/2.0"),
@@ -116,11 +157,7 @@ def test_http_proxy_streams_a_large_file_to_a_stalled_client(
     example = run_proxy(run_example, nginx, options)
     data = os.urandom(64 * 1024 * 1024)
     (nginx.root / "large.bin").write_bytes(data)
-    context = ssl.create_default_context()
-    context.check_hostname = False
-    context.verify_mode = ssl.CERT_NONE
-    raw = socket.create_connection(("127.0.0.1", example.port(7143)), 10)
-    conn = context.wrap_socket(raw, server_hostname="localhost")
+    conn = _tls(example.port(7143))
     conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
     conn.sendall(b"GET /large.bin HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
     head = b""
@@ -178,6 +215,7 @@ def test_http_proxy_speaks_http11_upstream_with_versions_http11(run_example: Run
         assert out.stdout.rstrip("\n") == expected_page()
     seen = [line for line in nginx.seen() if "/demo.html" in line]
     assert len(seen) == 3 and all(" HTTP/1.1 200 " in line for line in seen), seen
+    assert len({line.split()[6] for line in seen}) == 1, seen  # one pooled connection
 
 
 _CLEARTEXT = """\
