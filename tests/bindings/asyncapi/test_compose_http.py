@@ -353,3 +353,43 @@ def test_http_kafka_route_by_zilla_s_rules() -> None:
         http_kafka_route(HttpOperation("POST", "/items", "/items;{correlationId}"),
                          KafkaOperation("add", "send", "items"), "c")
     assert e.value.part == "reply"
+
+
+def test_a_secured_http_operation_is_guarded_on_both_sides(tmp_path: Path) -> None:
+    """createCustomer requiring a bearer scheme mapped to guard jwt0 (with a scope): the http
+    server reads the token from `Authorization` and guards the route, and so does the
+    http-kafka route; the other operations stay open."""
+    secured = [("    reply:\n      channel:\n        $ref: \"#/channels/verifiedCustomers\"\n"
+                "    summary:",
+                "    reply:\n      channel:\n        $ref: \"#/channels/verifiedCustomers\"\n"
+                "    security:\n      - $ref: '#/components/securitySchemes/bearer'\n"
+                "    summary:"),
+               ("components:\n", "components:\n  securitySchemes:\n    bearer:\n"
+                "      type: http\n      scheme: bearer\n      scopes: [customers:write]\n")]
+    guard = [("bindings:\n", "guards:\n  jwt0:\n    type: jwt\n    options:\n      keys: "
+              "[{kty: oct, kid: k, alg: HS256, k: c2VjcmV0}]\nbindings:\n")] + [
+        ("              subject: http\n    exit",
+         "              subject: http\n          security: {bearer: jwt0}\n    exit"),
+        ("              subject: http\n        kafka_api",
+         "              subject: http\n          security: {bearer: jwt0}\n        kafka_api")]
+    composed = load(example(tmp_path, http=secured, zilla=guard))
+    http = composed.bindings["north_http_server.http_server"]
+    assert http.options["authorization"] == {
+        "jwt0": {"credentials": {"headers": {"authorization": "Bearer {credentials}"}}}}
+    assert [r.guarded for r in http.routes] == [{}, {}, {}, {"jwt0": ("customers:write",)}]
+    proxy = composed.bindings["south_kafka_proxy"]
+    assert [r.guarded for r in proxy.routes] == [{}, {}, {"jwt0": ("customers:write",)}]
+
+
+def test_a_server_may_exit_to_an_http_kafka_binding_written_by_hand(tmp_path: Path) -> None:
+    """Without an asyncapi proxy: the server's HTTP operations go straight to the http-kafka
+    binding its `exit` names."""
+    by_hand = ("    exit: south_kafka_proxy\n  south_kafka_proxy:\n    type: asyncapi\n",
+               "    exit: south_http_kafka\n  south_http_kafka:\n    type: http-kafka\n"
+               "    kind: proxy\n    routes:\n      - when: [{path: /pets}]\n"
+               "        exit: south_kafka_client\n"
+               "        with: {capability: fetch, topic: petstore-pets}\n"
+               "  south_kafka_proxy:\n    type: asyncapi\n")
+    composed = load(example(tmp_path, zilla=[by_hand]))
+    http = composed.bindings["north_http_server.http_server"]
+    assert {r.exit for r in http.routes} == {"south_http_kafka"}
