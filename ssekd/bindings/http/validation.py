@@ -340,7 +340,7 @@ class RequestType:
         found = self.pattern.match(path.partition("?")[0])
         if found is not None:
             for name, model in self.path_params.items():
-                value = found.groupdict().get(name)
+                value = found.groupdict().get(_group(name))
                 if value is not None:
                     _check(model, unquote_to_bytes(value), f"path parameter {name}")
         query = path.partition("?")[2]
@@ -444,8 +444,8 @@ def compile_path(template: str) -> re.Pattern[str]:
 
 
 def _group(name: str) -> str:
-    """A param name as a regex group name (`-` is not allowed in those)."""
-    return name.replace("-", "_")
+    """A param name as a regex group name (which allows no `-`): its bytes in hex."""
+    return "p" + name.encode().hex()
 
 
 def build_requests(entries: Sequence[Mapping[str, Any]], builder: ModelBuilder,
@@ -456,8 +456,7 @@ def build_requests(entries: Sequence[Mapping[str, Any]], builder: ModelBuilder,
     for i, spec in enumerate(entries):
         at = (*base, i)
         params = spec.get("params") or {}
-        path_params = {_group(str(n)): m for n, m in _models(
-            builder, params.get("path"), (*at, "params", "path")).items()}
+        path_params = _models(builder, params.get("path"), (*at, "params", "path"))
         template = str(spec["path"])
         names = set(re.findall(r"\{([A-Za-z0-9_-]+)\}", template))
         for name in params.get("path") or {}:

@@ -54,7 +54,36 @@ bindings:
             catalog:
               my_catalog:
                 - strategy: encoded
+        - path: /stream/{{key}}
+          method: GET
+          params:
+            path:
+              key:
+                model: string
+                pattern: "[a-z]+"
+            query:
+              limit: int32
+    routes:
+      - when:
+          - headers:
+              :path: /stream/*
+        exit: sse0
     exit: mapping
+  sse0:
+    type: sse
+    kind: server
+    exit: sse_kafka0
+  sse_kafka0:
+    type: sse-kafka
+    kind: proxy
+    routes:
+      - when:
+          - path: /stream/{{key}}
+        exit: cache_client
+        with:
+          topic: {topic}
+          filters:
+            - key: ${{params.key}}
   mapping:
     type: http-kafka
     kind: proxy
@@ -134,3 +163,28 @@ def test_avro_bodies_are_checked_with_the_schema_of_their_id(
     records = read_records(kafka.bootstrap, topic)
     assert [r.value() for r in records] == [good, good], "only the good ones reached Kafka"
     assert daemon.alive()
+
+
+def test_an_sse_route_gets_checked_requests_and_streams_the_rest(
+        tmp_path: Path, run_daemon, kafka: Kafka, registry: Registry) -> None:  # type: ignore[no-untyped-def]
+    """The sse exit reads no body and holds its answer open: a request whose parameters fail
+    is `400` and no stream opens; a good one streams."""
+    topic = kafka.topic(1, prefix="sse-checked")
+    port = free_port()
+    config = tmp_path / "zilla.yaml"
+    config.write_text(CONFIG.format(registry=registry.url, port=port, topic=topic,
+                                    bootstrap=kafka.bootstrap))
+    run_daemon(config, wait_ports=[port])
+    base = f"http://127.0.0.1:{port}/stream"
+    for version in ("--http1.1", "--http2-prior-knowledge"):
+        for path, why in [("/Lamp", b"path parameter key: does not match the pattern [a-z]+\n"),
+                          ("/lamp?limit=ten", b"query parameter limit: not an int32\n")]:
+            out = subprocess.run(["curl", "-s", version, "--max-time", "5", "-w", "%{http_code}",
+                                  base + path], capture_output=True, timeout=20, check=False)
+            assert out.stdout == why + b"400", (version, out)
+        out = subprocess.run(["curl", "-s", version, "--max-time", "1", "-D", "-",
+                              base + "/lamp?limit=10"], capture_output=True, timeout=20,
+                             check=False)
+        assert out.returncode == 28, "the stream stays open"
+        assert b"200" in out.stdout.split(b"\r\n")[0]
+        assert b"content-type: text/event-stream" in out.stdout.lower()

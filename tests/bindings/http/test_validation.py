@@ -105,10 +105,15 @@ def test_ranges_are_read_as_zilla_writes_them() -> None:
 def test_path_templates_match_as_zillas_do() -> None:
     pattern = compile_path("/items/{category}/{item-id}")
     found = pattern.match("/items/books/7")
-    assert found is not None and found.groupdict() == {"category": "books", "item_id": "7"}
+    assert found is not None and list(found.groups()) == ["books", "7"]
     assert pattern.match("/items/books/7/") is not None, "a trailing slash is the same path"
     found = pattern.match("/items/a/b/c")
-    assert found is not None and found["item_id"] == "b/c", "the last one takes the rest"
+    assert found is not None and found.groups()[1] == "b/c", "the last one takes the rest"
+    requests, _ = _build([{"path": "/items/{item-id}", "params": {"path": {"item-id": "int32"}}}])
+    entry = requests.select("GET", "/items/x", None)
+    assert entry is not None
+    assert _refusal(lambda: entry.check_head("/items/x", [])) == (
+        400, "path parameter item-id: not an int32"), "named as the config names it"
     assert pattern.match("/items/books") is None
     assert compile_path("/a.json").match("/aXjson") is None, "the rest is literal text"
 
