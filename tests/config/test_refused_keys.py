@@ -126,20 +126,11 @@ REFUSED: list[tuple[str, str, str, str, str]] = [
                                                  "    options: {requests: [{path: /x}]}\n"),
      "requests: [{path: /x}]", "bindings.relay.options.requests",
      "request validation is not supported"),
-    ("http-client-h2", BASE + RELAY.replace("    exit: up_tcp\n",
-                                            "    exit: up_tcp\n    options: {versions: [h2]}\n"),
-     "versions: [h2]", "bindings.up_http.options.versions[0]", "HTTP/1.1 only"),
     ("http-client-path-override",
      BASE + RELAY.replace("    exit: up_tcp\n",
                           "    exit: up_tcp\n    options: {overrides: {':path': /x}}\n"),
      "overrides: {':path'", "bindings.up_http.options.overrides.:path",
      "expected `:authority` or a header name"),
-    ("tls-client-trust-and-cacerts",
-     BASE + RELAY.replace("    exit: up_tcp\n", "    exit: up_tls\n  up_tls:\n    type: tls\n"
-                          "    kind: client\n    options: {trust: [ca], trustcacerts: true}\n"
-                          "    exit: up_tcp\n", 1),
-     "trustcacerts: true", "bindings.up_tls.options.trustcacerts",
-     "expected either `trust` or `trustcacerts: true`"),
     ("kafka-exit-tls",
      BASE + KAFKA + "    exit: out_tls\n  out_tls:\n    type: tls\n    kind: client\n"
                     "    options: {trustcacerts: true}\n    exit: out\n  out:\n    type: tcp\n"

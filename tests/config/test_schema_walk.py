@@ -211,7 +211,8 @@ COVERAGE: dict[str, str] = {
     "bindings.sse/client.routes[].with.query":
         f"{UPSTREAMS}::test_tokens_and_made_up_parameters_stay_at_the_relay_and_dot_paths_never_"
         "leave_it",
-    "bindings.http/client.options.versions": f"{REFUSED}[http-client-h2]",
+    "bindings.http/client.options.versions":
+        "e2e/zilla_examples/test_http_proxy.py::test_http_proxy_speaks_http11_upstream_with_versions_http11",
     "bindings.http/client.options.overrides": BAD_UPSTREAMS,
     "bindings.http/server.options.requests": REQUESTS,
     "bindings.http/server.options.requests[].path": REQUESTS,

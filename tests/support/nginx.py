@@ -124,7 +124,7 @@ def start_nginx(example: Path, folder: Path, port: int | None = None) -> Nginx:
         wait_until(lambda: process.poll() is not None or _accepts(port), 10)
     finally:
         if process.poll() is not None:
-            _, err = process.communicate(10)
+            _, err = process.communicate(timeout=10)
             raise RuntimeError(f"nginx did not start: {err.decode(errors='replace')}")
     return Nginx(port, plain_port, h2c_port, folder, root, process)
 

@@ -9,7 +9,7 @@ A client that goes away cancels the upstream call.
 Upstream trouble before the response head is an answer, never a traceback: `502` when the
 upstream refused, was unreachable, reset or closed the connection, or spoke no HTTP; `504`
 when it did not answer in time. After the head, the client's answer is cut off (its connection
-aborted on HTTP/1.1, its stream reset on HTTP/2) so it cannot take a partial body for a whole
+closed short on HTTP/1.1, its stream reset on HTTP/2) so it cannot take a partial body for a whole
 one. Both are `BINDING_HTTP_UPSTREAM_FAILED` events.
 """
 
@@ -153,6 +153,12 @@ class Relay:
                          f"{self.describe}: {status} aborted: {verdict.reason}")
         if self.call is not None:
             self.call.cancel()
+        if verdict.instead is not None:  # nothing of the response has gone: answer otherwise
+            self.request.setResponseCode(verdict.instead)
+            self.request.setHeader(b"retry-after", b"0")
+            self.request.setHeader(b"content-length", b"0")
+            self._finish()
+            return
         self._write_head(status, headers)
         self.request.write(b"")  # the head goes out, then the answer is cut off
         self._cut_off()
@@ -164,20 +170,23 @@ class Relay:
         self.request.finish()
 
     def _cut_off(self) -> None:
-        """End the client's answer unfinished: the connection (HTTP/1.1) or stream (HTTP/2)
-        is aborted, so a partial body is never taken for a whole one."""
+        """End the client's answer unfinished, so a partial body is never taken for a whole
+        one: an HTTP/2 stream is reset (`RST_STREAM`, the connection's other streams go on); an
+        HTTP/1.1 connection is closed once what was written has gone (its head, say: a reset
+        would discard that), short of the length or the last chunk it announced."""
         self.done = True
         call, self.call = self.call, None
         if call is not None:
             call.cancel()
         if self.answered:
             self.request.unregisterProducer()
-        transport = self.request.channel.transport if self.request.channel else None
-        stream = getattr(self.request, "transport", None)
-        target = stream if stream is not None and hasattr(stream, "abortConnection") \
-            else transport
-        if target is not None:
-            target.abortConnection()
+        transport = getattr(self.request, "transport", None)
+        if transport is None:  # HTTP/2: the request's channel is its stream
+            stream: Any = getattr(self.request, "channel", None)
+            if hasattr(stream, "abortConnection"):
+                stream.abortConnection()
+            return
+        transport.loseConnection()
 
     def _client_gone(self, reason: Any) -> None:
         """The client went away before the answer ended: the upstream request is cancelled."""

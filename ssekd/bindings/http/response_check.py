@@ -8,8 +8,9 @@ Nothing of that response has reached the client yet, so `Relay` says what happen
 
 - `None`: the response is relayed as it came (head, then the held body);
 - `Abort(reason)`: the client gets the status and headers, then the answer is cut off (the
-  HTTP/1.1 connection is aborted, the HTTP/2 stream reset) as Zilla's is, and the http client
-  reports `BINDING_HTTP_RESPONSE_ABORTED` with `reason`. A body over `max_body` is aborted the
+  HTTP/1.1 connection closed short, the HTTP/2 stream reset) as Zilla's is, and the http client
+  reports `BINDING_HTTP_RESPONSE_ABORTED` with `reason`; `Abort(reason, instead=503)`: the
+  client gets that status instead, with `Retry-After: 0` and no body. A body over `max_body` is aborted the
   same way (reason `body over N bytes`), without a `check` call: it cannot be checked whole.
 
 Responses `wants` declines stream through as they arrive, with flow control.
@@ -42,9 +43,12 @@ class UpstreamAnswer:
 
 @dataclass(frozen=True)
 class Abort:
-    """`check`'s verdict that the response must not be relayed whole: why, for the event."""
+    """`check`'s verdict that the response must not be relayed whole: why, for the event.
+    With `instead`, the client gets that status (no body, `Retry-After: 0`) in place of the
+    response, as Zilla answers a response whose headers its model refuses."""
 
     reason: str
+    instead: int | None = None
 
 
 @runtime_checkable

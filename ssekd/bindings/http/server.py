@@ -313,8 +313,10 @@ class HttpRoot(Resource):
                                                  float(retry_after(refused)))
             request.setHeader(b"Retry-After", retry_after(refused))
         request.setResponseCode(refused.status)
+        body = refusal_body(refused)
         request.setHeader(b"content-type", b"text/plain; charset=utf-8")
-        return refusal_body(refused)
+        request.setHeader(b"content-length", b"%d" % len(body))
+        return body
 
     def _refuse(self, request: Request, target: HttpBinding, ctx: HttpContext, guard: str,
                 refusal: Refusal) -> bytes:

@@ -105,7 +105,7 @@ class H2Upstream(Protocol):
                                            validate_inbound_headers=False)
         self.conn = h2.connection.H2Connection(config=config)
         self.calls: dict[int, H2Call] = {}
-        self.ready: Deferred[bool] = Deferred()
+        self.ready: Deferred[bool] = Deferred(lambda _: self.abort())
         self.usable = False
         self.closing = False
         self.transport: Any = None
@@ -293,12 +293,20 @@ class H2Pool:
                 d: Deferred[H2Upstream | None] = Deferred()
                 d.callback(connection)
                 return d
-        waiter: Deferred[H2Upstream | None] = Deferred(
-            lambda d: self._waiting.remove(d) if d in self._waiting else None)
+        waiter: Deferred[H2Upstream | None] = Deferred(self._give_up)
         self._waiting.append(waiter)
         if self._opening is None and len(self.connections) < self.max_connections:
             self._open()
         return waiter
+
+    def _give_up(self, waiter: Deferred[H2Upstream | None]) -> None:
+        """A request no longer waits (its client left): the connection being opened for it
+        alone is given up too."""
+        if waiter in self._waiting:
+            self._waiting.remove(waiter)
+        if not self._waiting and self._opening is not None:
+            opening, self._opening = self._opening, None
+            opening.cancel()
 
     def _open(self) -> None:
         upstream = H2Upstream(self.scheme, self.prior_knowledge, self._lost, self.released)
@@ -309,13 +317,15 @@ class H2Pool:
         self._opening = opening
 
         def opened(result: H2Upstream | None) -> None:
-            self._opening = None
+            if self._opening is opening:
+                self._opening = None
             if result is not None:
                 self.connections.append(result)
             self._serve(result)
 
         def failed(reason: Failure) -> None:
-            self._opening = None
+            if self._opening is opening:
+                self._opening = None
             waiting, self._waiting = self._waiting, deque()
             for waiter in waiting:
                 waiter.errback(reason)

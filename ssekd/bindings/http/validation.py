@@ -16,9 +16,10 @@ ignores the method; ssekd does not.)
 The answers: a request that fails is `400` before its route's exit sees anything, its body a line
 saying which part failed and why, never the value itself (a header may be a credential, a body
 anything). A catalog that cannot answer yet (a schema registry down or slow) is waited for at
-most `WAIT_SECONDS`, then `503` with `Retry-After`. A response whose headers fail is a `503`
-with `Retry-After: 0` instead (Zilla's answer); one whose content fails is cut after its head
-has gone: the client sees the response end early (curl exits 18).
+most `WAIT_SECONDS`, then `503` with `Retry-After`. A response its entry selects is held until
+its body is whole (at most `RESPONSE_BODY_BYTES`): one whose headers fail is a `503` with
+`Retry-After: 0` instead (Zilla's answer); one whose content fails is cut after its head has
+gone (Zilla's too): the client sees the response end early (curl exits 18 over HTTP/1.1).
 """
 
 from __future__ import annotations
@@ -33,7 +34,9 @@ from urllib.parse import unquote, unquote_to_bytes
 
 import jsonschema
 from twisted.internet.defer import Deferred
+from twisted.web import http
 
+from ssekd.bindings.http.response_check import Abort, UpstreamAnswer
 from ssekd.catalogs.catalog import Catalog, Schema
 from ssekd.catalogs.local import LocalCatalog
 from ssekd.catalogs.models import (
@@ -337,7 +340,7 @@ class RequestType:
         found = self.pattern.match(path.partition("?")[0])
         if found is not None:
             for name, model in self.path_params.items():
-                value = found.groupdict().get(name)
+                value = found.groupdict().get(_group(name))
                 if value is not None:
                     _check(model, unquote_to_bytes(value), f"path parameter {name}")
         query = path.partition("?")[2]
@@ -441,8 +444,8 @@ def compile_path(template: str) -> re.Pattern[str]:
 
 
 def _group(name: str) -> str:
-    """A param name as a regex group name (`-` is not allowed in those)."""
-    return name.replace("-", "_")
+    """A param name as a regex group name (which allows no `-`): its bytes in hex."""
+    return "p" + name.encode().hex()
 
 
 def build_requests(entries: Sequence[Mapping[str, Any]], builder: ModelBuilder,
@@ -453,8 +456,7 @@ def build_requests(entries: Sequence[Mapping[str, Any]], builder: ModelBuilder,
     for i, spec in enumerate(entries):
         at = (*base, i)
         params = spec.get("params") or {}
-        path_params = {_group(str(n)): m for n, m in _models(
-            builder, params.get("path"), (*at, "params", "path")).items()}
+        path_params = _models(builder, params.get("path"), (*at, "params", "path"))
         template = str(spec["path"])
         names = set(re.findall(r"\{([A-Za-z0-9_-]+)\}", template))
         for name in params.get("path") or {}:
@@ -509,13 +511,6 @@ def _models(builder: ModelBuilder, specs: Mapping[str, Any] | None,
 RESPONSE_BODY_BYTES = 4 << 20
 
 
-@dataclass(frozen=True)
-class ResponseRefused:
-    """Why a response is not relayed whole (the http client's relay cuts it after its head)."""
-
-    reason: str
-
-
 class ResponseValidation:
     """The http client's check of upstream responses (`options.requests[].responses`): a
     response its entry selects is held until its body is whole, then checked; one that fails is
@@ -525,7 +520,11 @@ class ResponseValidation:
 
     def __init__(self, requests: Requests, max_body: int = RESPONSE_BODY_BYTES) -> None:
         self.requests = requests
-        self.max_body = max_body
+        self._max_body = max_body
+
+    @property
+    def max_body(self) -> int:
+        return self._max_body
 
     def _response(self, method: str, path: str, status: int,
                   headers: Iterable[tuple[str, str]]) -> ResponseType | None:
@@ -545,9 +544,7 @@ class ResponseValidation:
                 model.prepare()
         return True
 
-    def check(self, answer: Any) -> ResponseRefused | None:
-        """`answer` has the request's `method` and `path` and the response's `status`,
-        `headers` (lower-case names) and whole `body`."""
+    def check(self, answer: UpstreamAnswer) -> Abort | None:
         response = self._response(answer.method, answer.path, answer.status, answer.headers)
         if response is None:
             return None
@@ -556,12 +553,18 @@ class ResponseValidation:
                 model = response.headers.get(name.lower())
                 if model is not None:
                     _check(model, value.encode("latin-1"), f"header {name.lower()}")
+        except Refused as refused:
+            return Abort(refused.reason, instead=http.SERVICE_UNAVAILABLE)
+        except Pending as pending:
+            return Abort(f"the schema is not available yet ({pending})",
+                         instead=http.SERVICE_UNAVAILABLE)
+        try:
             if response.content is not None and answer.body:
                 _check(response.content, answer.body, "content")
         except Refused as refused:
-            return ResponseRefused(refused.reason)
+            return Abort(refused.reason)
         except Pending as pending:
-            return ResponseRefused(f"the schema is not available yet ({pending})")
+            return Abort(f"the schema is not available yet ({pending})")
         return None
 
 

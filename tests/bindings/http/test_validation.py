@@ -105,10 +105,15 @@ def test_ranges_are_read_as_zilla_writes_them() -> None:
 def test_path_templates_match_as_zillas_do() -> None:
     pattern = compile_path("/items/{category}/{item-id}")
     found = pattern.match("/items/books/7")
-    assert found is not None and found.groupdict() == {"category": "books", "item_id": "7"}
+    assert found is not None and list(found.groups()) == ["books", "7"]
     assert pattern.match("/items/books/7/") is not None, "a trailing slash is the same path"
     found = pattern.match("/items/a/b/c")
-    assert found is not None and found["item_id"] == "b/c", "the last one takes the rest"
+    assert found is not None and found.groups()[1] == "b/c", "the last one takes the rest"
+    requests, _ = _build([{"path": "/items/{item-id}", "params": {"path": {"item-id": "int32"}}}])
+    entry = requests.select("GET", "/items/x", None)
+    assert entry is not None
+    assert _refusal(lambda: entry.check_head("/items/x", [])) == (
+        400, "path parameter item-id: not an int32"), "named as the config names it"
     assert pattern.match("/items/books") is None
     assert compile_path("/a.json").match("/aXjson") is None, "the rest is literal text"
 
@@ -294,7 +299,8 @@ def test_responses_its_entry_selects_are_held_and_cut_when_they_fail() -> None:
     schema, a `404 text/plain` as text; other answers, and other paths, pass unheld."""
     from types import SimpleNamespace
 
-    from ssekd.bindings.http.validation import ResponseRefused, ResponseValidation
+    from ssekd.bindings.http.response_check import Abort
+    from ssekd.bindings.http.validation import ResponseValidation
     json_model = {"model": "json", "catalog": {"local": [{"subject": "item"}]}}
     requests, builder = _build([{"path": "/valid.json", "method": "GET",
                                  "content-type": ["application/json", "text/plain"],
@@ -321,9 +327,9 @@ def test_responses_its_entry_selects_are_held_and_cut_when_they_fail() -> None:
     good = b'{"id": 42, "status": "Active"}'
     assert check.check(answer(200, json_head, good)) is None
     assert check.check(answer(200, json_head, b'{"id": 42, "status": "a", "name": "secret"}')) \
-        == ResponseRefused("content: the document: has a property its schema does not allow")
+        == Abort("content: the document: has a property its schema does not allow")
     assert check.check(answer(200, (*json_head, ("x-n", "secret")), good)) == \
-        ResponseRefused("header x-n: not an int32")
+        Abort("header x-n: not an int32", instead=503), "Zilla's 503 in place of the answer"
     assert check.check(answer(404, (("content-type", "text/plain"),), b"\xff")) == \
-        ResponseRefused("content: not utf-8 text")
+        Abort("content: not utf-8 text")
     assert check.check(answer(404, (("content-type", "text/plain"),), b"Not Found")) is None

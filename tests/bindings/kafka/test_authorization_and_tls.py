@@ -238,8 +238,13 @@ REFUSED = [
       "    options: {host: kafka, port: 9093}\n"),
      "options: {host: kafka, port: 9093}", "bindings.tcp_out.options",
      "options.host and port on the exit of kafka client 'kc' would be ignored"),
-    ("h2-toward-an-http-upstream", None, "alpn: [h2]", "bindings.up_tls.options.alpn[0]",
-     "expected http/1.1: the http client speaks HTTP/1.1 only"),
+    ("trust-and-cacerts-on-the-way-out",
+     ("      trust: [kafka]\n      sni: [kafka]\n",
+      "      trust: [kafka]\n      trustcacerts: true\n      sni: [kafka]\n"),
+     "trustcacerts: true", "bindings.tls_out.options.trustcacerts",
+     "expected either `trust` or `trustcacerts: true` on a kafka client's way out"),
+    ("spdy-toward-an-http-upstream", None, "alpn: [spdy/3]", "bindings.up_tls.options.alpn[0]",
+     "expected h2 or http/1.1, the protocols the http client speaks"),
 ]
 
 RELAY = """\
@@ -275,7 +280,7 @@ bindings:
     type: tls
     kind: client
     vault: v
-    options: {trust: [kafka], alpn: [h2]}
+    options: {trust: [kafka], alpn: [spdy/3]}
     exit: up_tcp
   up_tcp:
     type: tcp
