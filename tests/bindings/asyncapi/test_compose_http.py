@@ -175,8 +175,8 @@ def test_check_and_print_composed(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert main(["check", "--config", "zilla.yaml"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[1:3] == [
-        "composed asyncapi server north_http_server: 0 SSE operation(s) and 5 HTTP "
-        "operation(s) of http_api (specs/http-asyncapi.yaml) on http 7114, 2 request check(s)",
+        "composed asyncapi server north_http_server: 5 HTTP operation(s) of http_api "
+        "(specs/http-asyncapi.yaml) on http 7114, 2 request check(s)",
         "composed asyncapi proxy south_kafka_proxy: 3 HTTP operation(s) paired with Kafka "
         "operations, from http_api (specs/http-asyncapi.yaml), kafka_api "
         "(specs/kafka-asyncapi.yaml); not served, no Kafka operation of the same name: "

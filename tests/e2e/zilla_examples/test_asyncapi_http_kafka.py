@@ -70,7 +70,8 @@ def verify(bootstrap: str, record: Any, status: str = "approved") -> bytes:
 def test_test_sh_post_then_get_pets(run_example: RunExample) -> None:
     """test.sh: `POST /pets` is 204; `GET /pets` then answers the pet, byte for byte as it was
     sent. Beyond: the record on petstore-pets is that body, keyed by a new idempotency key (the
-    route's `${idempotencyKey}`: curl sent none), with only the request's `content-type`."""
+    route's `${idempotencyKey}`: curl sent none), with only the request's `content-type`; a
+    client's own key is the record's and a repeat writes nothing; and all of it over h2c."""
     example = run_example(NAME)
     assert example.bootstrap is not None
     port = example.port(7114)
@@ -98,6 +99,14 @@ def test_test_sh_post_then_get_pets(run_example: RunExample) -> None:
         assert again.status == 204, again
     found = records(example.bootstrap, "petstore-pets", 2)
     assert [r.key() for r in found][1:] == [b"pet-2"]
+
+    # the spec's server speaks HTTP 2.0 (protocolVersion): the same over h2c
+    url = f"http://localhost:{port}/pets"
+    assert curl("--http2-prior-knowledge", "-o", "/dev/null", "-w",
+                "%{http_version} %{http_code}", url, "--header",
+                "Content-Type: application/json", "--data", '{"name":"Max","id":3}') == "2 204"
+    wait_until(lambda: curl("--http2-prior-knowledge", url) == '{"name":"Max","id":3}', 20,
+               what="GET /pets over h2c answering the pet written over h2c")
 
 
 def test_a_body_the_spec_refuses_is_400_and_never_written(run_example: RunExample) -> None:
