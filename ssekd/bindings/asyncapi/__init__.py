@@ -24,6 +24,7 @@ from typing import Any
 
 from ssekd.bindings.asyncapi.client import compose_client
 from ssekd.bindings.asyncapi.proxy import compose_proxy
+from ssekd.bindings.asyncapi.roles import SpecClient
 from ssekd.bindings.asyncapi.server import compose_server
 from ssekd.bindings.kafka.roles import KafkaCache
 from ssekd.bindings.sse.roles import StreamSource
@@ -141,13 +142,22 @@ BINDING = BindingType("asyncapi", {
             "The pathnames of an SSE spec's servers are put in front of its paths.",
             security=True)),
     "client": KindSpec(
-        role=KafkaCache, build=_composed_only, compose=compose_client,
+        role=SpecClient, build=_composed_only, compose=compose_client, vault=True,
         options=_options(
-            "Composes the kafka cache_client (what proxy routes exit to), cache_server and "
-            "client for a Kafka spec: the client connects to the spec's `kafka` servers; the "
+            "For a Kafka spec, composes the kafka cache_client (what proxy routes exit to), "
+            "cache_server and client: the client connects to the spec's `kafka` servers; the "
             "cache_server follows, from start-up, every topic an operation receives from, and "
             "checks each record against its channel's message payload schema (JSON Schema, or "
-            "Avro) as it enters the cache.",
-            "The client connects to them (`kafka`: plaintext, the kafka client's only way).",
+            "Avro) as it enters the cache. For an SSE spec (servers `http`/`https`, operations "
+            "with the `x-zilla-sse` binding), composes the sse client (what an asyncapi "
+            "server's operations exit to), http client and tcp client (and tls client for "
+            "`https`, trusting `vault`, else the system's CAs) that relay the event streams of "
+            "the upstream at the server URL: each event's data is checked against its "
+            "operation's message payload schema (JSON Schema) and one that fails is dropped.",
+            "For a Kafka spec, the client connects to them (`kafka`: plaintext, the kafka "
+            "client's only way). For an SSE spec, the one upstream the events are relayed "
+            "from: its URL need not be a server the spec declares (the spec says where the "
+            "API is served, this where its events come from); without it, the spec's one "
+            "`http`/`https` server.",
             security=False)),
 })

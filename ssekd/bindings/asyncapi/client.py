@@ -1,4 +1,5 @@
-"""The asyncapi client: the kafka cache_client (under the binding's own name, what an asyncapi
+"""The asyncapi client of a Kafka spec (that of an SSE spec: `ssekd.bindings.asyncapi.sse_client`):
+the kafka cache_client (under the binding's own name, what an asyncapi
 proxy's routes exit to), cache_server and client for a Kafka spec's servers and channels.
 
 - kafka client: `servers` are the spec servers used (`options.specs.<label>.servers`, else all
@@ -18,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ssekd.bindings.asyncapi.spec import Channel, Spec, read_specs, select_servers
+from ssekd.bindings.asyncapi.sse_client import compose_sse_client, relays_sse
 from ssekd.config.errors import ConfigError, ConfigIssue
 from ssekd.config.model import Binding
 from ssekd.config.origin import Origin
@@ -32,6 +34,8 @@ _AVRO_FORMAT = "application/vnd.apache.avro"
 def compose_client(ctx: ComposeContext, binding: Binding) -> Composition:
     name = binding.name
     specs = read_specs(ctx, binding)
+    if relays_sse(binding, specs):
+        return compose_sse_client(ctx, binding, specs)
     issues: list[ConfigIssue] = []
     servers: dict[str, list[str]] = {}
     for spec in specs.values():
