@@ -33,7 +33,9 @@ waiting on a registry on the reactor thread) while `ssekd asyncapi` may ask a re
 A route or listener composed from an AsyncAPI spec (an asyncapi binding, `Binding.origin`) is
 written as the spec says it: its channel, operation, messages and servers as they are in the
 spec, under the spec's names, with the components they refer to (a name two specs both use for
-different things gets the spec's label in front).
+different things gets the spec's label in front). So is a route of an sse client an asyncapi
+client composed (the relay of an SSE spec's operations from an upstream), in place of a
+sse-kafka route.
 """
 
 from __future__ import annotations
@@ -116,7 +118,7 @@ class Channel:
     binding: str
     route: int
     #: The route's topic with the path's captures put in (`{name}` where the path leaves one
-    #: open).
+    #: open); "" for the route of a composed sse client (an upstream's events, not a topic).
     topic: str
     #: The topic exactly as configured, when no capture is left in it (models are looked up by it).
     literal_topic: str | None
@@ -163,6 +165,10 @@ def channels(config: Config) -> list[Channel]:
                 route = bindings[sse_kafka].routes[i]
                 slot = (sse_kafka, i, address)
                 channel = found.get(slot)
+                if channel is None and _spec_relay(bindings[sse_kafka]):
+                    # an upstream's events, described by the spec (`document`): no topic
+                    channel = found[slot] = Channel("", address, sse_kafka, i, "", None,
+                                                    {**guarded, **route.guarded})
                 if channel is None:
                     spec = (route.with_ or {}).get("topic", DEFAULT_TOPIC)
                     template = ",".join(map(str, spec)) if isinstance(spec, list) else str(spec)
@@ -262,13 +268,21 @@ def _stream_paths(config: Config, http: Binding, secure: bool
             sse = config.bindings.get(exit_name or "")
             target = config.bindings.get(sse.exit or "") if sse is not None else None
             if sse is not None and sse.type == "sse" and sse.kind == "server" and \
-                    target is not None and target.type == "sse-kafka":
+                    target is not None and (target.type == "sse-kafka"
+                                            or _spec_relay(target)):
                 guarded = dict(route.guarded) if route is not None else {}
                 for address, i in _sse_kafka_paths(target, path):
                     if not any(_covers(p, address) for p in own) and \
                             not any(_covers(p, address) for p in earlier):
                         yield address, target.name, i, guarded
             earlier.append(path)
+
+
+def _spec_relay(b: Binding) -> bool:
+    """Whether `b` is an sse client an asyncapi client composed: its routes are the spec's SSE
+    operations (`Origin.routes`), written as the spec says them like a composed sse-kafka's."""
+    return b.type == "sse" and b.kind == "client" and isinstance(b.origin, Origin) \
+        and bool(b.origin.routes)
 
 
 def _own_paths(http: Binding) -> list[str]:
