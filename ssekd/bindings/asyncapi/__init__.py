@@ -11,7 +11,10 @@ them through the config's catalogs:
 - **proxy** composes the sse-kafka binding that pairs each SSE operation with a Kafka one
   (`ssekd.bindings.asyncapi.proxy`);
 - **client** composes the kafka cache_client, cache_server and client for the Kafka spec
-  (`ssekd.bindings.asyncapi.client`).
+  (`ssekd.bindings.asyncapi.client`); for an SSE spec, the sse client, http client and tcp (and
+  tls) client that relay an SSE upstream to an asyncapi server's operations, each event checked
+  against its operation's payload schema (`ssekd.bindings.asyncapi.sse_client`). Before it is
+  composed it may be either (`roles.SpecClient`).
 
 The loader replaces each with what it composes before anything is built (`KindSpec.compose`,
 `ssekd.config.compose`): the engine sees ordinary bindings. The vocabulary is Zilla's
