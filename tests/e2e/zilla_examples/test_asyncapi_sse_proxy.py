@@ -7,7 +7,8 @@ event and not the bad one. Beyond test.sh: many events, good and bad mixed, arri
 each good one once and no bad one; the path reaches the upstream as it came; a browser that
 comes back with its last id resumes from the relay without a refused event, and when the
 upstream drops, the relay asks it from the id of the last event it read (a refused one
-included); the refusals are reported as events; a path the spec has no operation for is 404.
+included); the refusals are reported as events; a path the spec has no operation for is 404;
+a reload (SIGHUP) of an edited spec checks with its new schema.
 
 The daemon runs one process (`--workers 1`): what is checked beyond test.sh is what one relay
 holds (one upstream connection per URL, its ring), and with several workers each has its own."""
@@ -15,6 +16,7 @@ holds (one upstream connection per URL, its ring), and with several workers each
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import time
 import urllib.error
@@ -207,3 +209,23 @@ def _reports(example: Example) -> list[str]:
     assert example.daemon is not None
     return [line for line in example.daemon.output().splitlines()
             if "BINDING_SSE_EVENT_INVALID" in line]
+
+
+def test_a_spec_whose_schema_changes_is_checked_with_the_new_one_after_sighup(
+        example: Example, stand_in: SseStandIn, tmp_path: Path) -> None:
+    """The spec is part of the config: after a reload the relay checks with the schema the spec
+    now says (`minimum: 2`), so an event the old one took is refused."""
+    port = example.port(7114)
+    url = f"http://localhost:{port}/events/1"
+    spec = example.root("/etc/zilla/specs/sse-asyncapi.yaml")
+    spec.write_text(spec.read_text().replace("minimum: 0", "minimum: 2"))
+    assert example.daemon is not None
+    example.daemon.signal(signal.SIGHUP)
+    example.daemon.wait_output("CONFIG_RELOADED")
+    stream = Stream(url, tmp_path / "out.txt", 3)
+    wait_until(lambda: stand_in.streams() >= 1, 5, what="the relay's upstream stream")
+    stand_in.write_input(good(1) + good(2))
+    stream.wait()
+    assert stream.data() == ['data:{"id":2,"name":"event 2"}']
+    assert any("event id e1: ['id']: 1 is less than the minimum of 2" in r
+               for r in _reports(example))
