@@ -9,7 +9,9 @@ demo's static files, the health paths, this document) is not advertised, and a s
 `events`. `with` values are expanded with what the path captures (`{name}` for a part the path
 leaves open), so no title says `${params.topic}`; a header or query value a route reads
 (`${headers.name}`, `${query.name}`) is named in words, in the channel's description, and
-for the query in the operation's http binding (its `query` schema).
+for the query in the operation's http binding (its `query` schema). The routes of an sse client
+an asyncapi client composed (an SSE spec's operations relayed from an upstream) end a path as an
+sse-kafka route does; their channels are the spec's (below).
 
 A channel's messages are the events a stream sends - a record (`event` absent, `data` the
 record's value; the payload schema from the topic's model when the channel's topic is one with
@@ -33,9 +35,7 @@ waiting on a registry on the reactor thread) while `ssekd asyncapi` may ask a re
 A route or listener composed from an AsyncAPI spec (an asyncapi binding, `Binding.origin`) is
 written as the spec says it: its channel, operation, messages and servers as they are in the
 spec, under the spec's names, with the components they refer to (a name two specs both use for
-different things gets the spec's label in front). So is a route of an sse client an asyncapi
-client composed (the relay of an SSE spec's operations from an upstream), in place of a
-sse-kafka route.
+different things gets the spec's label in front).
 """
 
 from __future__ import annotations
