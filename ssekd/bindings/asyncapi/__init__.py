@@ -29,10 +29,13 @@ from ssekd.bindings.asyncapi.client import compose_client
 from ssekd.bindings.asyncapi.proxy import compose_proxy
 from ssekd.bindings.asyncapi.roles import SpecClient
 from ssekd.bindings.asyncapi.server import compose_server
+from ssekd.bindings.asyncapi.spec import read_specs
+from ssekd.bindings.asyncapi.sse_client import compose_sse_client, relays_sse
 from ssekd.bindings.kafka.roles import KafkaCache
 from ssekd.bindings.sse.roles import StreamSource
 from ssekd.config.model import Binding
 from ssekd.spi.binding import BindingType, BuildContext, Exit, KindSpec
+from ssekd.spi.compose import ComposeContext, Composition
 from ssekd.spi.connection import ListenerBinding
 
 __all__ = ["BINDING"]
@@ -101,6 +104,15 @@ def _options(description: str, servers: str, security: bool) -> dict[str, Any]:
     return {**_specs(servers, security), "description": description}
 
 
+def _compose_any_client(ctx: ComposeContext, binding: Binding) -> Composition:
+    """An asyncapi client of an SSE spec relays an SSE upstream; of a Kafka spec, reads Kafka
+    (`sse_client.relays_sse` tells them apart by the servers used)."""
+    specs = read_specs(ctx, binding)
+    if relays_sse(binding, specs):
+        return compose_sse_client(ctx, binding, specs)
+    return compose_client(ctx, binding, specs)
+
+
 def _composed_only(ctx: BuildContext, binding: Binding) -> object:
     raise AssertionError(f"asyncapi {binding.kind} {binding.name} is composed by the loader, "
                          f"never built")
@@ -145,7 +157,7 @@ BINDING = BindingType("asyncapi", {
             "The pathnames of an SSE spec's servers are put in front of its paths.",
             security=True)),
     "client": KindSpec(
-        role=SpecClient, build=_composed_only, compose=compose_client, vault=True,
+        role=SpecClient, build=_composed_only, compose=_compose_any_client, vault=True,
         options=_options(
             "For a Kafka spec, composes the kafka cache_client (what proxy routes exit to), "
             "cache_server and client: the client connects to the spec's `kafka` servers; the "

@@ -1,6 +1,6 @@
-"""The asyncapi client of a Kafka spec (that of an SSE spec: `ssekd.bindings.asyncapi.sse_client`):
-the kafka cache_client (under the binding's own name, what an asyncapi
-proxy's routes exit to), cache_server and client for a Kafka spec's servers and channels.
+"""The asyncapi client: the kafka cache_client (under the binding's own name, what an asyncapi
+proxy's routes exit to), cache_server and client for a Kafka spec's servers and channels (the
+client of an SSE spec is `ssekd.bindings.asyncapi.sse_client`'s).
 
 - kafka client: `servers` are the spec servers used (`options.specs.<label>.servers`, else all
   of the spec's `kafka` servers): every spec of the binding must use the same ones (one client
@@ -19,7 +19,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from ssekd.bindings.asyncapi.spec import Channel, Spec, read_specs, select_servers
-from ssekd.bindings.asyncapi.sse_client import compose_sse_client, relays_sse
 from ssekd.config.errors import ConfigError, ConfigIssue
 from ssekd.config.model import Binding
 from ssekd.config.origin import Origin
@@ -31,11 +30,11 @@ _JSON_FORMATS = ("application/vnd.aai.asyncapi", "application/schema+json")
 _AVRO_FORMAT = "application/vnd.apache.avro"
 
 
-def compose_client(ctx: ComposeContext, binding: Binding) -> Composition:
+def compose_client(ctx: ComposeContext, binding: Binding,
+                   specs: Mapping[str, Spec] | None = None) -> Composition:
+    """`specs`: the binding's, when the caller has read them already."""
     name = binding.name
-    specs = read_specs(ctx, binding)
-    if relays_sse(binding, specs):
-        return compose_sse_client(ctx, binding, specs)
+    specs = read_specs(ctx, binding) if specs is None else specs
     issues: list[ConfigIssue] = []
     servers: dict[str, list[str]] = {}
     for spec in specs.values():
