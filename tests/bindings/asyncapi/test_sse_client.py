@@ -249,12 +249,21 @@ def test_what_is_checked_follows_the_messages(tmp_path: Path) -> None:
 
 
 def test_an_https_upstream_gets_a_tls_client(tmp_path: Path) -> None:
+    """It trusts the system's CAs, or the binding's vault when it names one."""
     config = load(example(tmp_path / "ex", zilla=[(SERVERS, "            - https://upstream\n")]))
     tls = config.bindings["sse_proxy_client.tls_client"]
     assert config.bindings["sse_proxy_client.http_client"].exit == tls.name
     assert tls.options == {"sni": ["upstream"], "trustcacerts": True}
     assert config.bindings["sse_proxy_client.tcp_client"].options == {"host": "upstream",
                                                                       "port": 443}
+    vaulted = load(example(tmp_path / "vault", zilla=[
+        (SERVERS, "            - https://upstream:8443\n"),
+        ("    kind: client\n", "    kind: client\n    vault: upstream_trust\n"),
+        ("bindings:\n", "vaults:\n  upstream_trust:\n    type: filesystem\n    options:\n"
+                        "      trust: {store: trust.p12, type: pkcs12, password: x}\n"
+                        "bindings:\n")]))
+    tls = vaulted.bindings["sse_proxy_client.tls_client"]
+    assert (tls.vault, tls.options) == ("upstream_trust", {"sni": ["upstream"]})
 
 
 def test_without_a_url_the_spec_server_is_the_upstream(tmp_path: Path) -> None:
