@@ -16,6 +16,7 @@ import yaml
 from twisted.internet.testing import MemoryReactorClock
 
 from ssekd.cli import main
+from ssekd.dev.launcher import ready_block
 from ssekd.engine import Engine
 from ssekd.telemetry.events import EventLog
 from tests.bindings.asyncapi.test_compose import load, problems, without_origin
@@ -302,3 +303,11 @@ def test_the_asyncapi_document_says_what_the_spec_says(
     assert doc["channels"] == {"showEventById": spec["channels"]["showEventById"]}
     assert doc["components"] == spec["components"]
     assert doc["servers"] == spec["servers"]
+
+
+def test_make_run_names_the_relayed_stream(tmp_path: Path) -> None:
+    """`make run`'s ready block: the relayed path is a stream to curl, not a topic."""
+    config = example(tmp_path / "ex")
+    block = ready_block(config, load(config), [], [], [])
+    assert ("http://localhost:7114/events/{id}",
+            "a relayed stream: curl -N http://localhost:7114/events/{id}") in block.urls
