@@ -9,7 +9,9 @@ demo's static files, the health paths, this document) is not advertised, and a s
 `events`. `with` values are expanded with what the path captures (`{name}` for a part the path
 leaves open), so no title says `${params.topic}`; a header or query value a route reads
 (`${headers.name}`, `${query.name}`) is named in words, in the channel's description, and
-for the query in the operation's http binding (its `query` schema).
+for the query in the operation's http binding (its `query` schema). The routes of an sse client
+an asyncapi client composed (an SSE spec's operations relayed from an upstream) end a path as an
+sse-kafka route does; their channels are the spec's (below).
 
 A channel's messages are the events a stream sends - a record (`event` absent, `data` the
 record's value; the payload schema from the topic's model when the channel's topic is one with
@@ -118,7 +120,7 @@ class Channel:
     binding: str
     route: int
     #: The route's topic with the path's captures put in (`{name}` where the path leaves one
-    #: open).
+    #: open); "" for the route of a composed sse client (an upstream's events, not a topic).
     topic: str
     #: The topic exactly as configured, when no capture is left in it (models are looked up by it).
     literal_topic: str | None
@@ -165,6 +167,10 @@ def channels(config: Config) -> list[Channel]:
                 route = bindings[sse_kafka].routes[i]
                 slot = (sse_kafka, i, address)
                 channel = found.get(slot)
+                if channel is None and _spec_relay(bindings[sse_kafka]):
+                    # an upstream's events, described by the spec (`document`): no topic
+                    channel = found[slot] = Channel("", address, sse_kafka, i, "", None,
+                                                    {**guarded, **route.guarded})
                 if channel is None:
                     spec = (route.with_ or {}).get("topic", DEFAULT_TOPIC)
                     template = ",".join(map(str, spec)) if isinstance(spec, list) else str(spec)
@@ -264,13 +270,21 @@ def _stream_paths(config: Config, http: Binding, secure: bool
             sse = config.bindings.get(exit_name or "")
             target = config.bindings.get(sse.exit or "") if sse is not None else None
             if sse is not None and sse.type == "sse" and sse.kind == "server" and \
-                    target is not None and target.type == "sse-kafka":
+                    target is not None and (target.type == "sse-kafka"
+                                            or _spec_relay(target)):
                 guarded = dict(route.guarded) if route is not None else {}
                 for address, i in _sse_kafka_paths(target, path):
                     if not any(_covers(p, address) for p in own) and \
                             not any(_covers(p, address) for p in earlier):
                         yield address, target.name, i, guarded
             earlier.append(path)
+
+
+def _spec_relay(b: Binding) -> bool:
+    """Whether `b` is an sse client an asyncapi client composed: its routes are the spec's SSE
+    operations (`Origin.routes`), written as the spec says them like a composed sse-kafka's."""
+    return b.type == "sse" and b.kind == "client" and isinstance(b.origin, Origin) \
+        and bool(b.origin.routes)
 
 
 def _own_paths(http: Binding) -> list[str]:

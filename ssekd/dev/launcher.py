@@ -238,7 +238,7 @@ def ready_block(config_path: Path, config: Config, cas: Sequence[Path], links: S
         urls.append((f"{plain.url}/", "the demo page"))
         for c in found:
             if plain in c.servers:
-                what = f"topic {c.topic} as a stream" + \
+                what = (f"topic {c.topic} as a stream" if c.topic else "a relayed stream") + \
                        (" (needs a token)" if c.guarded else
                         f": curl -N {plain.url}{c.address}")
                 urls.append((f"{plain.url}{c.address}", what))

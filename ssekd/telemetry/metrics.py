@@ -129,6 +129,9 @@ METRICS: Mapping[str, MetricDef] = _defs(
               "however many filters looked).", labels=("topic",)),
     MetricDef("sse.kafka.resumes", "counter", "Streams that came back with a last event id, "
               "by where they resumed from (cache, kafka, undecodable).", labels=("outcome",)),
+    MetricDef("sse.client.invalid", "counter", "Upstream events an sse client's `requests` "
+              "model refused (not relayed to any stream; counted once per upstream event, by "
+              "the entry's path pattern).", labels=("path",)),
     MetricDef("sse.pauses", "counter", "Times a slow client's full buffer paused its "
               "stream."),
     MetricDef("sse.gzip.input", "counter", "Bytes written to gzip streams before compression "

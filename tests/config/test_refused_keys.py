@@ -121,11 +121,12 @@ REFUSED: list[tuple[str, str, str, str, str]] = [
     ("tcp-client-host-without-port", BASE + "  out:\n    type: tcp\n    kind: client\n"
                                             "    options: {host: upstream}\n",
      "options: {host: upstream}", "bindings.out.options", "expected `port` beside `host`"),
-    ("sse-client-requests", BASE + RELAY.replace("    kind: client\n    exit: up_http\n",
-                                                 "    kind: client\n    exit: up_http\n"
-                                                 "    options: {requests: [{path: /x}]}\n"),
-     "requests: [{path: /x}]", "bindings.relay.options.requests",
-     "request validation is not supported"),
+    ("sse-client-requests-json-without-catalog",
+     BASE + RELAY.replace("    kind: client\n    exit: up_http\n",
+                          "    kind: client\n    exit: up_http\n"
+                          "    options: {requests: [{path: /x, content: {model: json}}]}\n"),
+     "requests: [{path: /x", "bindings.relay.options.requests[0].content",
+     "a json model needs a `catalog` with its schema"),
     ("http-client-path-override",
      BASE + RELAY.replace("    exit: up_tcp\n",
                           "    exit: up_tcp\n    options: {overrides: {':path': /x}}\n"),

@@ -12,7 +12,10 @@ them through the config's catalogs:
   the http-kafka binding that pairs each HTTP operation (`http` operation binding) with one
   (`ssekd.bindings.asyncapi.proxy`, `ssekd.bindings.asyncapi.http_kafka`);
 - **client** composes the kafka cache_client, cache_server and client for the Kafka spec
-  (`ssekd.bindings.asyncapi.client`).
+  (`ssekd.bindings.asyncapi.client`); for an SSE spec, the sse client, http client and tcp (and
+  tls) client that relay an SSE upstream to an asyncapi server's operations, each event checked
+  against its operation's payload schema (`ssekd.bindings.asyncapi.sse_client`). Before it is
+  composed it may be either (`roles.SpecClient`).
 
 The loader replaces each with what it composes before anything is built (`KindSpec.compose`,
 `ssekd.config.compose`): the engine sees ordinary bindings. The vocabulary is Zilla's
@@ -25,12 +28,16 @@ from typing import Any
 
 from ssekd.bindings.asyncapi.client import compose_client
 from ssekd.bindings.asyncapi.proxy import compose_proxy
+from ssekd.bindings.asyncapi.roles import SpecClient
 from ssekd.bindings.asyncapi.server import compose_server
 from ssekd.bindings.http.roles import HttpBinding
+from ssekd.bindings.asyncapi.spec import read_specs
+from ssekd.bindings.asyncapi.sse_client import compose_sse_client, relays_sse
 from ssekd.bindings.kafka.roles import KafkaCache
 from ssekd.bindings.sse.roles import StreamSource
 from ssekd.config.model import Binding
 from ssekd.spi.binding import BindingType, BuildContext, Exit, KindSpec
+from ssekd.spi.compose import ComposeContext, Composition
 from ssekd.spi.connection import ListenerBinding
 
 __all__ = ["BINDING"]
@@ -99,6 +106,15 @@ def _options(description: str, servers: str, security: bool) -> dict[str, Any]:
     return {**_specs(servers, security), "description": description}
 
 
+def _compose_any_client(ctx: ComposeContext, binding: Binding) -> Composition:
+    """An asyncapi client of an SSE spec relays an SSE upstream; of a Kafka spec, reads Kafka
+    (`sse_client.relays_sse` tells them apart by the servers used)."""
+    specs = read_specs(ctx, binding)
+    if relays_sse(binding, specs):
+        return compose_sse_client(ctx, binding, specs)
+    return compose_client(ctx, binding, specs)
+
+
 def _composed_only(ctx: BuildContext, binding: Binding) -> object:
     raise AssertionError(f"asyncapi {binding.kind} {binding.name} is composed by the loader, "
                          f"never built")
@@ -152,13 +168,22 @@ BINDING = BindingType("asyncapi", {
             "The pathnames of an SSE spec's servers are put in front of its paths.",
             security=True)),
     "client": KindSpec(
-        role=KafkaCache, build=_composed_only, compose=compose_client,
+        role=SpecClient, build=_composed_only, compose=_compose_any_client, vault=True,
         options=_options(
-            "Composes the kafka cache_client (what proxy routes exit to), cache_server and "
-            "client for a Kafka spec: the client connects to the spec's `kafka` servers; the "
+            "For a Kafka spec, composes the kafka cache_client (what proxy routes exit to), "
+            "cache_server and client: the client connects to the spec's `kafka` servers; the "
             "cache_server follows, from start-up, every topic an operation receives from, and "
             "checks each record against its channel's message payload schema (JSON Schema, or "
-            "Avro) as it enters the cache.",
-            "The client connects to them (`kafka`: plaintext, the kafka client's only way).",
+            "Avro) as it enters the cache. For an SSE spec (servers `http`/`https`, operations "
+            "with the `x-zilla-sse` binding), composes the sse client (what an asyncapi "
+            "server's operations exit to), http client and tcp client (and tls client for "
+            "`https`, trusting `vault`, else the system's CAs) that relay the event streams of "
+            "the upstream at the server URL: each event's data is checked against its "
+            "operation's message payload schema (JSON Schema) and one that fails is dropped.",
+            "For a Kafka spec, the client connects to them (`kafka`: plaintext, the kafka "
+            "client's only way). For an SSE spec, the one upstream the events are relayed "
+            "from: its URL need not be a server the spec declares (the spec says where the "
+            "API is served, this where its events come from); without it, the spec's one "
+            "`http`/`https` server.",
             security=False)),
 })

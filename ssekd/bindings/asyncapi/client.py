@@ -1,5 +1,6 @@
 """The asyncapi client: the kafka cache_client (under the binding's own name, what an asyncapi
-proxy's routes exit to), cache_server and client for a Kafka spec's servers and channels.
+proxy's routes exit to), cache_server and client for a Kafka spec's servers and channels (the
+client of an SSE spec is `ssekd.bindings.asyncapi.sse_client`'s).
 
 - kafka client: `servers` are the spec servers used (`options.specs.<label>.servers`, else all
   of the spec's `kafka` servers): every spec of the binding must use the same ones (one client
@@ -29,9 +30,11 @@ _JSON_FORMATS = ("application/vnd.aai.asyncapi", "application/schema+json")
 _AVRO_FORMAT = "application/vnd.apache.avro"
 
 
-def compose_client(ctx: ComposeContext, binding: Binding) -> Composition:
+def compose_client(ctx: ComposeContext, binding: Binding,
+                   specs: Mapping[str, Spec] | None = None) -> Composition:
+    """`specs`: the binding's, when the caller has read them already."""
     name = binding.name
-    specs = read_specs(ctx, binding)
+    specs = read_specs(ctx, binding) if specs is None else specs
     issues: list[ConfigIssue] = []
     servers: dict[str, list[str]] = {}
     for spec in specs.values():

@@ -182,6 +182,12 @@ def compose_server(ctx: ComposeContext, binding: Binding) -> Composition:
                                        "options": http_options, "routes": routes}
     for exit_name, sse_name in sse_names.items():
         composition.bindings[sse_name] = {"type": "sse", "kind": "server", "exit": exit_name}
+        # an exit that cannot stream (found once its neighbour is composed) is the config's
+        said = [("bindings", name, "routes", i, "exit") for i, r in enumerate(binding.routes)
+                if r.exit == exit_name] + [("bindings", name, "exit")] * (binding.exit == exit_name)
+        if said:
+            issue = ctx.issue(said[0], "")
+            composition.where[("bindings", sse_name, "exit")] = (issue.file, issue.line)
     for spec, s in used:
         composition.where.setdefault(("bindings", name, "options", "port"),
                                      _where(ctx, spec, s))

@@ -14,6 +14,7 @@ from __future__ import annotations
 from ssekd.bindings.http.roles import HttpBinding, HttpClientBinding
 from ssekd.bindings.sse.client import DEFAULT_MAX_UPSTREAMS, SseClient, SseClientRoute
 from ssekd.bindings.sse.compression import CONTEXTS, Compression
+from ssekd.bindings.sse.content_config import REQUESTS, client_depends, event_contents
 from ssekd.bindings.sse.relay import FeedSettings
 from ssekd.bindings.sse.roles import StreamSource
 from ssekd.bindings.sse.server import (
@@ -64,10 +65,6 @@ def _build(ctx: BuildContext, binding: Binding) -> SseServer:
 
 def _build_client(ctx: BuildContext, binding: Binding) -> SseClient:
     opts = binding.options
-    if "requests" in opts:
-        raise ConfigError([ctx.issue(("bindings", binding.name, "options", "requests"),
-                                     "request validation is not supported by ssekd's sse "
-                                     "client; remove `requests`")])
     routes = [SseClientRoute(tuple(Pattern.compile(str(w["path"])) for w in r.when if "path" in w),
                              ctx.exit(r.exit, HttpClientBinding), r.guarded,
                              tuple(str(q) for q in (r.with_ or {}).get("query", ())))
@@ -80,7 +77,8 @@ def _build_client(ctx: BuildContext, binding: Binding) -> SseClient:
                             history=int(opts.get("history", _DEFAULTS.history)),
                             history_bytes=int(opts.get("history-bytes", _DEFAULTS.history_bytes)))
     return SseClient(binding.name, routes, ctx.reactor, ctx.events, settings, guards,
-                     max_upstreams=int(opts.get("max-upstreams", DEFAULT_MAX_UPSTREAMS)))
+                     max_upstreams=int(opts.get("max-upstreams", DEFAULT_MAX_UPSTREAMS)),
+                     contents=event_contents(ctx, binding))
 
 
 _CLIENT_OPTIONS = {
@@ -96,8 +94,7 @@ _CLIENT_OPTIONS = {
                   "description": "Milliseconds before reconnecting to an upstream that sent no "
                                  "`retry:`; doubled after each attempt that brought no event, up "
                                  f"to {_DEFAULTS.max_backoff:g} s."},
-        "requests": {"type": "array", "items": {"type": "object"},
-                     "description": "Zilla's request content validation. Refused by ssekd."},
+        "requests": REQUESTS,
         "history": {"type": "integer", "minimum": 1, "default": _DEFAULTS.history,
                     "x-ssekd-addition": True,
                     "description": "Recent events kept per upstream URL, for browsers that "
@@ -203,7 +200,7 @@ BINDING = BindingType("sse", {
     ),
     "client": KindSpec(
         role=StreamSource, build=_build_client, exit=Exit.OPTIONAL,
-        exit_roles=(HttpClientBinding,), options=_CLIENT_OPTIONS,
+        exit_roles=(HttpClientBinding,), options=_CLIENT_OPTIONS, depends=client_depends,
         when={"type": "object", "additionalProperties": False, "required": ["path"],
               "properties": {"path": {"type": "string", "pattern": "^/",
                                       "x-expected": "a path starting with /",

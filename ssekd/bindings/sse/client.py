@@ -19,6 +19,9 @@ At most `max-upstreams` URLs are relayed at once: beyond, a URL nobody follows a
 to make room, or else the new stream is told to come back later (`TryLater`). A route's
 `guarded` is checked as in sse-kafka; credentials are never sent upstream (one
 connection serves every browser, so it cannot carry one browser's token).
+
+`options.requests` names models the data of a URL's events must satisfy (`content`): a feed
+checks each event once, before any stream sees it, and drops the ones refused.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from urllib.parse import quote, unquote, urlencode
 from twisted.application.service import Service
 
 from ssekd.bindings.http.roles import HttpClientBinding
+from ssekd.bindings.sse.content import EventContent
 from ssekd.bindings.sse.relay import Feed, FeedSettings, Subscriber
 from ssekd.bindings.sse.roles import StreamRequest, TryLater, refuse_unauthorized
 from ssekd.patterns import Pattern
@@ -90,7 +94,8 @@ class SseClient(Service):
     def __init__(self, name: str, routes: list[SseClientRoute], clock: object,
                  events: EventLog, settings: FeedSettings,
                  guards: Mapping[str, Guard] | None = None,
-                 max_upstreams: int = DEFAULT_MAX_UPSTREAMS) -> None:
+                 max_upstreams: int = DEFAULT_MAX_UPSTREAMS,
+                 contents: list[EventContent] | None = None) -> None:
         self.name = name
         self.binding = name  # Service.name is Optional; events need the binding's name
         self.routes = routes
@@ -99,6 +104,8 @@ class SseClient(Service):
         self.settings = settings
         self.guards = dict(guards or {})
         self.max_upstreams = max_upstreams
+        #: `options.requests`: the first whose path matches checks a URL's events
+        self.contents = list(contents or ())
         #: (http client, target) -> its feed, while open
         self.feeds: dict[tuple[int, str], Feed] = {}
 
@@ -122,8 +129,10 @@ class SseClient(Service):
         if feed is None:
             if len(self.feeds) >= self.max_upstreams and not self._make_room():
                 return TryLater(f"{len(self.feeds)} upstream URLs relayed (max-upstreams)")
+            content = next((c for c in self.contents if c.matches(request.path)), None)
             feed = Feed(route.http, target, self.clock, self.settings,
-                        self._emit, self._forget, last_id=request.last_event_id)
+                        self._emit, self._forget, last_id=request.last_event_id,
+                        content=content)
             self.feeds[key] = feed
             feed.start()
         return feed.subscribe(sink, request.last_event_id, first)
@@ -145,8 +154,15 @@ class SseClient(Service):
         if self.feeds.get(key) is feed:
             del self.feeds[key]
 
+    def startService(self) -> None:
+        super().startService()
+        for content in self.contents:
+            content.model.resolve()  # catalogs answer before the first event, when they can
+
     def stopService(self) -> None:
         """Close every feed (its upstream connection and timers)."""
         super().stopService()
         for feed in list(self.feeds.values()):
             feed.close()
+        for content in self.contents:
+            content.model.stop()

@@ -21,6 +21,9 @@ id, which resumes from the ring (or, when that id is older than the ring, from t
 with a comment saying events may be missing). A stream without an id starts at the ring's start,
 as a Kafka stream starts at what the cache holds.
 
+When the sse client checks the events of the URL (`options.requests`), an `content.EventGate`
+stands between the reader and the ring: an event it refuses never enters the ring.
+
 A feed whose last subscriber left keeps its connection and ring for `linger` seconds, so a page
 reload resumes from the ring, then closes.
 """
@@ -38,6 +41,7 @@ from twisted.python.failure import Failure
 from twisted.web.client import ResponseDone
 
 from ssekd.bindings.http.roles import HttpClientBinding
+from ssekd.bindings.sse.content import EventContent, EventGate
 from ssekd.bindings.sse.reader import Event, EventReader, Retry, UpstreamError
 from ssekd.bindings.sse.wire import comment, retry_field
 from ssekd.spi.stream import EventSink
@@ -163,7 +167,8 @@ class Feed:
 
     def __init__(self, http: HttpClientBinding, target: str, clock: Any,
                  settings: FeedSettings, emit: Callable[[str, str], None],
-                 on_closed: Callable[[Feed], None], last_id: str | None = None) -> None:
+                 on_closed: Callable[[Feed], None], last_id: str | None = None,
+                 content: EventContent | None = None) -> None:
         self.http = http
         self.target = target
         self.url = http.origin + target
@@ -192,6 +197,10 @@ class Feed:
         self._linger: Any = None
         #: when the last subscriber left (the clock's seconds), for choosing a feed to close
         self.left_at = 0.0
+        #: checks each event before the ring takes it, when the client checks this URL's events
+        self.gate = None if content is None else EventGate(
+            content, clock, emit, self._publish, self._skipped, self.logged_url,
+            settings.history)
 
     # -- subscribers -----------------------------------------------------------------------
 
@@ -241,6 +250,11 @@ class Feed:
             entry = ring.get(sub.next_seq)
             sub.next_seq += 1
             sub.sink.write(entry.data)
+
+    def _skipped(self, event_id: str | None) -> None:
+        """An event the gate refused: its id still counts as read (module docstring)."""
+        if event_id is not None:
+            self.last_id = event_id
 
     def _publish(self, event: Event) -> None:
         if event.id is not None:
@@ -334,7 +348,10 @@ class Feed:
                     sub.sink.write(line)
             else:
                 self._events_this_attempt += 1
-                self._publish(item)
+                if self.gate is not None:
+                    self.gate.event(item)
+                else:
+                    self._publish(item)
 
     def body_lost(self, attempt: int, reason: Failure) -> None:
         if attempt != self.attempts or self.closed:
@@ -397,6 +414,8 @@ class Feed:
         self.closed = True
         self._cancel_timer()
         self._cancel_linger()
+        if self.gate is not None:
+            self.gate.close()
         request, self._request = self._request, None
         body, self._body = self._body, None
         if request is not None:
