@@ -431,6 +431,6 @@ def why(reason: Failure) -> str:
             return "timeout"
         if failure.check(error.DNSLookupError, error.NoRouteError):
             return "unreachable"
-        if type(failure.value).__module__.startswith("OpenSSL"):
+        if type(failure.value).__module__.startswith(("OpenSSL", "service_identity")):
             return "tls"
     return "reset"

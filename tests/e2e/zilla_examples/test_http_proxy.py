@@ -204,6 +204,21 @@ def test_http_proxy_answers_502_when_the_upstream_is_down(run_example: RunExampl
         again.stop()
 
 
+def test_an_upstream_certificate_that_does_not_name_sni_is_502(run_example: RunExample,
+                                                               nginx: Nginx) -> None:
+    """The tls client expects nginx's certificate to name `sni`: with another name there, no
+    byte goes to nginx unverified; the client gets `502` and the event says `tls`."""
+    hosts = {"host: nginx": "host: 127.0.0.1", "port: 443": f"port: {nginx.port}",
+             "sni:\n        - nginx": "sni:\n        - elsewhere"}
+    example = run_example(NAME, kafka=False, hosts=hosts)
+    answer = curl("-o", "/dev/null", "-w", "%{http_code}",
+                  f"https://localhost:{example.port(7143)}/demo.html")
+    assert answer.stdout == b"502"
+    assert example.daemon is not None
+    example.daemon.wait_output("tls; answered 502")
+    assert not [line for line in nginx.seen() if "/demo.html" in line]
+
+
 def test_http_proxy_speaks_http11_upstream_with_versions_http11(run_example: RunExample,
                                                                nginx: Nginx) -> None:
     """`versions: [http/1.1]` on the http client: the tls client's `alpn: [h2]` is not offered
