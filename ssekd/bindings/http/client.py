@@ -10,6 +10,9 @@ the upstream's status, headers and body back (`proxying.Relay`), over a bounded 
 - HTTP/2 (`upstream_h2`) when the tls client's ALPN negotiates `h2` (with `h2` among
   `versions`), or when `versions` is `[h2]` alone (prior knowledge, over TLS or cleartext, as
   Zilla does); requests share a connection.
+- over cleartext with both `versions` (Zilla's default), a new connection's first request
+  offers `Upgrade: h2c` (`upstream_h2c`): HTTP/2 from then on when the upstream switches,
+  HTTP/1.1 for good when it declines;
 - HTTP/1.1 otherwise, on persistent connections (`Agent` with `HTTPConnectionPool`): at most
   `MAX_H1_CONNECTIONS` requests at once, later ones wait their turn.
 
@@ -50,6 +53,7 @@ from ssekd.bindings.http.proxying import Relay
 from ssekd.bindings.http.response_check import ResponseCheck
 from ssekd.bindings.http.roles import HttpContext
 from ssekd.bindings.http.upstream_h2 import H2Pool, H2Upstream
+from ssekd.bindings.http.upstream_h2c import H2cUpgrades
 from ssekd.spi.connection import Connector, NegotiatingConnector
 from ssekd.telemetry.events import EventLog
 
@@ -126,11 +130,14 @@ class HttpClient:
         self._h1_offer = tuple(p for p in offered if p != "h2")
         self._alpn_offers_h2 = "h2" in offered
         self.h2: H2Pool | None = None
+        self.h2c: H2cUpgrades | None = None
         if "h2" in self.versions:
             prior = self.versions == ("h2",)
             if prior or (connector.secure and self._alpn_offers_h2):
                 self.h2 = H2Pool(self._connect_h2, scheme.encode("ascii"), prior,
                                  MAX_H2_CONNECTIONS)
+            elif not connector.secure:
+                self.h2c = H2cUpgrades(self._connect_h2, self._declined, MAX_H2_CONNECTIONS)
         #: Set when the upstream answered an `h2` offer without choosing it.
         self.speaks_h1_only = False
         stream_pool = HTTPConnectionPool(reactor, persistent=False)
@@ -227,7 +234,19 @@ class HttpClient:
 
             acquired.addCallbacks(start, lambda f: sink.failed(why(f)))
             return
+        if self.h2c is not None and not self.speaks_h1_only:
+            connection = self.h2c.with_room()
+            if connection is not None:
+                relay.attach(connection.start(upstream, sink))
+                return
+            if self.h2c.can_attempt():
+                relay.attach(self.h2c.attempt(upstream, sink, lambda f: sink.failed(why(f))))
+                return
         self._send_h1(upstream, sink, relay)
+
+    def _declined(self) -> None:
+        """The cleartext upstream answered an `Upgrade: h2c` offer without switching."""
+        self.speaks_h1_only = True
 
     def _send_h1(self, upstream: UpstreamRequest, sink: _Timed, relay: Relay) -> None:
         slot = self._h1_slots.acquire()
@@ -257,6 +276,8 @@ class HttpClient:
     def close(self) -> None:
         if self.h2 is not None:
             self.h2.close()
+        if self.h2c is not None:
+            self.h2c.close()
 
 
 class _Immediate:
