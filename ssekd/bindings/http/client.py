@@ -31,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from io import BytesIO
 from typing import Any
 
+from twisted.application.service import Service
 from twisted.internet import error
 from twisted.internet.defer import CancelledError, Deferred, DeferredSemaphore
 from twisted.internet.protocol import Factory
@@ -97,9 +98,10 @@ class _OneEndpoint:
         return _Quiet(self.client.h1_endpoint())
 
 
-class HttpClient:
+class HttpClient(Service):
     """Runtime of an http client: `get` for an sse client's streams, `render` for an http
-    server's routes (module docstring)."""
+    server's routes (module docstring). A service so that stopping it (shutdown, or a reload
+    that replaces it) closes its pooled upstream connections."""
 
     #: Answers end when the upstream's do; none is held open by the client itself.
     max_idle: float | None = None
@@ -112,6 +114,7 @@ class HttpClient:
                  response_check: ResponseCheck | None = None) -> None:
         assert connector.address is not None  # checked when built
         self.name = name
+        self.binding = name  # Service.name is Optional; events need the binding's name
         self.reactor = reactor
         self.connector = connector
         self.events = events if events is not None else EventLog(name)
@@ -143,7 +146,7 @@ class HttpClient:
         stream_pool = HTTPConnectionPool(reactor, persistent=False)
         self._stream_agent = Agent.usingEndpointFactory(reactor, _OneEndpoint(self),
                                                         pool=stream_pool)
-        pool = HTTPConnectionPool(reactor, persistent=True)
+        pool = self._agent_pool = HTTPConnectionPool(reactor, persistent=True)
         pool.maxPersistentPerHost = MAX_IDLE_H1_CONNECTIONS
         # Twisted sends a request again, once, only when a reused connection turned out closed
         # before it was answered, and only an idempotent one without a body: kept.
@@ -181,7 +184,7 @@ class HttpClient:
         upstream = self.upstream_request(req)
         describe = f"{upstream.method.decode('latin-1')} {self.origin}" \
                    f"{upstream.path.decode('latin-1')}"
-        relay = Relay(self.name, request, upstream.method.decode("latin-1"),
+        relay = Relay(self.binding, request, upstream.method.decode("latin-1"),
                       upstream.path.decode("latin-1"), self.events, self.response_check,
                       describe)
         self.send(upstream, relay)
@@ -273,11 +276,14 @@ class HttpClient:
 
         slot.addCallbacks(go, lambda f: sink.failed(why(f)))
 
-    def close(self) -> None:
+    def stopService(self) -> Deferred[None] | None:
+        super().stopService()
         if self.h2 is not None:
             self.h2.close()
         if self.h2c is not None:
             self.h2c.close()
+        closed: Deferred[None] = self._agent_pool.closeCachedConnections()
+        return closed
 
 
 class _Immediate:
