@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import os
 import ssl
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
+from cryptography.utils import CryptographyDeprecationWarning
 from twisted.internet.endpoints import wrapClientTLS
 from twisted.internet.ssl import Certificate, optionsForClientTLS, platformTrust, trustRootFromCertificates
 
@@ -133,7 +135,10 @@ def _system_certificates() -> list[Certificate]:
     paths = ssl.get_default_verify_paths()
     for name in (paths.cafile, paths.openssl_cafile):
         if name and os.path.isfile(name):
-            with open(name, "rb") as bundle:
+            with open(name, "rb") as bundle, warnings.catch_warnings():
+                # a few CA certificates of old bundles have serial numbers RFC 5280 forbids:
+                # OpenSSL trusts them, and a warning per start would only be noise
+                warnings.simplefilter("ignore", CryptographyDeprecationWarning)
                 found = x509.load_pem_x509_certificates(bundle.read())
             return [Certificate.loadPEM(c.public_bytes(Encoding.PEM)) for c in found]
     return []

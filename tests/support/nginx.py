@@ -5,8 +5,8 @@ test's user (`user` is that user, logs, pid and temp files in the test's folder,
 
 What the example's config does not have, and the tests use: `dav_methods PUT` (so a request
 body going through the proxy can be read back as a file), and an access log line per request
-that names the protocol (`HTTP/2.0`, `HTTP/1.1`), the request's size, the connection and the
-bytes sent, to show what the upstream saw.
+that names the protocol (`HTTP/2.0`, `HTTP/1.1`), the request's size, the connection, the
+bytes sent and an `Upgrade` offered, to show what the upstream saw.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ http {{
     default_type  application/octet-stream;
 
     log_format seen '$request_method $request_uri $server_protocol $status $request_length '
-                    '$http_host $connection $body_bytes_sent';
+                    '$http_host $connection $body_bytes_sent $http_upgrade';
     access_log {folder}/access.log seen;
     client_body_temp_path {folder}/body;
     proxy_temp_path {folder}/proxy;
@@ -92,7 +92,8 @@ class Nginx:
 
     def seen(self) -> list[str]:
         """The access log: `METHOD URI PROTOCOL STATUS REQUEST_LENGTH HOST CONNECTION
-        BODY_BYTES_SENT` per request (CONNECTION: nginx's serial number of the connection)."""
+        BODY_BYTES_SENT UPGRADE` per request (CONNECTION: nginx's serial number of the
+        connection; UPGRADE: the `Upgrade` header, `-` without one)."""
         log = self.folder / "access.log"
         return log.read_text().splitlines() if log.exists() else []
 

@@ -238,8 +238,10 @@ CLIENT_OPTIONS = {"type": "object", "additionalProperties": False,
                  "default": list(CLIENT_VERSIONS),
                  "description": "HTTP versions spoken upstream: HTTP/2 when a tls client's "
                                 "`alpn` negotiates `h2`, or - `[h2]` alone - with prior "
-                                "knowledge (TLS or cleartext); HTTP/1.1 otherwise. An sse "
-                                "client's streams are HTTP/1.1."},
+                                "knowledge (TLS or cleartext); in cleartext with both, a "
+                                "connection's first request offers `Upgrade: h2c` (HTTP/2 if "
+                                "the upstream switches, HTTP/1.1 for good if it declines); "
+                                "HTTP/1.1 otherwise. An sse client's streams are HTTP/1.1."},
     "overrides": {"type": "object", "additionalProperties": {"type": "string"},
                   "x-ssekd-default": "none",
                   "description": "Headers set on every request; `:authority` replaces the "

@@ -10,6 +10,9 @@ the upstream's status, headers and body back (`proxying.Relay`), over a bounded 
 - HTTP/2 (`upstream_h2`) when the tls client's ALPN negotiates `h2` (with `h2` among
   `versions`), or when `versions` is `[h2]` alone (prior knowledge, over TLS or cleartext, as
   Zilla does); requests share a connection.
+- over cleartext with both `versions` (Zilla's default), a new connection's first request
+  offers `Upgrade: h2c` (`upstream_h2c`): HTTP/2 from then on when the upstream switches,
+  HTTP/1.1 for good when it declines;
 - HTTP/1.1 otherwise, on persistent connections (`Agent` with `HTTPConnectionPool`): at most
   `MAX_H1_CONNECTIONS` requests at once, later ones wait their turn.
 
@@ -28,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from io import BytesIO
 from typing import Any
 
+from twisted.application.service import Service
 from twisted.internet import error
 from twisted.internet.defer import CancelledError, Deferred, DeferredSemaphore
 from twisted.internet.protocol import Factory
@@ -50,6 +54,7 @@ from ssekd.bindings.http.proxying import Relay
 from ssekd.bindings.http.response_check import ResponseCheck
 from ssekd.bindings.http.roles import HttpContext
 from ssekd.bindings.http.upstream_h2 import H2Pool, H2Upstream
+from ssekd.bindings.http.upstream_h2c import H2cUpgrades
 from ssekd.spi.connection import Connector, NegotiatingConnector
 from ssekd.telemetry.events import EventLog
 
@@ -93,9 +98,10 @@ class _OneEndpoint:
         return _Quiet(self.client.h1_endpoint())
 
 
-class HttpClient:
+class HttpClient(Service):
     """Runtime of an http client: `get` for an sse client's streams, `render` for an http
-    server's routes (module docstring)."""
+    server's routes (module docstring). A service so that stopping it (shutdown, or a reload
+    that replaces it) closes its pooled upstream connections."""
 
     #: Answers end when the upstream's do; none is held open by the client itself.
     max_idle: float | None = None
@@ -108,6 +114,7 @@ class HttpClient:
                  response_check: ResponseCheck | None = None) -> None:
         assert connector.address is not None  # checked when built
         self.name = name
+        self.binding = name  # Service.name is Optional; events need the binding's name
         self.reactor = reactor
         self.connector = connector
         self.events = events if events is not None else EventLog(name)
@@ -126,17 +133,20 @@ class HttpClient:
         self._h1_offer = tuple(p for p in offered if p != "h2")
         self._alpn_offers_h2 = "h2" in offered
         self.h2: H2Pool | None = None
+        self.h2c: H2cUpgrades | None = None
         if "h2" in self.versions:
             prior = self.versions == ("h2",)
             if prior or (connector.secure and self._alpn_offers_h2):
                 self.h2 = H2Pool(self._connect_h2, scheme.encode("ascii"), prior,
                                  MAX_H2_CONNECTIONS)
+            elif not connector.secure:
+                self.h2c = H2cUpgrades(self._connect_h2, self._declined, MAX_H2_CONNECTIONS)
         #: Set when the upstream answered an `h2` offer without choosing it.
         self.speaks_h1_only = False
         stream_pool = HTTPConnectionPool(reactor, persistent=False)
         self._stream_agent = Agent.usingEndpointFactory(reactor, _OneEndpoint(self),
                                                         pool=stream_pool)
-        pool = HTTPConnectionPool(reactor, persistent=True)
+        pool = self._agent_pool = HTTPConnectionPool(reactor, persistent=True)
         pool.maxPersistentPerHost = MAX_IDLE_H1_CONNECTIONS
         # Twisted sends a request again, once, only when a reused connection turned out closed
         # before it was answered, and only an idempotent one without a body: kept.
@@ -174,7 +184,7 @@ class HttpClient:
         upstream = self.upstream_request(req)
         describe = f"{upstream.method.decode('latin-1')} {self.origin}" \
                    f"{upstream.path.decode('latin-1')}"
-        relay = Relay(self.name, request, upstream.method.decode("latin-1"),
+        relay = Relay(self.binding, request, upstream.method.decode("latin-1"),
                       upstream.path.decode("latin-1"), self.events, self.response_check,
                       describe)
         self.send(upstream, relay)
@@ -227,7 +237,19 @@ class HttpClient:
 
             acquired.addCallbacks(start, lambda f: sink.failed(why(f)))
             return
+        if self.h2c is not None and not self.speaks_h1_only:
+            connection = self.h2c.with_room()
+            if connection is not None:
+                relay.attach(connection.start(upstream, sink))
+                return
+            if self.h2c.can_attempt():
+                relay.attach(self.h2c.attempt(upstream, sink, lambda f: sink.failed(why(f))))
+                return
         self._send_h1(upstream, sink, relay)
+
+    def _declined(self) -> None:
+        """The cleartext upstream answered an `Upgrade: h2c` offer without switching."""
+        self.speaks_h1_only = True
 
     def _send_h1(self, upstream: UpstreamRequest, sink: _Timed, relay: Relay) -> None:
         slot = self._h1_slots.acquire()
@@ -254,9 +276,14 @@ class HttpClient:
 
         slot.addCallbacks(go, lambda f: sink.failed(why(f)))
 
-    def close(self) -> None:
+    def stopService(self) -> Deferred[None] | None:
+        super().stopService()
         if self.h2 is not None:
             self.h2.close()
+        if self.h2c is not None:
+            self.h2c.close()
+        closed: Deferred[None] = self._agent_pool.closeCachedConnections()
+        return closed
 
 
 class _Immediate:
@@ -431,6 +458,6 @@ def why(reason: Failure) -> str:
             return "timeout"
         if failure.check(error.DNSLookupError, error.NoRouteError):
             return "unreachable"
-        if type(failure.value).__module__.startswith("OpenSSL"):
+        if type(failure.value).__module__.startswith(("OpenSSL", "service_identity")):
             return "tls"
     return "reset"

@@ -127,16 +127,39 @@ class H2Upstream(Protocol):
             if not self.ready.called:
                 self.ready.callback(False)
 
-    def _start(self) -> None:
+    def _settings(self) -> None:
         self.conn.local_settings.update({
             h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: INITIAL_WINDOW,
             h2.settings.SettingCodes.ENABLE_PUSH: 0,
         })
+
+    def _start(self) -> None:
+        self._settings()
         self.conn.initiate_connection()
         self._flush()
         self.usable = True
         if not self.ready.called:
             self.ready.callback(True)
+
+    def upgrade_settings(self) -> bytes:
+        """The `HTTP2-Settings` of a request offering `Upgrade: h2c` (`upstream_h2c`); the
+        connection's preface waits until `upgraded`."""
+        self._settings()
+        header = self.conn.initiate_upgrade_connection()
+        assert header is not None  # a client's
+        return header
+
+    def upgraded(self, transport: Any, sink: ResponseSink) -> H2Call:
+        """The upstream answered `101`: this connection is HTTP/2 from now on, and the response
+        to the request that offered the upgrade comes on stream 1."""
+        self.transport = transport
+        call = H2Call(self, 1, sink, b"")
+        self.calls[1] = call
+        self._flush()
+        self.usable = True
+        if not self.ready.called:
+            self.ready.callback(True)
+        return call
 
     def connectionLost(self, reason: Failure = Failure(ConnectionError())) -> None:
         self.usable = False

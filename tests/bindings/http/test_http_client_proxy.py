@@ -360,3 +360,83 @@ def test_responses_the_check_declines_stream_through() -> None:
     relay.head(404, [])
     relay.data(b"nope")
     assert request.written == [b"nope"]
+
+
+# -- cleartext upgrade (h2c) -------------------------------------------------------------
+
+
+def _attempt(method: bytes = b"GET") -> tuple[Any, StringTransport, Sink, list[str]]:
+    from ssekd.bindings.http.upstream_h2c import H2cAttempt
+    sink = Sink()
+    notes: list[str] = []
+    attempt = H2cAttempt(UpstreamRequest(method, b"/a", b"up:80", ((b"accept", b"*/*"),), b""),
+                         sink, lambda _: notes.append("upgraded"),
+                         lambda: notes.append("declined"), lambda _: notes.append("lost"),
+                         lambda: notes.append("gone"))
+    transport = StringTransport()
+    attempt.makeConnection(transport)
+    return attempt, transport, sink, notes
+
+
+def test_the_first_cleartext_request_offers_the_upgrade() -> None:
+    _, transport, _, _ = _attempt()
+    head = transport.value().split(b"\r\n\r\n")[0].split(b"\r\n")
+    assert head[0] == b"GET /a HTTP/1.1"
+    assert b"host: up:80" in head and b"upgrade: h2c" in head
+    assert b"connection: Upgrade, HTTP2-Settings" in head
+    assert any(line.startswith(b"http2-settings: ") for line in head)
+
+
+def test_a_declined_upgrade_is_read_as_http11_in_any_framing() -> None:
+    """Chunks split anywhere, a length, or the end of the connection frame the answer; the
+    connection closes after it and the client is told to keep to HTTP/1.1."""
+    attempt, transport, sink, notes = _attempt()
+    answer = (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-Up: 1\r\n\r\n"
+              b"5\r\nhello\r\n6;ext=1\r\n world\r\n0\r\n\r\n")
+    for i in range(0, len(answer), 3):
+        attempt.dataReceived(answer[i:i + 3])
+    assert sink.calls[0][:2] == ("head", 200) and sink.calls[0][2][b"x-up"] == b"1"
+    assert b"".join(c[1] for c in sink.calls if c[0] == "data") == b"hello world"
+    assert sink.calls[-1] == ("end",) and notes == ["declined"]
+    assert transport.disconnecting
+
+    attempt, _, sink, _ = _attempt()
+    attempt.dataReceived(b"HTTP/1.1 404 Not Found\r\nContent-Length: 4\r\n\r\nnopeEXTRA")
+    assert [c for c in sink.calls if c[0] != "head"] == [("data", b"nope"), ("end",)]
+
+    attempt, _, sink, _ = _attempt()
+    attempt.dataReceived(b"HTTP/1.1 200 OK\r\n\r\nuntil the end")
+    attempt.connectionLost()
+    assert [c for c in sink.calls if c[0] != "head"] == [("data", b"until the end"), ("end",)]
+
+    attempt, _, sink, _ = _attempt()
+    attempt.dataReceived(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort")
+    attempt.connectionLost()
+    assert sink.calls[-1] == ("failed", "reset")
+
+    attempt, _, sink, _ = _attempt(b"HEAD")
+    attempt.dataReceived(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n")
+    assert [c[0] for c in sink.calls] == ["head", "end"]
+
+
+def test_an_answer_that_is_not_http_fails_the_attempt() -> None:
+    attempt, transport, sink, _ = _attempt()
+    attempt.dataReceived(b"\x00\x00\x12\x04\x00\x00\x00\x00\x00 binary\r\n\r\n")
+    assert sink.calls == [("failed", "reset")]
+
+
+def test_an_accepted_upgrade_answers_on_stream_1() -> None:
+    attempt, transport, sink, notes = _attempt()
+    request = transport.value().split(b"\r\n\r\n")[0].split(b"\r\n")
+    settings = next(line for line in request if line.startswith(b"http2-settings: "))
+    transport.clear()
+    server = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False,
+                                                                  header_encoding=None))
+    server.initiate_upgrade_connection(settings.split(b": ", 1)[1])
+    server.send_headers(1, [(b":status", b"200")])
+    server.send_data(1, b"over h2", end_stream=True)
+    attempt.dataReceived(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\n\r\n"
+                         + server.data_to_send())
+    assert notes == ["upgraded"]
+    assert sink.calls == [("head", 200, {}), ("data", b"over h2"), ("end",)]
+    assert transport.value().startswith(b"PRI * HTTP/2.0")  # the client's preface follows

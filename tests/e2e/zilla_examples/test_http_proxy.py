@@ -19,8 +19,10 @@ from pathlib import Path
 
 import pytest
 
+from ssekd.dev.broker import free_port
 from tests.e2e.zilla_examples.conftest import RunExample
-from tests.support.daemon import start_daemon
+from tests.support.daemon import Daemon, start_daemon
+from tests.support.h2c_upstream import H2cUpstream
 from tests.support.nginx import Nginx, start_nginx
 from tests.support.wait import wait_until
 from tests.support.zilla_examples import EXAMPLES, Example
@@ -204,6 +206,21 @@ def test_http_proxy_answers_502_when_the_upstream_is_down(run_example: RunExampl
         again.stop()
 
 
+def test_an_upstream_certificate_that_does_not_name_sni_is_502(run_example: RunExample,
+                                                               nginx: Nginx) -> None:
+    """The tls client expects nginx's certificate to name `sni`: with another name there, no
+    byte goes to nginx unverified; the client gets `502` and the event says `tls`."""
+    hosts = {"host: nginx": "host: 127.0.0.1", "port: 443": f"port: {nginx.port}",
+             "sni:\n        - nginx": "sni:\n        - elsewhere"}
+    example = run_example(NAME, kafka=False, hosts=hosts)
+    answer = curl("-o", "/dev/null", "-w", "%{http_code}",
+                  f"https://localhost:{example.port(7143)}/demo.html")
+    assert answer.stdout == b"502"
+    assert example.daemon is not None
+    example.daemon.wait_output("tls; answered 502")
+    assert not [line for line in nginx.seen() if "/demo.html" in line]
+
+
 def test_http_proxy_speaks_http11_upstream_with_versions_http11(run_example: RunExample,
                                                                nginx: Nginx) -> None:
     """`versions: [http/1.1]` on the http client: the tls client's `alpn: [h2]` is not offered
@@ -256,17 +273,12 @@ bindings:
 def test_cleartext_proxying_as_http_json_schema_configures_it(
         tmp_path: Path, nginx: Nginx, versions: list[str], expected: str) -> None:
     """http.json.schema's proxying part: an http server whose exit is an http client to a
-    cleartext upstream with `versions: [http/1.1, h2]` (HTTP/1.1: nginx, like most servers,
-    takes no h2c upgrade, so Zilla's ends there too); with `[h2]` alone, HTTP/2 with prior
-    knowledge."""
-    from ssekd.dev.broker import free_port
+    cleartext upstream with `versions: [http/1.1, h2]`: the first request offers
+    `Upgrade: h2c`, which nginx declines, so it and the rest are HTTP/1.1; with `[h2]` alone,
+    HTTP/2 with prior knowledge."""
     port = free_port()
     upstream = nginx.plain_port if expected == "HTTP/1.1" else nginx.h2c_port
-    config = tmp_path / "zilla.yaml"
-    config.write_text(_CLEARTEXT.format(
-        port=port, upstream=upstream,
-        versions="".join(f"        - {v}\n" for v in versions)))
-    daemon = start_daemon(config, wait_ports=[port])
+    daemon = _cleartext(tmp_path, port, upstream, versions)
     try:
         page = subprocess.run(["curl", "-s", f"http://localhost:{port}/demo.html"],
                               capture_output=True, text=True, timeout=30, check=False)
@@ -279,5 +291,41 @@ def test_cleartext_proxying_as_http_json_schema_configures_it(
     finally:
         daemon.stop()
     seen = nginx.seen()
+    if expected == "HTTP/1.1":  # the upgrade was offered once, and never again once declined
+        assert [line.split()[:3] + line.split()[8:] for line in seen] == [
+            ["GET", "/demo.html", "HTTP/1.1", "h2c"], ["POST", "/demo.html", "HTTP/1.1", "-"]]
     assert any(line.startswith(f"GET /demo.html {expected} 200") for line in seen), seen
     assert any(line.startswith(f"POST /demo.html {expected} 405") for line in seen), seen
+
+
+def test_a_cleartext_upstream_that_takes_the_h2c_upgrade_gets_http2(tmp_path: Path) -> None:
+    """`versions: [http/1.1, h2]` toward an upstream that switches (a stand-in: nginx does
+    not): the first request is answered after `101` on stream 1, the next ones are HTTP/2
+    streams of that same connection, and the pages come back whole."""
+    upstream = H2cUpstream(EXAMPLES / NAME / "www").start()
+    port = free_port()
+    daemon = _cleartext(tmp_path, port, upstream.port, ["http/1.1", "h2"])
+    try:
+        for _ in range(3):
+            page = subprocess.run(["curl", "-s", f"http://localhost:{port}/demo.html"],
+                                  capture_output=True, text=True, timeout=30, check=False)
+            assert page.stdout.rstrip("\n") == expected_page()
+        missing = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}",
+                                  f"http://localhost:{port}/nothing"],
+                                 capture_output=True, text=True, timeout=30, check=False)
+        assert missing.stdout == "404"
+    finally:
+        daemon.stop()
+        upstream.stop()
+    assert [(m, p, how) for m, p, how, _ in upstream.seen] == [
+        ("GET", "/demo.html", "h2c-upgrade"), ("GET", "/demo.html", "h2"),
+        ("GET", "/demo.html", "h2"), ("GET", "/nothing", "h2")]
+    assert {n for *_, n in upstream.seen} == {1}
+
+
+def _cleartext(tmp_path: Path, port: int, upstream: int, versions: list[str]) -> Daemon:
+    config = tmp_path / "zilla.yaml"
+    config.write_text(_CLEARTEXT.format(
+        port=port, upstream=upstream,
+        versions="".join(f"        - {v}\n" for v in versions)))
+    return start_daemon(config, wait_ports=[port])
