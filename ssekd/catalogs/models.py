@@ -92,6 +92,8 @@ class ModelConfig:
     subject: str | None
     schema_id: int | None
     version: str
+    #: For `protobuf`: the message of the schema the records are (its first one when absent).
+    record: str | None = None
 
     @staticmethod
     def parse(topic: str, part: str, spec: Mapping[str, Any]) -> ModelConfig:
@@ -104,9 +106,11 @@ class ModelConfig:
         if entry.get("strategy") == "topic":
             subject = f"{topic}-{part}"
         sid = entry.get("id")
+        record = entry.get("record")
         return ModelConfig(model=str(spec["model"]), view=spec.get("view"), catalog=name,
                            subject=subject, schema_id=int(sid) if sid is not None else None,
-                           version=str(entry.get("version", LATEST)))
+                           version=str(entry.get("version", LATEST)),
+                           record=None if record is None else str(record))
 
     def describe(self) -> str:
         if self.schema_id is not None:
@@ -166,6 +170,31 @@ def compile_avro(schema: Schema, view_json: bool) -> Codec:
     return check
 
 
+def compile_protobuf(schema: Schema, record: str | None, view_json: bool) -> Codec:
+    """A protobuf decoder (`ssekd.catalogs.protobuf`): a payload is the message indexes, then
+    the message they name, which must decode; with `view: json` it is delivered as JSON, else
+    as the message's bytes (without the indexes). `record` must name a message of the schema."""
+    from ssekd.catalogs import protobuf
+
+    try:
+        proto = protobuf.parse_proto(schema.text)
+        proto.path_of(record)
+    except protobuf.ProtoError as e:
+        raise BadSchema(f"not a proto3 schema ssekd reads: {e}") from None
+
+    def check(payload: bytes) -> bytes:
+        try:
+            path, skip = protobuf.decode_indexes(payload)
+            cls = proto.message_class(path)
+            body = payload[skip:]
+            if view_json:
+                return protobuf.binary_to_json(cls, body)
+            return protobuf.check_binary(cls, body)
+        except (ValueError, protobuf.ProtoError) as e:
+            raise Invalid(str(e)) from None
+    return check
+
+
 def check_string(payload: bytes) -> bytes:
     """The `string` model: UTF-8 text, delivered as it is."""
     try:
@@ -222,7 +251,7 @@ class FieldModel:
         ids = catalog is not None and catalog.has_ids and config.model != "string"
         #: Avro with a registry: the wire format only. JSON with a registry: a payload starting
         #: with byte 0 (never JSON) is the wire format.
-        self.wire_only = ids and config.model == "avro"
+        self.wire_only = ids and config.model in ("avro", "protobuf")
         self.wire_possible = ids and config.model == "json"
         if config.model == "string" or catalog is None:
             self._codec = check_string if config.model == "string" else None
@@ -243,6 +272,9 @@ class FieldModel:
         if codec is None:
             if self.config.model == "avro":
                 codec = compile_avro(schema, self.convert and self.config.view == "json")
+            elif self.config.model == "protobuf":
+                codec = compile_protobuf(schema, self.config.record,
+                                         self.convert and self.config.view == "json")
             else:
                 codec = compile_json(schema)
             self._compiled[key] = codec
