@@ -56,6 +56,11 @@ HTTPS_UPSTREAM = f"{UPSTREAMS}::test_https_upstream_needs_a_trusted_certificate_
 STREAMS = "reliability/test_slow_clients.py::" \
           "test_on_the_wire_streams_beyond_the_limit_retry_and_silent_streams_are_reset"
 
+#: The http server's `options.requests` and the http client's `responses` (validation.py).
+REQUESTS = "bindings/http/test_request_validation.py::" \
+           "test_a_request_its_entry_refuses_is_400_saying_why"
+RESPONSES = "bindings/http/test_validation.py::" \
+            "test_responses_are_selected_by_status_and_content_type_the_last_wins"
 MODELS = "e2e/test_models.py::test_json_model_every_stream_gets_the_valid_900_and_resumes_exactly"
 AVRO = "e2e/test_models_browser.py::test_avro_from_registry_arrives_in_the_browser_as_json"
 REGISTRY_DOWN = "e2e/test_models.py::test_registry_down_at_start_refuses_streams_for_now_then_recovers"
@@ -208,6 +213,34 @@ COVERAGE: dict[str, str] = {
         "leave_it",
     "bindings.http/client.options.versions": f"{REFUSED}[http-client-h2]",
     "bindings.http/client.options.overrides": BAD_UPSTREAMS,
+    "bindings.http/server.options.requests": REQUESTS,
+    "bindings.http/server.options.requests[].path": REQUESTS,
+    "bindings.http/server.options.requests[].method": REQUESTS,
+    "bindings.http/server.options.requests[].content-type": REQUESTS,
+    "bindings.http/server.options.requests[].headers": REQUESTS,
+    "bindings.http/server.options.requests[].params": REQUESTS,
+    "bindings.http/server.options.requests[].params.path": REQUESTS,
+    "bindings.http/server.options.requests[].params.query": REQUESTS,
+    "bindings.http/server.options.requests[].content": REQUESTS,
+    "bindings.http/server.options.requests[].responses": REQUESTS,
+    "bindings.http/server.options.requests[].responses[].status": REQUESTS,
+    "bindings.http/server.options.requests[].responses[].content-type": REQUESTS,
+    "bindings.http/server.options.requests[].responses[].headers": REQUESTS,
+    "bindings.http/server.options.requests[].responses[].content": REQUESTS,
+    "bindings.http/client.options.requests": RESPONSES,
+    "bindings.http/client.options.requests[].path": RESPONSES,
+    "bindings.http/client.options.requests[].method": RESPONSES,
+    "bindings.http/client.options.requests[].content-type": RESPONSES,
+    "bindings.http/client.options.requests[].headers": RESPONSES,
+    "bindings.http/client.options.requests[].params": RESPONSES,
+    "bindings.http/client.options.requests[].params.path": RESPONSES,
+    "bindings.http/client.options.requests[].params.query": RESPONSES,
+    "bindings.http/client.options.requests[].content": RESPONSES,
+    "bindings.http/client.options.requests[].responses": RESPONSES,
+    "bindings.http/client.options.requests[].responses[].status": RESPONSES,
+    "bindings.http/client.options.requests[].responses[].content-type": RESPONSES,
+    "bindings.http/client.options.requests[].responses[].headers": RESPONSES,
+    "bindings.http/client.options.requests[].responses[].content": RESPONSES,
     "bindings.tls/client.options.trust": HTTPS_UPSTREAM,
     "bindings.tls/client.options.trustcacerts": HTTPS_UPSTREAM,
     "bindings.tls/client.options.sni": HTTPS_UPSTREAM,

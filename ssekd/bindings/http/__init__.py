@@ -18,6 +18,12 @@ from ssekd.bindings.http.health import HealthPaths
 from ssekd.bindings.http.roles import HttpBinding, HttpClientBinding
 from ssekd.bindings.http.routing import Condition, HeaderPattern
 from ssekd.bindings.http.server import HttpRoot, HttpRoute, HttpServer, HttpSite, HttpStats
+from ssekd.bindings.http.validation import (
+    CLIENT_REQUESTS_SCHEMA,
+    REQUESTS_SCHEMA,
+    build_for,
+    catalogs_named,
+)
 from ssekd.config import ConfigError
 from ssekd.config.model import Binding
 from ssekd.spi.binding import BindingType, BuildContext, Dependencies, Exit, KindSpec
@@ -59,7 +65,7 @@ def _build(ctx: BuildContext, binding: Binding) -> HttpServer:
                     HttpStats(ctx.metrics, binding.name, ctx.reactor,
                               _attributes(ctx, binding, authorization)),
                     HealthPaths.from_options(options.get("health"), ctx.health), ctx.siblings,
-                    ctx.reactor)
+                    ctx.reactor, build_for(ctx, binding, responses=False))
     site = HttpSite(root, limits, ctx.reactor)
     versions = tuple(options.get("versions", DEFAULT_VERSIONS))
     return HttpServer(binding.name, site, versions)
@@ -139,7 +145,8 @@ def _build_client(ctx: BuildContext, binding: Binding) -> HttpClient:
                                 f"where to connect: give the tcp client options.host and port"))
     if issues:
         raise ConfigError(issues)
-    return HttpClient(binding.name, ctx.reactor, connector, overrides)
+    return HttpClient(binding.name, ctx.reactor, connector, overrides,
+                      requests=build_for(ctx, binding, responses=True))
 
 
 _CREDENTIALS = {"type": "object", "additionalProperties": False,
@@ -202,6 +209,7 @@ OPTIONS = {"type": "object", "additionalProperties": False,
     "limits": LIMITS_SCHEMA,
     "health": HEALTH_SCHEMA,
     "asyncapi": ASYNCAPI_SCHEMA,
+    "requests": REQUESTS_SCHEMA,
 }}
 
 WHEN = {"type": "object", "additionalProperties": False, "properties": {
@@ -225,6 +233,7 @@ CLIENT_OPTIONS = {"type": "object", "additionalProperties": False,
                   "x-ssekd-default": "none",
                   "description": "Headers set on every request; `:authority` replaces the "
                                  "`Host` (by default the tcp client's `host:port`)."},
+    "requests": CLIENT_REQUESTS_SCHEMA,
 }}
 
 def server_depends(options: Mapping[str, Any]) -> Dependencies:
@@ -232,7 +241,13 @@ def server_depends(options: Mapping[str, Any]) -> Dependencies:
     `options.asyncapi`, every catalog and the whole config, which its document describes."""
     document = bool(options.get("asyncapi"))
     return Dependencies(guards={g: ("authorization", g) for g in options.get("authorization") or {}},
+                        catalogs=catalogs_named(options.get("requests")),
                         every_catalog=document, whole_config=document)
+
+
+def client_depends(options: Mapping[str, Any]) -> Dependencies:
+    """The catalogs the models of its `requests` name."""
+    return Dependencies(catalogs=catalogs_named(options.get("requests")))
 
 
 BINDING = BindingType("http", {
@@ -240,6 +255,6 @@ BINDING = BindingType("http", {
                        exit_roles=(HttpBinding,), depends=server_depends,
                        options=OPTIONS, when=WHEN),
     "client": KindSpec(role=HttpClientBinding, build=_build_client, exit=Exit.REQUIRED,
-                       exit_roles=(Connector,), options=CLIENT_OPTIONS,
+                       exit_roles=(Connector,), options=CLIENT_OPTIONS, depends=client_depends,
                        summary=lambda o: str((o.get("overrides") or {}).get(":authority", ""))),
 })

@@ -16,6 +16,7 @@ from twisted.internet.defer import Deferred
 from twisted.web.client import Agent, HTTPConnectionPool
 from twisted.web.http_headers import Headers
 
+from ssekd.bindings.http.validation import Requests
 from ssekd.spi.connection import Connector
 
 
@@ -53,9 +54,11 @@ class HttpClient:
     """Runtime of an http client: `get` sends one GET upstream."""
 
     def __init__(self, name: str, reactor: Any, connector: Connector,
-                 overrides: Mapping[str, str]) -> None:
+                 overrides: Mapping[str, str], requests: Requests | None = None) -> None:
         assert connector.address is not None  # checked when built
         self.name = name
+        #: `options.requests`: what upstream responses must be (validation.py).
+        self.requests = requests
         host, port = connector.address
         scheme = "https" if connector.secure else "http"
         self.host = overrides.get(":authority") or authority(host, port, connector.secure)

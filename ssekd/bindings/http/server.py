@@ -40,8 +40,9 @@ from ssekd.bindings.http.channel import BodyCountingRequest, LimitedHTTPChannel,
 from ssekd.bindings.http.cors import AccessControl
 from ssekd.bindings.http.h2c import SwitchingChannelProtocol, connection_sessions
 from ssekd.bindings.http.health import HealthPaths
-from ssekd.bindings.http.roles import HttpBinding, HttpContext, RedactsPaths
+from ssekd.bindings.http.roles import HttpBinding, HttpContext, RedactsPaths, TemporaryRefusals
 from ssekd.bindings.http.routing import Condition, head_headers, match_any, request_headers
+from ssekd.bindings.http.validation import Refused, Requests, refusal_body, retry_after, settle
 from ssekd.deferred_answer import answer_later
 from ssekd.spi.connection import ConnectionInfo
 from ssekd.spi.guard import CertificateGuard, Refusal, Renewal, Session
@@ -137,8 +138,11 @@ class HttpRoot(Resource):
                  cors: AccessControl, events: EventLog,
                  authorization: Authorization | None = None,
                  stats: HttpStats | None = None, health: HealthPaths | None = None,
-                 siblings: Siblings | None = None, clock: Any = None) -> None:
+                 siblings: Siblings | None = None, clock: Any = None,
+                 requests: Requests | None = None) -> None:
         super().__init__()
+        #: `options.requests`: what requests must be before an exit sees them (validation.py).
+        self.requests = requests
         self.stats = stats
         self.health = health
         self.name = name
@@ -249,7 +253,68 @@ class HttpRoot(Resource):
         own = {g: s for g, s in ctx.sessions.items() if g in verdicts}
         if own and self.authorization is not None:
             ctx.lease = self.authorization.lease(request, own)
-        return target.render(request, ctx)
+        if self.requests is None:
+            return target.render(request, ctx)
+        verdict = self._validate(request)
+        if verdict is None:
+            return target.render(request, ctx)
+        if isinstance(verdict, Refused):
+            return self._invalid(request, target, verdict)
+
+        def settled_(refused: Refused | None) -> bytes | int:
+            if refused is None:
+                return target.render(request, ctx)
+            return self._invalid(request, target, refused)
+        answer_later(request, verdict.addCallback(settled_), self.logged)
+        return NOT_DONE_YET
+
+    # -- validation (`options.requests`) ----------------------------------------------------
+
+    def _validate(self, request: Request) -> Refused | None | defer.Deferred[Refused | None]:
+        """Whether the request is what its entry of `options.requests` says: None (it is, or
+        no entry names it), the `Refused` answer, or a Deferred of either while a catalog is
+        asked for a schema."""
+        assert self.requests is not None
+        req: Any = request  # twisted.web is untyped for mypy
+        method = bytes(req.method).decode("latin-1")
+        path = bytes(req.uri).decode("latin-1")
+        content_type = req.getHeader(b"content-type")
+        try:
+            entry = self.requests.select(
+                method, path, content_type.decode("latin-1") if content_type else None)
+        except Refused as refused:
+            return refused
+        if entry is None:
+            return None
+        pairs = [(name.decode("latin-1"), value)
+                 for name, values in req.requestHeaders.getAllRawHeaders() for value in values]
+        body = b""
+        if entry.content is not None and req.content is not None:
+            req.content.seek(0)
+            body = req.content.read()
+            req.content.seek(0)  # the exit reads it again
+
+        def check() -> None:
+            entry.check_head(path, pairs)
+            entry.check_content(body)
+        return settle(check, self.access.clock or _reactor())
+
+    def _invalid(self, request: Request, target: HttpBinding, refused: Refused) -> bytes:
+        """A request its entry refuses: its status and a line saying why (validation.py)."""
+        if self.events.stdout is not None:
+            req: Any = request
+            self.events.emit(self.name, "BINDING_HTTP_REQUEST_INVALID",
+                             f"- {bytes(req.method).decode('latin-1')} "
+                             f"{self.logged(bytes(req.uri).decode('latin-1'))}: "
+                             f"{refused.status} {refused.reason}")
+        if refused.status == http.SERVICE_UNAVAILABLE:
+            if isinstance(target, TemporaryRefusals):
+                return target.answer_unavailable(request, refused.reason,
+                                                 float(retry_after(refused)))
+            request.setHeader(b"Retry-After", retry_after(refused))
+        request.setResponseCode(refused.status)
+        request.setHeader(b"content-type", b"text/plain; charset=utf-8")
+        return refusal_body(refused)
 
     def _refuse(self, request: Request, target: HttpBinding, ctx: HttpContext, guard: str,
                 refusal: Refusal) -> bytes:
@@ -282,7 +347,15 @@ class HttpRoot(Resource):
         req.http_route = found
         if self.access.on:
             req.access_began = self.access.clock.seconds()
-        return found is not None and found[0].takes_body
+        if found is None:
+            return False
+        if self.requests is not None:
+            content_type = req.getHeader(b"content-type")
+            if self.requests.reads_body(method.decode("latin-1"), uri.decode("latin-1"),
+                                        content_type.decode("latin-1") if content_type
+                                        else None):
+                return True  # checked before the exit sees the request, whatever it reads
+        return found[0].takes_body
 
     def refused(self, request: Request, status: int, method: bytes = b"", uri: bytes = b"",
                 version: bytes = b"") -> None:
@@ -350,6 +423,11 @@ class HttpServer:
                           ) -> defer.Deferred[dict[str, Renewal]]:
         """See `HttpRoot.renew_for_sibling` (`ssekd.workers.siblings` calls it)."""
         return self.site.root.renew_for_sibling(host, tokens)
+
+
+def _reactor() -> Any:
+    from twisted.internet import reactor
+    return reactor
 
 
 def exit_label(target: object) -> str:
