@@ -1,7 +1,7 @@
 """Models: what a topic's record values (or keys) must be, checked once per record at the cache.
 
-A model config is Zilla's `{model: json|avro|string, view?: json, catalog: {name: [{subject |
-id | strategy: topic, version}]}}`. ssekd reads one schema per model (the single entry of the
+A model config is Zilla's `{model: json|avro|protobuf|string, view?: json, catalog: {name:
+[{subject | id | strategy: topic, version, record?}]}}`. ssekd reads one schema per model (the single entry of the
 single catalog listed; the config schema refuses more). What each model does with a payload:
 
 - `string`: it must be UTF-8 text; delivered as it is.
@@ -17,6 +17,11 @@ single catalog listed; the config schema refuses more). What each model does wit
   Avro decoded with the configured schema. With `view: json` it
   is delivered as JSON (the decoded record, bytes as latin-1 text, decimals as strings); without,
   the Avro bytes are delivered (without the wire-format prefix).
+- `protobuf`: the schema is `.proto` text (`ssekd.catalogs.protobuf`); a payload is the message
+  indexes naming one of its messages, then that message, which must decode. With a registry
+  the wire format comes first, as for Avro. With `view: json` it is delivered as JSON (proto
+  field names, every field, defaults too, as Zilla's JSON view); without, the message's bytes.
+  `record` names the message a writer writes (`ssekd.catalogs.writing`); it must exist.
 
 A payload that fails raises `Invalid` (its message is what the event reports). A payload whose
 schema is not held yet raises `Pending` with a `Deferred` that fires once it is worth trying
@@ -180,7 +185,8 @@ def compile_protobuf(schema: Schema, record: str | None, view_json: bool) -> Cod
         proto = protobuf.parse_proto(schema.text)
         proto.path_of(record)
     except protobuf.ProtoError as e:
-        raise BadSchema(f"not a proto3 schema ssekd reads: {e}") from None
+        raise BadSchema(f"not a proto3 schema ssekd reads: {e.at(schema.source)}") \
+            from None
 
     def check(payload: bytes) -> bytes:
         try:

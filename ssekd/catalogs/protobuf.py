@@ -53,7 +53,20 @@ _TOKEN = re.compile(r"""
 
 
 class ProtoError(Exception):
-    """The text is not a `.proto` this module reads (the message names the line)."""
+    """The text is not a `.proto` this module reads: `line` (None: not one line's fault) and
+    `what`."""
+
+    def __init__(self, what: str, line: int | None = None) -> None:
+        super().__init__(what if line is None else f"line {line}: {what}")
+        self.what = what
+        self.line = line
+
+    def at(self, source: str | None) -> str:
+        """The message naming `source` (the schema file) and the line."""
+        if source is None:
+            return str(self)
+        return f"{source}:{self.line}: {self.what}" if self.line is not None \
+            else f"{source}: {self.what}"
 
 
 @dataclass(frozen=True)
@@ -68,7 +81,7 @@ def _tokens(text: str) -> list[_Token]:
     while pos < len(text):
         m = _TOKEN.match(text, pos)
         if m is None:
-            raise ProtoError(f"line {line}: unexpected {text[pos]!r}")
+            raise ProtoError(f"unexpected {text[pos]!r}", line)
         kind = m.lastgroup or ""
         if kind not in ("space", "comment"):
             out.append(_Token(kind, m.group(), line))
@@ -101,7 +114,7 @@ class _Parser:
         return t.line if t is not None else (self.tokens[-1].line if self.tokens else 1)
 
     def fail(self, what: str) -> ProtoError:
-        return ProtoError(f"line {self.line()}: {what}")
+        return ProtoError(what, self.line())
 
     def next(self) -> _Token:
         t = self.peek()
@@ -232,7 +245,8 @@ class _Parser:
 
     def _member(self, msg: Any, scope: str, oneof: int | None) -> None:
         t = self.peek()
-        assert t is not None
+        if t is None:
+            raise self.fail("unexpected end of the file (a `}` is missing)")
         word = t.text
         if word == ";":
             self.at += 1
@@ -354,7 +368,7 @@ class _Parser:
         for field, name, scope, line in self.pending:
             found = self._lookup(name, scope)
             if found is None:
-                raise ProtoError(f"line {line}: unknown type {name!r}")
+                raise ProtoError(f"unknown type {name!r}", line)
             field.type_name = found
             field.type = F.TYPE_ENUM if self.types[found] else F.TYPE_MESSAGE
 

@@ -176,7 +176,8 @@ def protobuf_encoder(schema: Schema, record: str | None, view_json: bool) -> Cod
         path = proto.path_of(record)
         cls = proto.message_class(path)
     except protobuf.ProtoError as e:
-        raise BadSchema(f"not a proto3 schema ssekd reads: {e}") from None
+        raise BadSchema(f"not a proto3 schema ssekd reads: {e.at(schema.source)}") \
+            from None
     indexes = protobuf.encode_indexes(path)
 
     def encode(payload: bytes) -> bytes:
