@@ -1,8 +1,9 @@
 """Models: what a topic's record values (or keys) must be, checked once per record at the cache.
 
 A model config is Zilla's `{model: json|avro|protobuf|string, view?: json, catalog: {name:
-[{subject | id | strategy: topic, version, record?}]}}`. ssekd reads one schema per model (the single entry of the
-single catalog listed; the config schema refuses more). What each model does with a payload:
+[{subject | id | strategy: topic, version, record?}]}}`. ssekd reads one schema per model (the
+single entry of the single catalog listed; the config schema refuses more). What each model
+does with a payload:
 
 - `string`: it must be UTF-8 text; delivered as it is.
 - `json`: it must be a JSON document valid against the schema (JSON Schema, compiled once per
