@@ -9,7 +9,9 @@ with encoders instead of decoders:
 - `json`: the body must be a JSON document valid against the schema; written as it is.
 - `avro`: with `view: json` the body is JSON, checked against the Avro schema (every field of
   the right type, no field the schema lacks) and written as Avro binary; without, the body is
-  Avro binary already and must decode.
+  Avro binary already and must decode. The JSON is what a read delivers (`from_view`): bytes
+  and fixed as latin-1 text, decimals as text, dates and times in ISO 8601, a union's value as
+  it is (not wrapped in its branch's name, as Avro's own JSON encoding would).
 - `protobuf`: with `view: json` the body is JSON in proto3's JSON mapping (unknown fields
   refused) and is written as the message `record` names; without, it is that message's binary
   form and must decode. The message indexes (`ssekd.catalogs.protobuf`) come first.
@@ -27,6 +29,8 @@ reason) or `Pending` (the schema is not resolved yet: `503`, try again).
 
 from __future__ import annotations
 
+import datetime
+import decimal
 import io
 import json
 from typing import Any
@@ -104,6 +108,9 @@ def avro_encoder(schema: Schema, view_json: bool) -> Codec:
     except Exception as e:  # fastavro raises several kinds on a schema it cannot use
         raise BadSchema(f"not an Avro schema: {_first_line(e)}") from None
 
+    named: dict[str, Any] = parsed.get("__named_schemas", {}) if isinstance(parsed, dict) \
+        else {}
+
     def decode(data: bytes) -> Any:
         stream = io.BytesIO(data)
         try:
@@ -127,6 +134,7 @@ def avro_encoder(schema: Schema, view_json: bool) -> Codec:
             value = json.loads(payload)
         except (ValueError, UnicodeDecodeError) as e:
             raise Invalid(f"not JSON: {_first_line(e)}") from None
+        value = from_view(value, parsed, named)
         try:
             fastavro.validation.validate(value, parsed, raise_errors=True)
         except fastavro.validation.ValidationError as e:
@@ -146,6 +154,87 @@ def avro_encoder(schema: Schema, view_json: bool) -> Codec:
             raise Invalid(f"not a record of the Avro schema: {extra} is not in the schema")
         return encoded
     return encode
+
+
+#: Logical types whose JSON view is ISO 8601 text (`models._json_default`), and how to read it.
+_ISO = {"date": datetime.date.fromisoformat, "time-millis": datetime.time.fromisoformat,
+        "time-micros": datetime.time.fromisoformat,
+        "timestamp-millis": datetime.datetime.fromisoformat,
+        "timestamp-micros": datetime.datetime.fromisoformat,
+        "local-timestamp-millis": datetime.datetime.fromisoformat,
+        "local-timestamp-micros": datetime.datetime.fromisoformat}
+
+
+def from_view(value: Any, schema: Any, named: dict[str, Any]) -> Any:
+    """The JSON view (what reads deliver: `models.compile_avro`) back as the values fastavro
+    writes: `bytes` and `fixed` from latin-1 text, decimals from their text, dates and times
+    from ISO 8601. Anything else is left for validation to judge."""
+    if isinstance(schema, str):
+        if schema in named:
+            return from_view(value, named[schema], named)
+        if schema == "bytes" and isinstance(value, str):
+            return _latin1(value)
+        return value
+    if isinstance(schema, list):  # a union: the branch the value's JSON type points to
+        if isinstance(value, str) and "string" not in schema:
+            for branch in schema:
+                converted = from_view(value, branch, named)
+                if converted is not value:
+                    return converted
+        if isinstance(value, dict | list):
+            for branch in schema:
+                kind = _kind(branch, named)
+                if (kind in ("record", "map")) == isinstance(value, dict) and \
+                        kind in ("record", "map", "array"):
+                    return from_view(value, branch, named)
+        return value
+    if not isinstance(schema, dict):
+        return value
+    kind, logical = schema.get("type"), schema.get("logicalType")
+    if isinstance(value, str):
+        if logical == "decimal":
+            try:
+                return decimal.Decimal(value)
+            except decimal.InvalidOperation:
+                return value
+        if logical in _ISO:
+            try:
+                return _ISO[logical](value)
+            except ValueError:
+                return value
+        if kind in ("bytes", "fixed"):
+            return _latin1(value)
+    if kind == "record" and isinstance(value, dict):
+        fields = {f["name"]: f["type"] for f in schema.get("fields", ())}
+        return {k: from_view(v, fields[k], named) if k in fields else v
+                for k, v in value.items()}
+    if kind == "array" and isinstance(value, list):
+        return [from_view(v, schema.get("items"), named) for v in value]
+    if kind == "map" and isinstance(value, dict):
+        return {k: from_view(v, schema.get("values"), named) for k, v in value.items()}
+    if isinstance(kind, str | list | dict) and kind not in _PRIMITIVES:
+        return from_view(value, kind, named)
+    return value
+
+
+_PRIMITIVES = frozenset({"null", "boolean", "int", "long", "float", "double", "bytes", "string",
+                         "record", "enum", "array", "map", "fixed"})
+
+
+def _kind(schema: Any, named: dict[str, Any]) -> str | None:
+    if isinstance(schema, str):
+        return _kind(named[schema], named) if schema in named else schema
+    if isinstance(schema, dict):
+        kind = schema.get("type")
+        return kind if isinstance(kind, str) else None
+    return None
+
+
+def _latin1(text: str) -> bytes | str:
+    try:
+        return text.encode("latin-1")
+    except UnicodeEncodeError:
+        return text  # not the view of bytes: validation says so
 
 
 def _not_kept(sent: Any, kept: Any, path: str) -> str | None:

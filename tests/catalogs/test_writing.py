@@ -165,3 +165,26 @@ def test_a_write_while_the_registry_is_asked_waits_for_its_answer(registry: Regi
     d.callback(f())
     assert resolving.called
     assert avro_of(models.encode(record).value[5:])["status"] == "OK"
+
+
+def test_what_a_read_delivers_as_json_writes_back_to_the_same_record() -> None:
+    """Bytes, fixed, decimals, dates and timestamps have a JSON view (latin-1 text, decimal
+    text, ISO 8601): a body in that view is written as the record it was read from."""
+    schema = {"type": "record", "name": "Blob", "fields": [
+        {"name": "raw", "type": "bytes"},
+        {"name": "tag", "type": ["null", {"type": "fixed", "name": "Tag", "size": 2}]},
+        {"name": "price", "type": {"type": "bytes", "logicalType": "decimal", "precision": 6,
+                                   "scale": 2}},
+        {"name": "day", "type": {"type": "int", "logicalType": "date"}},
+        {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+        {"name": "parts", "type": {"type": "map", "values": "bytes"}},
+        {"name": "again", "type": ["null", "Tag"]}]}
+    local = LocalCatalog("local", {"blobs": Schema("blobs", None, None, json.dumps(schema))})
+    spec = {"model": "avro", "view": "json", "catalog": {"local": [{"subject": "blobs"}]}}
+    writer, reader = _model(WriteModel, spec, local), _model(FieldModel, spec, local)
+    body = {"raw": "\u0000\u00ff", "tag": "ab", "price": "12.50", "day": "2024-05-01",
+            "at": "2024-05-01T12:00:00.123000+00:00", "parts": {"a": "\u0001"}, "again": "cd"}
+    written = writer.encode(json.dumps(body).encode())
+    assert json.loads(reader.check(written)) == body
+    with pytest.raises(Invalid, match="raw"):
+        writer.encode(json.dumps({**body, "raw": "€"}).encode())
