@@ -300,7 +300,20 @@ def _fields(ctx: BuildContext, binding: Binding, kind: type[FieldModel]
 
 def _build_cache_client(ctx: BuildContext, binding: Binding) -> CacheClient:
     assert binding.exit is not None
-    return CacheClient(ctx.exit(binding.exit, CacheServer), _write_models(ctx, binding))
+    server = ctx.exit(binding.exit, CacheServer)
+    models = _write_models(ctx, binding)
+    for topic, model in models.items():
+        read = server.models.get(topic)
+        if model.value is not None and model.value.config.view == "json" and \
+                (read is None or read.value is None):
+            # Zilla converts reads at the cache_client too; ssekd converts them once, where
+            # records enter the shared cache: say so rather than serve bytes unexplained
+            ctx.events.emit(binding.name, "BINDING_KAFKA_MODEL_WRITE_ONLY",
+                            f"{topic}: written as {model.value.config.model}, but "
+                            f"{server.binding} has no value model for it: reads (fetch, SSE) "
+                            f"deliver the records as Kafka holds them; give the topic the same "
+                            f"model under {server.binding}'s topics for JSON")
+    return CacheClient(server, models)
 
 
 BINDING = BindingType("kafka", {

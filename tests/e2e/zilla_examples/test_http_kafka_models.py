@@ -93,6 +93,13 @@ def test_proto_test_sh_a_valid_body_is_204_and_an_unknown_field_is_400(
     assert invalid.status == 400, invalid
     assert b"invalid" in invalid.body and b"Request" in invalid.body, invalid.body
 
+    assert example.daemon is not None
+    output = example.daemon.output()
+    assert "BINDING_HTTP_KAFKA_RECORD_REFUSED my-requests: not a Request message" in output
+    # the published config has no model on the cache_server: reads would not be JSON, and the
+    # daemon says so at start
+    assert "BINDING_KAFKA_MODEL_WRITE_ONLY my-requests: written as protobuf" in output
+
     records = read_records(example.bootstrap, "my-requests")
     assert len(records) == 1, [r.value() for r in records]
     value = records[0].value()
@@ -179,6 +186,8 @@ def test_proto_a_written_body_reads_back_equal_through_fetch_and_sse(
     fetched = request(port, "GET", "/requests/a1")
     assert json.loads(fetched.body) == {"message": "", "count": 0}
     stream.close()
+    assert example.daemon is not None
+    assert "BINDING_KAFKA_MODEL_WRITE_ONLY" not in example.daemon.output()
 
 
 # -- http.kafka.avro.json ----------------------------------------------------------------------
