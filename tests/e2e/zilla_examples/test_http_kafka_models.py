@@ -237,6 +237,27 @@ def test_avro_test_sh_register_post_then_get_and_an_invalid_body_is_not_found(
     assert record == {"id": "123", "status": "OK"} and data.tell() == len(value) - 5
 
 
+#: The example's `event.bin` and `invalid_event.bin` (its README posts them to /events): the
+#: wire format of `{"id": "123", "status": "OK"}` with schema id 1, and the same cut short.
+EVENT_BIN = bytes.fromhex("0000000001063132" "33044f4b")
+INVALID_EVENT_BIN = bytes.fromhex("0000000001063132" "33")
+
+
+def test_avro_readme_events_are_checked_by_the_http_server(run_example: RunExample,
+                                                           registry: Registry) -> None:
+    """The README's other path: `POST /events` with Avro in the wire format, checked by the
+    http server's `options.requests` (`strategy: encoded`: the schema of the id it carries)
+    and written as it is (no model on `events`); the cut-short one is 400 and not written."""
+    register(registry, "items-snapshots-value", json.dumps(EVENT_SCHEMA))
+    example = start_avro(run_example, registry)
+    assert example.bootstrap is not None
+    port = example.port(7114)
+    avro = {"Content-Type": "application/avro-binary"}
+    assert request(port, "POST", "/events", avro, EVENT_BIN).status == 204
+    assert request(port, "POST", "/events", avro, INVALID_EVENT_BIN).status == 400
+    assert [r.value() for r in read_records(example.bootstrap, "events")] == [EVENT_BIN]
+
+
 def test_avro_before_the_schema_is_registered_a_write_is_503_then_works(
         run_example: RunExample, registry: Registry) -> None:
     """The subject is not in the registry yet: a write is 503 with Retry-After and nothing is
