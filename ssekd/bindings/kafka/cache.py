@@ -582,7 +582,7 @@ class CacheClient(Service):
         except SchemaPending as e:
             if e.resolving is None:
                 return fail(e)
-            # the catalog is being asked now (just started, or `latest` went stale): once it
+            # the catalog is being asked now (just started, or a try after a failure): once it
             # answered, one more try; still pending then is the writer's `503`
             return e.resolving.addCallback(lambda _: self._encode_again(model, record, acks))
 
