@@ -897,6 +897,16 @@ def _record(config: ModelConfig | None, catalogs: Mapping[str, Catalog],
                                   "schema": document}
         return message
     as_json = config.view == "json"
+    if config.model == "protobuf":
+        message["description"] = (f"The {config.record or 'Protobuf'} message, delivered as JSON "
+                                  f"(view: json)." if as_json else
+                                  "The Protobuf message's bytes (after its message indexes).")
+        if not as_json:
+            message["contentType"] = "application/octet-stream"
+        if schema is not None:
+            message["payload"] = {"schemaFormat": "application/vnd.google.protobuf;version=3",
+                                  "schema": schema.text}
+        return message
     message["description"] = ("The Avro record, delivered as JSON (view: json)." if as_json
                               else "Avro binary, as the topic holds it.")
     if not as_json:

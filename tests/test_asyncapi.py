@@ -370,3 +370,25 @@ def test_a_route_of_several_topics_says_how_events_name_their_topic(
         assert (record["name"], delete["name"]) == ("record", "delete")
         assert "`topic:` field" in record["summary"] and "`topic:` field" in delete["summary"]
     assert "${" not in yaml.safe_dump(doc)
+
+
+def test_a_protobuf_model_is_a_protobuf_payload(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """http.kafka.proto.json with an sse-kafka route on its topic (the config its e2e test
+    reads back with): the record's payload is the `.proto` text, in AsyncAPI's protobuf
+    schema format, and the document stays valid."""
+    from tests.e2e.zilla_examples.test_http_kafka_models import PROTO, proto_round_trip_config
+    from tests.support.zilla_examples import prepare
+
+    example = prepare(PROTO, tmp_path / "proto", "127.0.0.1:9")
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVER", "127.0.0.1:9")
+    example.config.write_text(proto_round_trip_config(example.config.read_text()))
+    out, err = _asyncapi(example.config, capsys)
+    doc = yaml.safe_load(out)
+    assert err == "" and problems(doc) == []
+    [channel] = [c for c in doc["channels"].values() if c["address"] == "/stream/{id}"]
+    record = channel["messages"]["record"]
+    assert record["payload"] == {
+        "schemaFormat": "application/vnd.google.protobuf;version=3",
+        "schema": (example.root("/etc/zilla/protos/request.proto")).read_text()}
+    assert "Request message, delivered as JSON" in record["description"]

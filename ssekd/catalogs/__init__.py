@@ -62,7 +62,7 @@ def build_catalogs(config: Config, clock: Any,
                                             "path"), f"cannot read {path}: "
                                                      f"{getattr(e, 'strerror', None) or e}"))
                 continue
-            subjects[subject] = Schema(subject, version, None, text)
+            subjects[subject] = Schema(subject, version, None, text, source=str(path))
         built[name] = LocalCatalog(name, subjects)
     if issues:
         raise ConfigError(issues)

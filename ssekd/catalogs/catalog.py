@@ -31,6 +31,8 @@ class Schema:
     id: int | None
     text: str
     kind: str | None = None
+    #: Where a local schema was read from (a filesystem catalog's file), for messages.
+    source: str | None = None
 
 
 class SchemaNotFound(Exception):

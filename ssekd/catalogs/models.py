@@ -1,8 +1,9 @@
 """Models: what a topic's record values (or keys) must be, checked once per record at the cache.
 
-A model config is Zilla's `{model: json|avro|string, view?: json, catalog: {name: [{subject |
-id | strategy: topic, version}]}}`. ssekd reads one schema per model (the single entry of the
-single catalog listed; the config schema refuses more). What each model does with a payload:
+A model config is Zilla's `{model: json|avro|protobuf|string, view?: json, catalog: {name:
+[{subject | id | strategy: topic, version, record?}]}}`. ssekd reads one schema per model (the
+single entry of the single catalog listed; the config schema refuses more). What each model
+does with a payload:
 
 - `string`: it must be UTF-8 text; delivered as it is.
 - `json`: it must be a JSON document valid against the schema (JSON Schema, compiled once per
@@ -17,6 +18,11 @@ single catalog listed; the config schema refuses more). What each model does wit
   Avro decoded with the configured schema. With `view: json` it
   is delivered as JSON (the decoded record, bytes as latin-1 text, decimals as strings); without,
   the Avro bytes are delivered (without the wire-format prefix).
+- `protobuf`: the schema is `.proto` text (`ssekd.catalogs.protobuf`); a payload is the message
+  indexes naming one of its messages, then that message, which must decode. With a registry
+  the wire format comes first, as for Avro. With `view: json` it is delivered as JSON (proto
+  field names, every field, defaults too, as Zilla's JSON view); without, the message's bytes.
+  `record` names the message a writer writes (`ssekd.catalogs.writing`); it must exist.
 
 A payload that fails raises `Invalid` (its message is what the event reports). A payload whose
 schema is not held yet raises `Pending` with a `Deferred` that fires once it is worth trying
@@ -92,6 +98,8 @@ class ModelConfig:
     subject: str | None
     schema_id: int | None
     version: str
+    #: For `protobuf`: the message of the schema the records are (its first one when absent).
+    record: str | None = None
 
     @staticmethod
     def parse(topic: str, part: str, spec: Mapping[str, Any]) -> ModelConfig:
@@ -104,9 +112,11 @@ class ModelConfig:
         if entry.get("strategy") == "topic":
             subject = f"{topic}-{part}"
         sid = entry.get("id")
+        record = entry.get("record")
         return ModelConfig(model=str(spec["model"]), view=spec.get("view"), catalog=name,
                            subject=subject, schema_id=int(sid) if sid is not None else None,
-                           version=str(entry.get("version", LATEST)))
+                           version=str(entry.get("version", LATEST)),
+                           record=None if record is None else str(record))
 
     def describe(self) -> str:
         if self.schema_id is not None:
@@ -166,6 +176,32 @@ def compile_avro(schema: Schema, view_json: bool) -> Codec:
     return check
 
 
+def compile_protobuf(schema: Schema, record: str | None, view_json: bool) -> Codec:
+    """A protobuf decoder (`ssekd.catalogs.protobuf`): a payload is the message indexes, then
+    the message they name, which must decode; with `view: json` it is delivered as JSON, else
+    as the message's bytes (without the indexes). `record` must name a message of the schema."""
+    from ssekd.catalogs import protobuf
+
+    try:
+        proto = protobuf.parse_proto(schema.text)
+        proto.path_of(record)
+    except protobuf.ProtoError as e:
+        raise BadSchema(f"not a proto3 schema ssekd reads: {e.at(schema.source)}") \
+            from None
+
+    def check(payload: bytes) -> bytes:
+        try:
+            path, skip = protobuf.decode_indexes(payload)
+            cls = proto.message_class(path)
+            body = payload[skip:]
+            if view_json:
+                return protobuf.binary_to_json(cls, body)
+            return protobuf.check_binary(cls, body)
+        except (ValueError, protobuf.ProtoError) as e:
+            raise Invalid(str(e)) from None
+    return check
+
+
 def check_string(payload: bytes) -> bytes:
     """The `string` model: UTF-8 text, delivered as it is."""
     try:
@@ -222,7 +258,7 @@ class FieldModel:
         ids = catalog is not None and catalog.has_ids and config.model != "string"
         #: Avro with a registry: the wire format only. JSON with a registry: a payload starting
         #: with byte 0 (never JSON) is the wire format.
-        self.wire_only = ids and config.model == "avro"
+        self.wire_only = ids and config.model in ("avro", "protobuf")
         self.wire_possible = ids and config.model == "json"
         if config.model == "string" or catalog is None:
             self._codec = check_string if config.model == "string" else None
@@ -243,6 +279,9 @@ class FieldModel:
         if codec is None:
             if self.config.model == "avro":
                 codec = compile_avro(schema, self.convert and self.config.view == "json")
+            elif self.config.model == "protobuf":
+                codec = compile_protobuf(schema, self.config.record,
+                                         self.convert and self.config.view == "json")
             else:
                 codec = compile_json(schema)
             self._compiled[key] = codec

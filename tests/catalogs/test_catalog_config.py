@@ -20,6 +20,18 @@ def _with_model(model: str = MODEL, catalogs: str = LOCAL) -> str:
                                 "    kind: cache_server\n    exit: kc\n" + model) + catalogs
 
 
+#: A cache_client's write model, with a `.proto` from a filesystem catalog.
+PROTO_MODEL = "    options:\n      topics:\n        - name: items\n          value: {model: " \
+    "protobuf, view: json, catalog: {protos: [{subject: req, record: Request}]}}\n"
+PROTOS = "catalogs:\n  protos:\n    type: filesystem\n    options:\n      subjects:\n" \
+    "        req: {path: request.proto}\n"
+
+
+def _with_write_model(model: str = PROTO_MODEL, catalogs: str = PROTOS) -> str:
+    return BASE + KAFKA.replace("    kind: cache_client\n    exit: cs\n",
+                                "    kind: cache_client\n    exit: cs\n" + model) + catalogs
+
+
 BAD: list[tuple[str, str, str, str, str]] = [
     # (case, config text, the line's needle, path in the message, what the message says)
     ("schema-does-not-parse", _with_model(catalogs=LOCAL.replace(
@@ -52,6 +64,15 @@ BAD: list[tuple[str, str, str, str, str]] = [
                                               "[{subject: items}, {subject: other}]")),
      "value: {model: json", "bindings.cs.options.topics[0].value.catalog.local",
      "exactly one schema"),
+    ("proto-that-is-not-read", _with_write_model(catalogs=PROTOS.replace("request", "broken")),
+     "value: {model: protobuf", "bindings.cc.options.topics[0].value.catalog.protos",
+     "broken.proto:3: unknown type 'Strin'"),
+    ("proto-record-missing", _with_write_model(PROTO_MODEL.replace("Request", "Reply")),
+     "value: {model: protobuf", "bindings.cc.options.topics[0].value.catalog.protos",
+     "no message 'Reply'"),
+    ("write-model-unknown-kind", _with_write_model(PROTO_MODEL.replace("protobuf", "thrift")),
+     "value: {model: thrift", "bindings.cc.options.topics[0].value.model",
+     "protobuf"),
 ]
 
 
@@ -59,6 +80,10 @@ BAD: list[tuple[str, str, str, str, str]] = [
 def test_bad_catalogs_and_models_are_config_errors_with_file_and_line(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str, text: str, needle: str,
         path: str, says: str) -> None:
+    (tmp_path / "broken.proto").write_text(
+        'syntax = "proto3";\nmessage Request {\n  Strin message = 1;\n}\n')
+    (tmp_path / "request.proto").write_text(
+        'syntax = "proto3";\nmessage Request {\n  string message = 1;\n}\n')
     code, out = check(tmp_path, text, capsys)
     assert code == 1, out
     assert "Traceback" not in out

@@ -73,6 +73,11 @@ CATALOG_ERRORS = "catalogs/test_catalog_config.py::" \
 CATALOG_UNITS = "catalogs/test_models.py::test_catalog_options_from_the_config"
 KEY_MODEL = "catalogs/test_models.py::test_key_model_checks_keys_and_leaves_them_as_they_are"
 TTL = "catalogs/test_models.py::test_unknown_id_is_invalid_and_latest_follows_after_cache_ttl"
+WRITE_AVRO = "e2e/zilla_examples/test_http_kafka_models.py::" \
+             "test_avro_test_sh_register_post_then_get_and_an_invalid_body_is_not_found"
+WRITE_PROTO = "e2e/zilla_examples/test_http_kafka_models.py::" \
+              "test_proto_test_sh_a_valid_body_is_204_and_an_unknown_field_is_400"
+WRITE_KEY = "catalogs/test_writing.py::test_keys_and_values_refused_or_pending_say_so"
 
 #: The asyncapi kinds: Zilla's example on the real daemon, the guarded variant, and the
 #: composition tests for what the example does not use.
@@ -304,7 +309,6 @@ COVERAGE: dict[str, str] = {
     "bindings.filesystem/server.options.dotfiles":
         "bindings/filesystem/test_static_files.py::"
         "test_dotfiles_allow_serves_them_and_nothing_else_changes",
-    "bindings.kafka/cache_client.options": f"{REFUSED}[cache-client-options]",
     "bindings.kafka/cache_server.options.bootstrap":
         "telemetry/test_kafka_metrics.py::test_bootstrap_topics_are_cached_before_any_stream",
     "bindings.kafka/cache_server.options.topics": f"{FILTERS}::test_live_topic_starts_at_the_end",
@@ -476,6 +480,16 @@ COVERAGE: dict[str, str] = {
     "bindings.kafka/cache_server.options.topics[].key.model": KEY_MODEL,
     "bindings.kafka/cache_server.options.topics[].key.view": KEY_MODEL,
     "bindings.kafka/cache_server.options.topics[].key.catalog": KEY_MODEL,
+    "bindings.kafka/cache_client.options.topics": WRITE_AVRO,
+    "bindings.kafka/cache_client.options.topics[].name": WRITE_AVRO,
+    "bindings.kafka/cache_client.options.topics[].value": WRITE_AVRO,
+    "bindings.kafka/cache_client.options.topics[].value.model": WRITE_PROTO,
+    "bindings.kafka/cache_client.options.topics[].value.view": WRITE_AVRO,
+    "bindings.kafka/cache_client.options.topics[].value.catalog": WRITE_PROTO,
+    "bindings.kafka/cache_client.options.topics[].key": WRITE_KEY,
+    "bindings.kafka/cache_client.options.topics[].key.model": WRITE_KEY,
+    "bindings.kafka/cache_client.options.topics[].key.view": WRITE_KEY,
+    "bindings.kafka/cache_client.options.topics[].key.catalog": WRITE_KEY,
     "bindings.http/server.options.asyncapi": MODELS,
     "bindings.http/server.options.asyncapi.path": MODELS,
     "telemetry.exporters.<name>.options (otlp)": OTLP,

@@ -1,8 +1,12 @@
-"""A small HTTP server that answers the two Confluent Schema Registry calls ssekd makes.
+"""A small HTTP server that answers the two Confluent Schema Registry calls ssekd makes, and the
+one Zilla's examples register their schemas with.
 
 No Schema Registry can be installed here, so this serves `GET /subjects/{subject}/versions/
 {version}` and `GET /schemas/ids/{id}` with the bodies, status codes and error codes the Schema
-Registry's API reference documents:
+Registry's API reference documents, and `POST /subjects/{subject}/versions` (register: a body
+`{"schema": text, "schemaType"?: AVRO|JSON|PROTOBUF}`, answered `{"id": n}`; the same schema
+again under the same subject gives the same id and no new version, as Confluent's and
+Karapace's do; 422 with `error_code` 42201 when the body is not that):
 
 - a version: `{"subject", "version", "id", "schema"}`, plus `"schemaType"` when not Avro;
 - an id: `{"schema"}`, plus `"schemaType"` when not Avro;
@@ -68,6 +72,18 @@ class Registry:
                 self.end_headers()
                 self.wfile.write(data)
 
+            def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+                registry.requests.append(f"POST {self.path}")
+                length = int(self.headers.get("Content-Length") or 0)
+                status, body = registry.post(self.path, self.rfile.read(length))
+                data = json.dumps(body, separators=(",", ":")).encode()  # `{"id":1}`, as test.sh
+                # compares it
+                self.send_response(status)
+                self.send_header("Content-Type", CONTENT_TYPE)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
             def log_message(self, *args: Any) -> None:
                 pass
 
@@ -83,6 +99,24 @@ class Registry:
             self._server.shutdown()
             self._server.server_close()
             self._server = None
+
+    def post(self, path: str, body: bytes) -> tuple[int, Any]:
+        """Register a schema (`POST /subjects/{subject}/versions`)."""
+        parts = [unquote(p) for p in path.split("?")[0].strip("/").split("/")]
+        if len(parts) != 3 or parts[0] != "subjects" or parts[2] != "versions":
+            return 404, {"error_code": 404, "message": "HTTP 404 Not Found"}
+        try:
+            request = json.loads(body)
+            text, kind = request["schema"], str(request.get("schemaType", "AVRO")).upper()
+        except (ValueError, KeyError, TypeError):
+            return 422, {"error_code": 42201, "message": "Invalid schema"}
+        if not isinstance(text, str) or kind not in ("AVRO", "JSON", "PROTOBUF"):
+            return 422, {"error_code": 42201, "message": "Invalid schema"}
+        subject = parts[1]
+        for sid in self.subjects.get(subject, []):
+            if self.schemas[sid] == (text, kind):
+                return 200, {"id": sid}
+        return 200, {"id": self.register(subject, text, kind)}
 
     def answer(self, path: str) -> tuple[int, Any]:
         if self.failing == "500":

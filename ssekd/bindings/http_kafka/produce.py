@@ -21,7 +21,9 @@ to finish (`replay.Replays`: the same request again waits for it rather than wri
 write refused before it was sent (no broker reachable, `max-inflight-bytes` full) is `503` with
 `Retry-After`; one librdkafka gave up: `503` when trying again may work, `413` for a record over
 the broker's size limit, `404` for a topic the cluster does not have, else `400` (Zilla's answer
-to a rejected write).
+to a rejected write). A body the topic's write model refuses (a cache_client's
+`topics[].value`, `ssekd.catalogs.writing`) is `400` with the reason, and nothing is written (Zilla
+answers a bare `400`); while that model's schema is not resolved yet, `503` with `Retry-After`.
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ from ssekd.bindings.kafka.message import HEADERS, OFFSET, PARTITION, VALUE, Mess
 from ssekd.bindings.kafka.producer import Delivered, Record, WriteFailed, WriteRefused
 from ssekd.bindings.kafka.topic_names import InternalTopics
 from ssekd.bindings.kafka.topic_names import refusal as topic_refusal
+from ssekd.bindings.kafka.write_models import RecordRefused, SchemaPending
 from ssekd.daemon_secret import daemon_secret
 from ssekd.patterns import Unresolvable, substitute
 from ssekd.telemetry.events import EventLog
@@ -290,6 +293,16 @@ class Producing:
                 self._unavailable(exchange, "the broker has not acknowledged the write yet; "
                                   "send the same request again (same idempotency key) to "
                                   "learn its outcome", self.settings.ack_timeout)
+                return
+            if failure.check(RecordRefused):
+                self.events.emit(self.binding, "BINDING_HTTP_KAFKA_RECORD_REFUSED",
+                                 f"{record.topic}: {failure.value}")
+                exchange.text(http.BAD_REQUEST, f"refused by the topic's model: "
+                                                f"{failure.value}")
+                return
+            if failure.check(SchemaPending):
+                pending: Any = failure.value
+                self._unavailable(exchange, str(pending), pending.retry_after)
                 return
             if failure.check(WriteRefused):
                 refused: Any = failure.value

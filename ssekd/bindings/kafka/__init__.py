@@ -58,8 +58,10 @@ from ssekd.bindings.kafka.stall import DEFAULT_STALL_TIMEOUT
 from ssekd.bindings.kafka.subscription import DEFAULT_CATCH_UP_BYTES
 from ssekd.bindings.kafka.topic_log import CacheBounds
 from ssekd.bindings.kafka.way_out import tls_trust
+from ssekd.bindings.kafka.write_models import WriteModels
 from ssekd.catalogs.catalog import Catalog
 from ssekd.catalogs.models import FieldModel, ModelConfig, TopicModel, local_problem
+from ssekd.catalogs.writing import WriteModel
 from ssekd.config.errors import ConfigError
 from ssekd.config.model import Binding
 from ssekd.config.schema import NAME
@@ -106,28 +108,43 @@ def bootstrap_topics(options: Mapping[str, Any]) -> list[str]:
     return [str(t) for t in options.get("bootstrap", ())]
 
 
-def _model_schema(part: str) -> dict[str, Any]:
-    """Zilla's model config, for a topic's record values or keys."""
+def _model_schema(part: str, writes: bool = False) -> dict[str, Any]:
+    """Zilla's model config, for a topic's record values or keys: read at a cache_server,
+    written at a cache_client (`writes`)."""
     converted = "delivered as JSON" if part == "value" else \
         "checked only (filters and key ids use the key's bytes)"
+    if writes:
+        converted = "written from the JSON a writer sends"
+        what = (f"What every record's {part} produced through this cache_client (an "
+                f"http-kafka `produce`) is written as (`ssekd.catalogs.writing`). A {part} the "
+                f"model refuses is not written: the writer gets `400` with the reason; while "
+                f"the schema is not resolved yet, `503` with `Retry-After`. With a "
+                f"`schema-registry` catalog it is written in Confluent's wire format (byte 0, "
+                f"the schema id, the record; for protobuf, the message indexes next). "
+                f"Reads (fetch, SSE) convert with the cache_server's topic models.")
+    else:
+        what = (f"What every record's {part} must be. A record whose {part} does not "
+                f"satisfy it is not delivered to any stream (checked once, as it enters "
+                f"the cache); it is counted in `kafka.cache.invalid` and reported by a "
+                f"`BINDING_KAFKA_RECORD_INVALID` event (one per topic per second at "
+                f"most), and event ids still move past it. Tombstones and null keys "
+                f"are not checked.")
     return {
         "type": "object", "additionalProperties": False, "required": ["model"],
         "x-ssekd-default": "none",
-        "description": f"What every record's {part} must be. A record whose {part} does not "
-                       f"satisfy it is not delivered to any stream (checked once, as it enters "
-                       f"the cache); it is counted in `kafka.cache.invalid` and reported by a "
-                       f"`BINDING_KAFKA_RECORD_INVALID` event (one per topic per second at "
-                       f"most), and event ids still move past it. Tombstones and null keys "
-                       f"are not checked.",
+        "description": what,
         "properties": {
-            "model": {"enum": ["json", "avro", "string"],
+            "model": {"enum": ["json", "avro", "protobuf", "string"],
                       "description": "`json`: a JSON document valid against a JSON Schema; "
                                      "`avro`: Avro binary - Confluent's wire format (byte 0, "
                                      "the schema id, the record) with a `schema-registry` "
-                                     "catalog, plain with a local one; `string`: UTF-8 text."},
+                                     "catalog, plain with a local one; `protobuf`: a message "
+                                     "of a proto3 schema (`record` names it), after its "
+                                     "message indexes (and the wire format's header with a "
+                                     "registry); `string`: UTF-8 text."},
             "view": {"const": "json",
-                     "x-ssekd-default": "none (the Avro bytes)",
-                     "description": f"For `avro`: the decoded record is {converted}."},
+                     "x-ssekd-default": "none (the Avro or protobuf bytes)",
+                     "description": f"For `avro` and `protobuf`: the record is {converted}."},
             "catalog": {
                 "type": "object", "minProperties": 1, "maxProperties": 1,
                 "x-ssekd-default": "none (required by json and avro)",
@@ -154,6 +171,14 @@ def _model_schema(part: str) -> dict[str, Any]:
                             "strategy": {"const": "topic",
                                          "description": f"The subject is `<topic>-{part}` "
                                                       f"(Confluent's TopicNameStrategy)."},
+                            "record": {"type": "string", "minLength": 1,
+                                       "x-ssekd-default": "the schema's first message",
+                                       "description": "For `protobuf`: the message the "
+                                                      "records are (`Name`, `pkg.Name` or "
+                                                      "`Outer.Inner`); a name the schema "
+                                                      "lacks is a config error (local "
+                                                      "catalogs) or a schema not used "
+                                                      "(registry)."},
                             "version": {"anyOf": [{"const": "latest"},
                                                   {"type": "integer", "minimum": 1}],
                                         "default": "latest",
@@ -222,7 +247,20 @@ def _models(ctx: BuildContext, binding: Binding) -> dict[str, TopicModel]:
     """A `TopicModel` per topic with a `value` or `key` model. A model naming a catalog that
     does not exist, or a local schema that is missing or does not compile, is a config error
     now; a registry is only asked once the binding starts."""
-    models: dict[str, TopicModel] = {}
+    return {name: TopicModel(name, value, key)
+            for name, (value, key) in _fields(ctx, binding, FieldModel).items()}
+
+
+def _write_models(ctx: BuildContext, binding: Binding) -> dict[str, WriteModels]:
+    """A cache_client's `WriteModels` per topic, checked as `_models` checks a cache_server's."""
+    return {name: WriteModels(name, value, key)  # type: ignore[arg-type]
+            for name, (value, key) in _fields(ctx, binding, WriteModel).items()}
+
+
+def _fields(ctx: BuildContext, binding: Binding, kind: type[FieldModel]
+            ) -> dict[str, tuple[FieldModel | None, FieldModel | None]]:
+    """(value, key) models of every topic with one, made of `kind`."""
+    models: dict[str, tuple[FieldModel | None, FieldModel | None]] = {}
     issues = []
     for i, topic in enumerate(binding.options.get("topics", ())):
         name = str(topic["name"])
@@ -247,14 +285,14 @@ def _models(ctx: BuildContext, binding: Binding) -> dict[str, TopicModel]:
             def report(event: str, detail: str, where: str = f"{name} {part}") -> None:
                 ctx.events.emit(binding.name, event, f"{where}: {detail}")
 
-            field = FieldModel(config, catalog, ctx.reactor, report, convert=part == "value")
+            field = kind(config, catalog, ctx.reactor, report, convert=part == "value")
             problem = local_problem(field)
             if problem is not None:
                 issues.append(ctx.issue((*path, "catalog", str(config.catalog)), problem))
                 continue
             fields[part] = field
         if fields:
-            models[name] = TopicModel(name, fields.get("value"), fields.get("key"))
+            models[name] = (fields.get("value"), fields.get("key"))
     if issues:
         raise ConfigError(issues)
     return models
@@ -262,16 +300,43 @@ def _models(ctx: BuildContext, binding: Binding) -> dict[str, TopicModel]:
 
 def _build_cache_client(ctx: BuildContext, binding: Binding) -> CacheClient:
     assert binding.exit is not None
-    return CacheClient(ctx.exit(binding.exit, CacheServer))
+    server = ctx.exit(binding.exit, CacheServer)
+    models = _write_models(ctx, binding)
+    for topic, model in models.items():
+        read = server.models.get(topic)
+        if model.value is not None and model.value.config.view == "json" and \
+                (read is None or read.value is None):
+            # Zilla converts reads at the cache_client too; ssekd converts them once, where
+            # records enter the shared cache: say so rather than serve bytes unexplained
+            ctx.events.emit(binding.name, "BINDING_KAFKA_MODEL_WRITE_ONLY",
+                            f"{topic}: written as {model.value.config.model}, but "
+                            f"{server.binding} has no value model for it: reads (fetch, SSE) "
+                            f"deliver the records as Kafka holds them; give the topic the same "
+                            f"model under {server.binding}'s topics for JSON")
+    return CacheClient(server, models)
 
 
 BINDING = BindingType("kafka", {
     "cache_client": KindSpec(role=KafkaCache, build=_build_cache_client,
                              exit=Exit.REQUIRED, exit_roles=(KafkaCache,),
+                             depends=cache_server_depends,
                              options={"type": "object", "additionalProperties": False,
-                                      "description": "What sse-kafka routes exit to: it hands "
-                                                     "every stream to its cache_server. It "
-                                                     "takes no options."}),
+                                      "description": "What sse-kafka and http-kafka routes "
+                                                     "exit to: it hands every stream to its "
+                                                     "cache_server, and encodes what "
+                                                     "http-kafka writes with its topics' "
+                                                     "models.",
+                                      "properties": {"topics": {
+                                          "type": "array", "x-ssekd-default": "none",
+                                          "description": "Per-topic write models.",
+                                          "items": {
+                                              "type": "object", "additionalProperties": False,
+                                              "required": ["name"],
+                                              "properties": {
+                                                  "name": {"type": "string", "minLength": 1,
+                                                           "description": "The topic."},
+                                                  "value": _model_schema("value", True),
+                                                  "key": _model_schema("key", True)}}}}}),
     "cache_server": KindSpec(
         role=KafkaCache, build=_build_cache_server, exit=Exit.REQUIRED,
         exit_roles=(KafkaClientBinding,), bootstrap_topics=bootstrap_topics,

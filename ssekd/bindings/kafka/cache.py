@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from twisted.application.service import Service
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, fail
 from twisted.logger import Logger
 
 from ssekd.bindings.kafka.client import KafkaClient
@@ -39,6 +39,7 @@ from ssekd.bindings.kafka.subscription import (
 )
 from ssekd.bindings.kafka.tail import TailGroup, TailRouter
 from ssekd.bindings.kafka.topic_log import CacheBounds, TopicLog
+from ssekd.bindings.kafka.write_models import RecordRefused, SchemaPending, WriteModels
 from ssekd.catalogs.models import TopicModel
 from ssekd.event_ids import ProgressState
 from ssekd.health import Check
@@ -542,11 +543,26 @@ class CacheServer(Service):
             model.stop()  # nor a catalog retry
 
 
-class CacheClient:
-    """Runtime of a `kafka` binding of kind `cache_client`: sse-kafka's way into the cache."""
+class CacheClient(Service):
+    """Runtime of a `kafka` binding of kind `cache_client`: sse-kafka's way into the cache, and
+    http-kafka's way out to Kafka. A topic with a write model (`options.topics[].value`/`.key`,
+    `ssekd.catalogs.writing`) has what is produced to it encoded by that model first: a record
+    the model refuses fails with `RecordRefused` and nothing is sent."""
 
-    def __init__(self, server: CacheServer) -> None:
+    def __init__(self, server: CacheServer, models: Mapping[str, WriteModels] | None = None
+                 ) -> None:
         self.server = server
+        self.models = dict(models or {})
+
+    def startService(self) -> None:
+        super().startService()
+        for model in self.models.values():
+            model.resolve()  # the catalogs answer before the first write, when they can
+
+    def stopService(self) -> None:
+        super().stopService()
+        for model in self.models.values():
+            model.stop()
 
     def subscribe(self, topic: str, encoder: EventEncoder, sink: EventSink,
                   start: Start) -> Subscription:
@@ -556,7 +572,30 @@ class CacheClient:
         return self.server.topic(name)
 
     def produce(self, record: Record, acks: str) -> Deferred[Delivered]:
-        return self.server.produce(record, acks)
+        model = self.models.get(record.topic)
+        if model is None:
+            return self.server.produce(record, acks)
+        try:
+            return self.server.produce(model.encode(record), acks)
+        except RecordRefused as e:
+            return fail(e)
+        except SchemaPending as e:
+            if e.resolving is None:
+                return fail(e)
+            # the catalog is being asked now (just started, or a try after a failure): once it
+            # answered, one more try; still pending then is the writer's `503`
+            return e.resolving.addCallback(lambda _: self._encode_again(model, record, acks))
+
+    def _encode_again(self, model: WriteModels, record: Record, acks: str
+                      ) -> Deferred[Delivered]:
+        try:
+            encoded = model.encode(record)
+        except SchemaPending as e:
+            e.resolving = None
+            return fail(e)
+        except RecordRefused as e:
+            return fail(e)
+        return self.server.produce(encoded, acks)
 
     def warm(self, acks: str, topics: Sequence[str] = ()) -> None:
         self.server.warm(acks, topics)
