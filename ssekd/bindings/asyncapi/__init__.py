@@ -30,9 +30,9 @@ from ssekd.bindings.asyncapi.client import compose_client
 from ssekd.bindings.asyncapi.proxy import compose_proxy
 from ssekd.bindings.asyncapi.roles import SpecClient
 from ssekd.bindings.asyncapi.server import compose_server
-from ssekd.bindings.http.roles import HttpBinding
 from ssekd.bindings.asyncapi.spec import read_specs
 from ssekd.bindings.asyncapi.sse_client import compose_sse_client, relays_sse
+from ssekd.bindings.http.roles import HttpBinding
 from ssekd.bindings.kafka.roles import KafkaCache
 from ssekd.bindings.sse.roles import StreamSource
 from ssekd.config.model import Binding

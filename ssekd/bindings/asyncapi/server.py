@@ -196,10 +196,10 @@ def compose_server(ctx: ComposeContext, binding: Binding) -> Composition:
     composition.sources += [s.source.watch for s in specs.values() if s.source.watch]
     ports = ", ".join(f"{'https' if secure[p] else 'http'} {p}" for p in sorted(secure))
     streamed = sum(1 for r in routed if r[5])
-    said = [f"{streamed} SSE operation(s)"] if streamed or not served else []
-    said += [f"{served} HTTP operation(s)"] if served else []
+    counted = [f"{streamed} SSE operation(s)"] if streamed or not served else []
+    counted += [f"{served} HTTP operation(s)"] if served else []
     checked = f", {len(checks.entries)} request check(s)" if checks.entries else ""
-    composition.summary = (f"asyncapi server {name}: {' and '.join(said)} of "
+    composition.summary = (f"asyncapi server {name}: {' and '.join(counted)} of "
                            f"{_named(specs)} on {ports}{checked}")
     return composition
 

@@ -27,7 +27,8 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
-from ssekd.bindings.asyncapi.server import SSE_BINDING, sse_operations
+from ssekd.bindings.asyncapi.http_operations import SSE_BINDING
+from ssekd.bindings.asyncapi.server import sse_operations
 from ssekd.bindings.asyncapi.spec import DEFAULT_PORTS, Channel, Path_, Spec
 from ssekd.config.errors import ConfigError, ConfigIssue
 from ssekd.config.model import Binding
