@@ -19,6 +19,9 @@ the upstream's status, headers and body back (`proxying.Relay`), over a bounded 
 Over TLS, HTTP/1.1 connections never offer `h2` by ALPN (the upstream could pick it); a server
 that answers an `h2` offer without choosing it is remembered as HTTP/1.1.
 
+The request body goes up once the http server has read it whole (its `limits.body-bytes`
+bounds it): Twisted's server hands a request on only then. Responses stream back as they come.
+
 Headers: the request's own, less the hop-by-hop ones (`exchange.HOP_BY_HOP`); `Host` (HTTP/1.1)
 or `:authority` (HTTP/2) is the client's, as Zilla passes it on; `overrides` are set on every
 request, `:authority` among them replacing it. For `get`, `Host` is the tcp client's

@@ -3,7 +3,8 @@ on the `h2` package's state machine (Twisted has HTTP/2 for servers only).
 
 Flow control is how a slow downstream holds the upstream back: a stream's received data is
 acknowledged (a `WINDOW_UPDATE`) only once the relay has taken it, so a paused stream holds at
-most its window (64 KiB, `INITIAL_WINDOW`) here and the upstream waits for the rest. A request
+most its window (64 KiB, `INITIAL_WINDOW`) here, a connection at most 4 MiB
+(`CONNECTION_WINDOW`), and the upstream waits for the rest. A request
 body goes up as the upstream's windows allow.
 
 A connection that the upstream closes, resets or sends `GOAWAY` on fails the streams it had
@@ -33,6 +34,9 @@ from ssekd.bindings.http.exchange import ResponseSink, UpstreamRequest
 #: The receive window of each stream and of the connection: what one paused response may
 #: leave waiting in the daemon.
 INITIAL_WINDOW = 65_535
+#: The receive window of the connection: what all its paused responses together may leave
+#: waiting (the default `limits.h2-unsent-bytes` of the http server is of the same order).
+CONNECTION_WINDOW = 4 * 1024 * 1024
 
 
 class H2Call:
@@ -127,6 +131,11 @@ class H2Upstream(Protocol):
             if not self.ready.called:
                 self.ready.callback(False)
 
+    def _widen(self) -> None:
+        """The connection's window: room for every stream's (`CONNECTION_WINDOW`), so streams
+        paused by slow clients do not hold back the others."""
+        self.conn.increment_flow_control_window(CONNECTION_WINDOW - 65_535)
+
     def _settings(self) -> None:
         self.conn.local_settings.update({
             h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: INITIAL_WINDOW,
@@ -136,6 +145,7 @@ class H2Upstream(Protocol):
     def _start(self) -> None:
         self._settings()
         self.conn.initiate_connection()
+        self._widen()
         self._flush()
         self.usable = True
         if not self.ready.called:
@@ -147,6 +157,7 @@ class H2Upstream(Protocol):
         self._settings()
         header = self.conn.initiate_upgrade_connection()
         assert header is not None  # a client's
+        self._widen()
         return header
 
     def upgraded(self, transport: Any, sink: ResponseSink) -> H2Call:

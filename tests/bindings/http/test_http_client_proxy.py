@@ -209,6 +209,29 @@ def test_a_paused_h2_response_holds_its_window_and_acknowledges_on_resume() -> N
     assert server.local_flow_control_window(1) >= INITIAL_WINDOW - len(chunk)
 
 
+def test_a_paused_h2_stream_does_not_hold_back_the_others() -> None:
+    """One stream's client stalls with its window full; another stream of the same connection
+    still gets its whole answer (the connection's window is wider than a stream's)."""
+    upstream, transport, server = _h2_pair()
+    slow, fast = Sink(), Sink()
+    paused = upstream.start(UpstreamRequest(b"GET", b"/slow", b"a", (), b""), slow)
+    upstream.start(UpstreamRequest(b"GET", b"/fast", b"a", (), b""), fast)
+    _exchange(upstream, transport, server)
+    paused.pause()
+    server.send_headers(1, [(b":status", b"200")])
+    server.send_headers(3, [(b":status", b"200")])
+    while server.local_flow_control_window(1) > 0:
+        server.send_data(1, b"s" * min(16384, server.local_flow_control_window(1)))
+    _exchange(upstream, transport, server)
+    for _ in range(4):  # more than a stream's window, acknowledged as it is taken
+        server.send_data(3, b"f" * 16384)
+        _exchange(upstream, transport, server)
+    server.send_data(3, b"", end_stream=True)
+    _exchange(upstream, transport, server)
+    assert sum(len(c[1]) for c in fast.calls if c[0] == "data") == 4 * 16384
+    assert fast.calls[-1] == ("end",) and not [c for c in slow.calls if c[0] == "data"]
+
+
 def test_cancelling_an_h2_call_resets_its_stream_only() -> None:
     upstream, transport, server = _h2_pair()
     first, second = Sink(), Sink()
