@@ -34,38 +34,19 @@ from ssekd.bindings.asyncapi.spec import read_specs
 from ssekd.bindings.asyncapi.sse_client import compose_sse_client, relays_sse
 from ssekd.bindings.http.roles import HttpBinding
 from ssekd.bindings.kafka.roles import KafkaCache
+from ssekd.bindings.specs import options
 from ssekd.bindings.sse.roles import StreamSource
 from ssekd.config.model import Binding
-from ssekd.spi.binding import BindingType, BuildContext, Exit, KindSpec
+from ssekd.spi.binding import BindingType, Exit, KindSpec
 from ssekd.spi.compose import ComposeContext, Composition
 from ssekd.spi.connection import ListenerBinding
 
 __all__ = ["BINDING"]
 
-_NAME = "^[a-zA-Z]+[a-zA-Z0-9._-]*$"
-
-_CATALOG = {
-    "type": "object", "minProperties": 1, "maxProperties": 1,
-    "propertyNames": {"pattern": _NAME},
-    "description": "The catalog the spec is read from (`catalogs.<name>`: filesystem, inline or "
-                   "schema-registry), by subject: one entry.",
-    "additionalProperties": {
-        "type": "object", "additionalProperties": False, "required": ["subject"],
-        "properties": {
-            "subject": {"type": "string", "minLength": 1,
-                        "description": "The subject the spec is under."},
-            "version": {"anyOf": [{"type": "string", "pattern": "^(latest|[0-9]+)$"},
-                                  {"type": "integer", "minimum": 1}],
-                        "default": "latest", "x-expected": "latest or a version number",
-                        "description": "Which version of the subject."}}}}
-
-_SECURITY = {
-    "type": "object", "propertyNames": {"pattern": "^[a-zA-Z0-9._-]+$"},
-    "additionalProperties": {"type": "string", "pattern": _NAME, "x-expected": "a guard name"},
-    "x-ssekd-default": "none: an operation that requires security is an error",
-    "description": "Security scheme name (`components.securitySchemes`) to the guard "
-                   "(`guards.<name>`) that checks its tokens. An operation whose security names "
-                   "a scheme mapped to no guard is a config error (Zilla leaves it unguarded)."}
+_SECURITY = options.security(
+    "Security scheme name (`components.securitySchemes`) to the guard "
+    "(`guards.<name>`) that checks its tokens. An operation whose security names "
+    "a scheme mapped to no guard is a config error (Zilla leaves it unguarded).")
 
 
 def _specs(servers: str, security: bool) -> dict[str, Any]:
@@ -83,23 +64,13 @@ def _specs(servers: str, security: bool) -> dict[str, Any]:
                         "description": "URLs of the spec's servers (protocol, host and port, "
                                        "and pathname, as the spec's `servers` say them); one "
                                        "the spec does not declare is an error. " + servers},
-            "catalog": _CATALOG}}
+            "catalog": options.CATALOG}}
     if security:
         spec["properties"]["security"] = _SECURITY
-    return {"type": "object", "additionalProperties": False, "required": ["specs"],
-            "properties": {"specs": {"type": "object", "minProperties": 1,
-                                     "propertyNames": {"pattern": _NAME},
-                                     "additionalProperties": spec,
-                                     "description": "The specs, by label."}}}
+    return options.specs(spec)
 
 
-_WHEN = {"type": "object", "additionalProperties": False,
-         "properties": {
-             "spec": {"type": "string", "description": "The label of the spec."},
-             "operation": {"type": "string",
-                           "description": "An operation id, or a glob (`*` matches any run of "
-                                          "characters)."},
-             "tag": {"type": "string", "description": "A tag the operation has."}}}
+_WHEN = options.when("An operation id, or a glob (`*` matches any run of characters).")
 
 
 def _options(description: str, servers: str, security: bool) -> dict[str, Any]:
@@ -115,9 +86,7 @@ def _compose_any_client(ctx: ComposeContext, binding: Binding) -> Composition:
     return compose_client(ctx, binding, specs)
 
 
-def _composed_only(ctx: BuildContext, binding: Binding) -> object:
-    raise AssertionError(f"asyncapi {binding.kind} {binding.name} is composed by the loader, "
-                         f"never built")
+_composed_only = options.composed_only("asyncapi")
 
 
 BINDING = BindingType("asyncapi", {

@@ -18,50 +18,26 @@ from typing import Any
 from ssekd.bindings.http.roles import HttpBinding
 from ssekd.bindings.openapi.client import compose_client
 from ssekd.bindings.openapi.server import compose_server
-from ssekd.config.model import Binding
-from ssekd.spi.binding import BindingType, BuildContext, Exit, KindSpec
+from ssekd.bindings.specs import options
+from ssekd.spi.binding import BindingType, Exit, KindSpec
 from ssekd.spi.connection import ListenerBinding
 
 __all__ = ["BINDING", "CATALOG", "SECURITY", "WHEN"]
 
-_NAME = "^[a-zA-Z]+[a-zA-Z0-9._-]*$"
-
 #: The catalog a spec is read from, by subject (as the asyncapi kinds say it).
-CATALOG = {
-    "type": "object", "minProperties": 1, "maxProperties": 1,
-    "propertyNames": {"pattern": _NAME},
-    "description": "The catalog the spec is read from (`catalogs.<name>`: filesystem, inline or "
-                   "schema-registry), by subject: one entry.",
-    "additionalProperties": {
-        "type": "object", "additionalProperties": False, "required": ["subject"],
-        "properties": {
-            "subject": {"type": "string", "minLength": 1,
-                        "description": "The subject the spec is under."},
-            "version": {"anyOf": [{"type": "string", "pattern": "^(latest|[0-9]+)$"},
-                                  {"type": "integer", "minimum": 1}],
-                        "default": "latest", "x-expected": "latest or a version number",
-                        "description": "Which version of the subject."}}}}
+CATALOG = options.CATALOG
 
 #: Security scheme -> guard, for the kinds that serve operations.
-SECURITY = {
-    "type": "object", "propertyNames": {"pattern": "^[a-zA-Z0-9._-]+$"},
-    "additionalProperties": {"type": "string", "pattern": _NAME, "x-expected": "a guard name"},
-    "x-ssekd-default": "none: an operation that requires security is an error",
-    "description": "Security scheme name (`components.securitySchemes`) to the guard "
-                   "(`guards.<name>`) that checks its tokens; the requirement's scopes are the "
-                   "roles the route requires. An operation whose security names a scheme "
-                   "mapped to no guard, or has alternatives, is a config error (Zilla leaves "
-                   "the one open and drops the other)."}
+SECURITY = options.security(
+    "Security scheme name (`components.securitySchemes`) to the guard "
+    "(`guards.<name>`) that checks its tokens; the requirement's scopes are the "
+    "roles the route requires. An operation whose security names a scheme "
+    "mapped to no guard, or has alternatives, is a config error (Zilla leaves "
+    "the one open and drops the other).")
 
 #: One `when` of a route: which operations of which spec it takes.
-WHEN = {"type": "object", "additionalProperties": False,
-        "properties": {
-            "spec": {"type": "string", "description": "The label of the spec."},
-            "operation": {"type": "string",
-                          "description": "An operationId, or a glob (`*` matches any run of "
-                                         "characters); an operation without one is "
-                                         "`<METHOD> <path>`."},
-            "tag": {"type": "string", "description": "A tag the operation has."}}}
+WHEN = options.when("An operationId, or a glob (`*` matches any run of characters); an "
+                    "operation without one is `<METHOD> <path>`.")
 
 
 def _options(description: str, servers: str, security: bool) -> dict[str, Any]:
@@ -77,17 +53,10 @@ def _options(description: str, servers: str, security: bool) -> dict[str, Any]:
                 "catalog": CATALOG}}
     if security:
         spec["properties"]["security"] = SECURITY
-    return {"type": "object", "additionalProperties": False, "required": ["specs"],
-            "description": description,
-            "properties": {"specs": {"type": "object", "minProperties": 1,
-                                     "propertyNames": {"pattern": _NAME},
-                                     "additionalProperties": spec,
-                                     "description": "The specs, by label."}}}
+    return options.specs(spec, description)
 
 
-def _composed_only(ctx: BuildContext, binding: Binding) -> object:
-    raise AssertionError(f"openapi {binding.kind} {binding.name} is composed by the loader, "
-                         f"never built")
+_composed_only = options.composed_only("openapi")
 
 
 BINDING = BindingType("openapi", {

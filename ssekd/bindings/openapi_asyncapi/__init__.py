@@ -14,27 +14,24 @@ from ssekd.bindings.http.roles import HttpBinding
 from ssekd.bindings.kafka.roles import KafkaCache
 from ssekd.bindings.openapi import CATALOG, SECURITY, WHEN
 from ssekd.bindings.openapi_asyncapi.proxy import compose_proxy
-from ssekd.config.model import Binding
-from ssekd.spi.binding import BindingType, BuildContext, Exit, KindSpec
+from ssekd.bindings.specs import options
+from ssekd.spi.binding import BindingType, Exit, KindSpec
 
 __all__ = ["BINDING"]
 
-_NAME = "^[a-zA-Z]+[a-zA-Z0-9._-]*$"
 
 
 def _specs(what: str, security: bool) -> dict[str, object]:
     properties: dict[str, object] = {"catalog": CATALOG}
     if security:
         properties["security"] = SECURITY
-    return {"type": "object", "minProperties": 1, "propertyNames": {"pattern": _NAME},
+    return {"type": "object", "minProperties": 1, "propertyNames": {"pattern": options.NAME},
             "description": f"The {what} specs, by label.",
             "additionalProperties": {"type": "object", "additionalProperties": False,
                                      "required": ["catalog"], "properties": properties}}
 
 
-def _composed_only(ctx: BuildContext, binding: Binding) -> object:
-    raise AssertionError(f"openapi-asyncapi {binding.kind} {binding.name} is composed by the "
-                         f"loader, never built")
+_composed_only = options.composed_only("openapi-asyncapi")
 
 
 BINDING = BindingType("openapi-asyncapi", {
