@@ -37,7 +37,6 @@ from ssekd.bindings.asyncapi.http_operations import (
     polls,
     reply_channel,
 )
-from ssekd.bindings.asyncapi.routes import matches
 from ssekd.bindings.asyncapi.security import Guarding, guarding
 from ssekd.bindings.asyncapi.server import sse_operations
 from ssekd.bindings.asyncapi.spec import (
@@ -48,6 +47,7 @@ from ssekd.bindings.asyncapi.spec import (
     read_specs,
     select_servers,
 )
+from ssekd.bindings.specs.routes import matches, unknown_specs
 from ssekd.config.errors import ConfigError, ConfigIssue
 from ssekd.config.model import Binding, Route
 from ssekd.config.origin import OperationOrigin, Origin, SpecRef
@@ -161,11 +161,7 @@ def _pairs(ctx: ComposeContext, binding: Binding, specs: Mapping[str, Spec], i: 
         issues.append(ctx.issue(base + ("with", "spec"), f"{with_.get('spec')!r} is not a spec "
                                                          f"of binding {binding.name!r}; "
                                                          f"expected one of {labels}"))
-    for j, when in enumerate(route.when):
-        if "spec" in when and when["spec"] not in specs:
-            issues.append(ctx.issue(base + ("when", j, "spec"),
-                                    f"{when['spec']!r} is not a spec of binding "
-                                    f"{binding.name!r}; expected one of {labels}"))
+    issues += unknown_specs(ctx, binding, i, route, specs)
     if issues or kafka is None:
         raise ConfigError(issues)
     found: list[tuple[Spec, Operation]] = []

@@ -21,7 +21,6 @@ An operation is an SSE operation when it has the `x-zilla-sse` operation binding
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Mapping
 from typing import Any
 
@@ -34,7 +33,6 @@ from ssekd.bindings.asyncapi.http_operations import (
     http_operations,
 )
 from ssekd.bindings.asyncapi.requests import RequestChecks
-from ssekd.bindings.asyncapi.routes import matches
 from ssekd.bindings.asyncapi.security import guarding
 from ssekd.bindings.asyncapi.spec import (
     Operation,
@@ -43,27 +41,12 @@ from ssekd.bindings.asyncapi.spec import (
     read_specs,
     select_servers,
 )
+from ssekd.bindings.specs.routes import exit_of, unknown_specs
+from ssekd.bindings.specs.serving import authorize, tcp_server, tls_server
 from ssekd.config.errors import ConfigError, ConfigIssue
 from ssekd.config.model import Binding
 from ssekd.config.origin import Origin, ServerOrigin, SpecRef
 from ssekd.spi.compose import ComposeContext, Composition
-
-ALPN = ["h2", "http/1.1"]
-ANY_ADDRESS = "0.0.0.0"  # noqa: S104 - where a server that names a host of its own listens
-
-
-def listen_host(hosts: set[str]) -> str:
-    """The address to listen on for servers with these host names: their own when they are
-    all the same `localhost` or IP address (a private server stays private), else any."""
-    if len(hosts) != 1:
-        return ANY_ADDRESS
-    [host] = hosts
-    if host.lower() == "localhost":
-        return "127.0.0.1"
-    try:
-        return str(ipaddress.ip_address(host.strip("[]")))
-    except ValueError:
-        return ANY_ADDRESS
 
 
 def sse_operations(spec: Spec) -> list[Operation]:
@@ -98,11 +81,7 @@ def compose_server(ctx: ComposeContext, binding: Binding) -> Composition:
                 except ConfigError as e:
                     issues.extend(e.issues)
     for i, written in enumerate(binding.routes):
-        for j, when in enumerate(written.when):
-            if "spec" in when and when["spec"] not in specs:
-                issues.append(ctx.issue(("bindings", name, "routes", i, "when", j, "spec"),
-                                        f"{when['spec']!r} is not a spec of binding {name!r}; "
-                                        f"expected one of {', '.join(specs)}"))
+        issues += unknown_specs(ctx, binding, i, written, specs)
     if issues:
         raise ConfigError(issues)
     secure: dict[int, bool] = {}
@@ -127,20 +106,17 @@ def compose_server(ctx: ComposeContext, binding: Binding) -> Composition:
     served = 0  # HTTP operations served (a poll may share its write's route)
     for spec, op, http in operations:
         try:
-            exit_name, guarded = _exit_of(ctx, binding, spec, op)
+            exit_name, guarded = exit_of(binding, spec.label, op,
+                                         lambda m: spec.issue(op.path, m))
             guard = guarding(ctx, binding, spec, op)
             path = _path(spec, op) if http is None else http.path
         except ConfigError as e:
             issues.extend(e.issues)
             continue
         if guard is not None:
-            entry = authorization.setdefault(guard.guard, {"credentials": {}})
-            for where, values in guard.credentials.items():
-                entry["credentials"].setdefault(where, {}).update(values)
             # checked here as well as by the stream's route: a server whose exit is not an
             # asyncapi proxy still serves the operation only as its spec says
-            guarded.setdefault(guard.guard, [])
-            guarded[guard.guard] += [r for r in guard.roles if r not in guarded[guard.guard]]
+            authorize(authorization, guarded, guard)
         prefixes = sorted({s.server.pathname.rstrip("/") for sp, s in used if sp is spec}) \
             or [""]
         if http is None:
@@ -173,11 +149,10 @@ def compose_server(ctx: ComposeContext, binding: Binding) -> Composition:
     if authorization:
         http_options["authorization"] = authorization
     checks.compose(http_options, composition, http_name)
-    composition.bindings[name] = _tcp(name, used, secure, http_name, tls_name)
+    composition.bindings[name] = tcp_server({s.host for _, s in used}, secure, http_name,
+                                            tls_name)
     if any(secure.values()):
-        composition.bindings[tls_name] = {"type": "tls", "kind": "server",
-                                          "vault": binding.vault, "options": {"alpn": ALPN},
-                                          "exit": http_name}
+        composition.bindings[tls_name] = tls_server(binding.vault, http_name)
     composition.bindings[http_name] = {"type": "http", "kind": "server",
                                        "options": http_options, "routes": routes}
     for exit_name, sse_name in sse_names.items():
@@ -208,22 +183,6 @@ def _named(specs: Mapping[str, Spec]) -> str:
     return ", ".join(f"{s.label} ({s.file})" for s in specs.values())
 
 
-def _tcp(name: str, used: list[tuple[Spec, SelectedServer]], secure: Mapping[int, bool],
-         http_name: str, tls_name: str) -> dict[str, Any]:
-    ports = sorted(secure)
-    tcp: dict[str, Any] = {"type": "tcp", "kind": "server",
-                           "options": {"host": listen_host({s.host for _, s in used}),
-                                       "port": ports}}
-    plain = [p for p in ports if not secure[p]]
-    tls = [p for p in ports if secure[p]]
-    if plain and tls:
-        tcp["routes"] = [{"when": [{"port": plain}], "exit": http_name},
-                         {"when": [{"port": tls}], "exit": tls_name}]
-    else:
-        tcp["exit"] = tls_name if tls else http_name
-    return tcp
-
-
 def _at(ctx: ComposeContext, spec: Spec, server: SelectedServer, message: str) -> ConfigIssue:
     if server.option_path is not None:
         return ctx.issue(server.option_path, message)
@@ -251,17 +210,3 @@ def _path(spec: Spec, op: Operation) -> str:
                                       f"SSE operation {op.key!r}: an event stream is opened "
                                       f"with GET, not {method.get('method')}")])
     return address
-
-
-def _exit_of(ctx: ComposeContext, binding: Binding, spec: Spec,
-             op: Operation) -> tuple[str, dict[str, list[str]]]:
-    """The exit of the first route whose `when` matches the operation (and that route's
-    `guarded`), else the binding's exit."""
-    for route in binding.routes:
-        if route.exit is not None and any(matches(w, spec.label, op) for w in route.when):
-            return route.exit, {g: list(roles) for g, roles in route.guarded.items()}
-    if binding.exit is None:
-        raise ConfigError([spec.issue(op.path, f"no route of binding {binding.name!r} takes "
-                                               f"operation {op.key!r} and the binding has no "
-                                               f"exit")])
-    return binding.exit, {}

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from ssekd.config.document import Document, parse_text
+from ssekd.bindings.specs import reading
+from ssekd.config.document import Document
 from ssekd.config.errors import ConfigError, ConfigIssue, format_path
 from ssekd.config.model import Binding
 from ssekd.spi.compose import ComposeContext, Source
@@ -334,39 +335,9 @@ class SelectedServer:
 
 def read_specs(ctx: ComposeContext, binding: Binding) -> dict[str, Spec]:
     """Every spec of `options.specs`, read through its catalog and parsed."""
-    issues: list[ConfigIssue] = []
-    specs: dict[str, Spec] = {}
-    for label, entry in (binding.options.get("specs") or {}).items():
-        base: Path_ = ("bindings", binding.name, "options", "specs", label)
-        [(catalog, ref)] = entry["catalog"].items()
-        where = base + ("catalog", catalog)
-        try:
-            source = ctx.read(catalog, str(ref["subject"]), ref.get("version", "latest"), where)
-        except ConfigError as e:
-            issues.extend(e.issues)
-            continue
-        try:
-            document = parse_text(source.text, source.file, expressions=False)
-        except ConfigError as e:  # YAML that does not parse: at its line
-            issues.extend(_shifted(e.issues, source))
-            continue
-        spec = Spec(str(label), source, document, base)
-        version = spec.data.get("asyncapi")
-        if not (isinstance(version, str) and version.startswith("3.")):
-            issues.append(spec.issue(("asyncapi",), f"expected an AsyncAPI 3 document "
-                                                    f"(asyncapi: 3.0.0), got "
-                                                    f"{version!r}"))
-            continue
-        specs[str(label)] = spec
-    if issues:
-        raise ConfigError(issues)
-    return specs
-
-
-def _shifted(issues: list[ConfigIssue], source: Source) -> list[ConfigIssue]:
-    """A YAML problem in an inline spec, at its line of the config."""
-    return [ConfigIssue(i.file, None if i.line is None else source.first_line - 1 + i.line,
-                        i.path, i.message) for i in issues]
+    return reading.read_specs(ctx, binding.options.get("specs") or {},
+                              ("bindings", binding.name, "options", "specs"), "asyncapi", Spec,
+                              version_example="3.0.0")
 
 
 def select_servers(ctx: ComposeContext, binding: Binding, spec: Spec,
@@ -424,8 +395,3 @@ def select_servers(ctx: ComposeContext, binding: Binding, spec: Spec,
     if issues:
         raise ConfigError(issues)
     return chosen
-
-
-def glob_match(pattern: str, value: str) -> bool:
-    """An operation id against a `when.operation` (`*` matches any run of characters)."""
-    return re.fullmatch(".*".join(map(re.escape, pattern.split("*"))), value) is not None

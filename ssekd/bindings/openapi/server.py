@@ -17,15 +17,14 @@ on its servers.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
-from ssekd.bindings.asyncapi.server import ALPN, listen_host
-from ssekd.bindings.asyncapi.spec import glob_match
 from ssekd.bindings.openapi.requests import RequestChecks
 from ssekd.bindings.openapi.security import guarding
 from ssekd.bindings.openapi.servers import BaseUrl, base_urls
-from ssekd.bindings.openapi.spec import OpenapiSpec, Operation, read_specs
+from ssekd.bindings.openapi.spec import OpenapiSpec, read_specs
+from ssekd.bindings.specs.routes import exit_of, unknown_specs
+from ssekd.bindings.specs.serving import authorize, tcp_server, tls_server
 from ssekd.config.errors import ConfigError, ConfigIssue
 from ssekd.config.model import Binding
 from ssekd.config.origin import Origin
@@ -41,26 +40,12 @@ def read(ctx: ComposeContext, binding: Binding) -> dict[str, OpenapiSpec]:
             read_specs(ctx, binding.options["specs"], base, "openapi").items()}
 
 
-def matches(when: Mapping[str, Any], label: str, operation: Operation) -> bool:
-    """Whether a route's `when` item takes `operation` of spec `label`: every field it gives
-    must match (`spec` the label, `operation` the id or a glob of it, `tag` one of its tags)."""
-    if "spec" in when and when["spec"] != label:
-        return False
-    if "operation" in when and not glob_match(str(when["operation"]), operation.key):
-        return False
-    return "tag" not in when or str(when["tag"]) in operation.tags
-
-
 def compose_server(ctx: ComposeContext, binding: Binding) -> Composition:
     name = binding.name
     specs = read(ctx, binding)
     issues: list[ConfigIssue] = []
     for i, route in enumerate(binding.routes):
-        for j, when in enumerate(route.when):
-            if "spec" in when and when["spec"] not in specs:
-                issues.append(ctx.issue(("bindings", name, "routes", i, "when", j, "spec"),
-                                        f"{when['spec']!r} is not a spec of binding {name!r}; "
-                                        f"expected one of {', '.join(specs)}"))
+        issues += unknown_specs(ctx, binding, i, route, specs)
     http_name, tls_name = f"{name}.http_server", f"{name}.tls_server"
     composition = Composition(bindings={})
     routes: list[dict[str, Any]] = []
@@ -79,17 +64,14 @@ def compose_server(ctx: ComposeContext, binding: Binding) -> Composition:
         for op in operations.values():
             try:
                 guard = guarding(ctx, binding, spec, op, ("specs", spec.label))
-                exit_name, guarded = _exit_of(spec, op, binding)
+                exit_name, guarded = exit_of(binding, spec.label, op,
+                                             lambda m: spec.issue(op.spec_path, m))
                 checks.add(spec, op, urls)
             except ConfigError as e:
                 issues.extend(e.issues)
                 continue
             if guard is not None:
-                entry = authorization.setdefault(guard.guard, {"credentials": {}})
-                for place, values in guard.credentials.items():
-                    entry["credentials"].setdefault(place, {}).update(values)
-                roles = guarded.setdefault(guard.guard, [])
-                roles += [r for r in guard.roles if r not in roles]
+                authorize(authorization, guarded, guard)
             count += 1
             for url in urls:
                 at = ("bindings", http_name, "routes", len(routes))
@@ -115,11 +97,9 @@ def compose_server(ctx: ComposeContext, binding: Binding) -> Composition:
                                                     f"a vault with the server's key"))
     if issues:
         raise ConfigError(issues)
-    composition.bindings[name] = _tcp(name, used, secure, http_name, tls_name)
+    composition.bindings[name] = tcp_server({u.host for u in used}, secure, http_name, tls_name)
     if any(secure.values()):
-        composition.bindings[tls_name] = {"type": "tls", "kind": "server",
-                                          "vault": binding.vault, "options": {"alpn": ALPN},
-                                          "exit": http_name}
+        composition.bindings[tls_name] = tls_server(binding.vault, http_name)
     options: dict[str, Any] = {"access-control": {"policy": "cross-origin"}}
     if authorization:
         options["authorization"] = authorization
@@ -136,33 +116,3 @@ def compose_server(ctx: ComposeContext, binding: Binding) -> Composition:
                            + ", ".join(f"{s.label} ({s.text.file})" for s in specs.values())
                            + f" on {ports}" + checks.summary("request"))
     return composition
-
-
-def _tcp(name: str, used: list[BaseUrl], secure: Mapping[int, bool], http_name: str,
-         tls_name: str) -> dict[str, Any]:
-    ports = sorted(secure)
-    tcp: dict[str, Any] = {"type": "tcp", "kind": "server",
-                           "options": {"host": listen_host({u.host for u in used}),
-                                       "port": ports}}
-    plain = [p for p in ports if not secure[p]]
-    tls = [p for p in ports if secure[p]]
-    if plain and tls:
-        tcp["routes"] = [{"when": [{"port": plain}], "exit": http_name},
-                         {"when": [{"port": tls}], "exit": tls_name}]
-    else:
-        tcp["exit"] = tls_name if tls else http_name
-    return tcp
-
-
-def _exit_of(spec: OpenapiSpec, op: Operation,
-             binding: Binding) -> tuple[str, dict[str, list[str]]]:
-    """The exit of the first route whose `when` takes the operation (and that route's
-    `guarded`), else the binding's exit."""
-    for route in binding.routes:
-        if route.exit is not None and any(matches(w, spec.label, op) for w in route.when):
-            return route.exit, {g: list(roles) for g, roles in route.guarded.items()}
-    if binding.exit is None:
-        raise ConfigError([spec.issue(op.spec_path, f"no route of binding {binding.name!r} "
-                                                    f"takes operation {op.key!r} and the "
-                                                    f"binding has no exit")])
-    return binding.exit, {}

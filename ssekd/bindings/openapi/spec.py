@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ssekd.bindings.asyncapi.spec import Spec
-from ssekd.config.document import parse_text
+from ssekd.bindings.specs import reading
 from ssekd.config.errors import ConfigError, ConfigIssue
-from ssekd.spi.compose import ComposeContext, Source
+from ssekd.spi.compose import ComposeContext
 
 Path_ = tuple[str | int, ...]
 
@@ -297,36 +297,4 @@ def read_specs(ctx: ComposeContext, entries: Mapping[str, Any], base: Path_,
     """The specs of `entries` (`<label>: {catalog: ...}` at `base` of the config), read through
     their catalogs and parsed; each must be a document of `family` 3 (`openapi` or
     `asyncapi`)."""
-    issues: list[ConfigIssue] = []
-    specs: dict[str, Spec] = {}
-    for label, entry in entries.items():
-        at: Path_ = base + (label,)
-        [(catalog, ref)] = entry["catalog"].items()
-        try:
-            source = ctx.read(catalog, str(ref["subject"]), ref.get("version", "latest"),
-                              at + ("catalog", catalog))
-        except ConfigError as e:
-            issues.extend(e.issues)
-            continue
-        try:
-            document = parse_text(source.text, source.file, expressions=False)
-        except ConfigError as e:  # YAML that does not parse: at its line
-            issues.extend(_shifted(e.issues, source))
-            continue
-        spec = Spec(str(label), source, document, at)
-        version = spec.data.get(family)
-        if not (isinstance(version, str) and version.startswith("3.")):
-            name = "OpenAPI" if family == "openapi" else "AsyncAPI"
-            issues.append(spec.issue((family,), f"expected an {name} 3 document ({family}: "
-                                                f"3.x.y), got {version!r}"))
-            continue
-        specs[str(label)] = spec
-    if issues:
-        raise ConfigError(issues)
-    return specs
-
-
-def _shifted(issues: list[ConfigIssue], source: Source) -> list[ConfigIssue]:
-    """A YAML problem in an inline spec, at its line of the config."""
-    return [ConfigIssue(i.file, None if i.line is None else source.first_line - 1 + i.line,
-                        i.path, i.message) for i in issues]
+    return reading.read_specs(ctx, entries, base, family, Spec)

@@ -23,9 +23,8 @@ from typing import Any
 
 from ssekd.bindings.asyncapi.http_kafka import kafka_operation
 from ssekd.bindings.asyncapi.spec import Operation as KafkaOperation
-from ssekd.bindings.asyncapi.spec import Spec, glob_match
+from ssekd.bindings.asyncapi.spec import Spec
 from ssekd.bindings.openapi.security import guarding
-from ssekd.bindings.openapi.server import matches
 from ssekd.bindings.openapi.spec import OpenapiSpec, Operation, read_specs
 from ssekd.bindings.openapi_asyncapi.http_kafka import (
     EXTENSION,
@@ -35,6 +34,7 @@ from ssekd.bindings.openapi_asyncapi.http_kafka import (
 from ssekd.bindings.openapi_asyncapi.http_kafka import (
     route as http_kafka_route,
 )
+from ssekd.bindings.specs.routes import glob_match, matches, unknown_specs
 from ssekd.config.errors import ConfigError, ConfigIssue
 from ssekd.config.model import Binding, Route
 from ssekd.config.origin import Origin
@@ -158,11 +158,7 @@ def _pairs(ctx: ComposeContext, binding: Binding, openapis: Mapping[str, Openapi
         issues.append(ctx.issue(base + ("with", "spec"),
                                 f"{with_.get('spec')!r} is not an asyncapi spec of binding "
                                 f"{binding.name!r}; expected one of {', '.join(asyncapis)}"))
-    for j, when in enumerate(route.when):
-        if "spec" in when and when["spec"] not in openapis:
-            issues.append(ctx.issue(base + ("when", j, "spec"),
-                                    f"{when['spec']!r} is not an openapi spec of binding "
-                                    f"{binding.name!r}; expected one of {', '.join(openapis)}"))
+    issues += unknown_specs(ctx, binding, i, route, openapis, "an openapi spec")
     if issues or kafka is None:
         raise ConfigError(issues)
     kafka_ops = kafka.operations()

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from twisted.internet.testing import MemoryReactorClock
 
-from ssekd.bindings.asyncapi.server import listen_host
+from ssekd.bindings.specs.serving import listen_host
 from ssekd.cli import main
 from ssekd.config import ConfigError
 from ssekd.config.load import load_config
