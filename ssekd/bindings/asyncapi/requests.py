@@ -25,19 +25,13 @@ from ssekd.bindings.asyncapi.client import JSON_SCHEMA_DRAFT, json_content
 from ssekd.bindings.asyncapi.http_kafka import HttpOperation
 from ssekd.bindings.asyncapi.http_operations import messages_of
 from ssekd.bindings.asyncapi.spec import Operation, Spec
-from ssekd.spi.compose import Composition, Where
+from ssekd.bindings.specs.checks import InlineChecks
 
 _JSON_FORMATS = ("application/vnd.aai.asyncapi", "application/schema+json")
 
 
-class RequestChecks:
+class RequestChecks(InlineChecks):
     """The `options.requests` entries of one composed http server, gathered per operation."""
-
-    def __init__(self, binding: str) -> None:
-        self.catalog = f"{binding}.requests"
-        self.entries: list[dict[str, Any]] = []
-        self.subjects: dict[str, dict[str, str]] = {}
-        self.where: dict[int, Where] = {}
 
     def add(self, spec: Spec, op: Operation, http: HttpOperation, prefixes: list[str]) -> None:
         # a receive operation's messages are what it answers, not what a request carries
@@ -103,15 +97,3 @@ class RequestChecks:
         text = {"$schema": JSON_SCHEMA_DRAFT, **schema} if isinstance(schema, dict) else schema
         self.subjects[subject] = {"schema": json.dumps(text)}
         return subject
-
-    def compose(self, options: dict[str, Any], composition: Composition,
-                http_name: str) -> None:
-        """Put the entries in the http binding's `options` and their catalog beside it."""
-        if not self.entries:
-            return
-        options["requests"] = self.entries
-        composition.catalogs[self.catalog] = {"type": "inline",
-                                              "options": {"subjects": self.subjects}}
-        for i, where in self.where.items():
-            composition.where[("bindings", http_name, "options", "requests", i)] = where
-

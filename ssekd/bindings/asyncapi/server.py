@@ -173,9 +173,8 @@ def compose_server(ctx: ComposeContext, binding: Binding) -> Composition:
     streamed = sum(1 for r in routed if r[5])
     counted = [f"{streamed} SSE operation(s)"] if streamed or not served else []
     counted += [f"{served} HTTP operation(s)"] if served else []
-    checked = f", {len(checks.entries)} request check(s)" if checks.entries else ""
     composition.summary = (f"asyncapi server {name}: {' and '.join(counted)} of "
-                           f"{_named(specs)} on {ports}{checked}")
+                           f"{_named(specs)} on {ports}{checks.summary('request')}")
     return composition
 
 

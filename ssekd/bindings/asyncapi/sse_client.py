@@ -30,6 +30,7 @@ from urllib.parse import urlsplit
 from ssekd.bindings.asyncapi.http_operations import SSE_BINDING
 from ssekd.bindings.asyncapi.server import sse_operations
 from ssekd.bindings.asyncapi.spec import DEFAULT_PORTS, Channel, Path_, Spec
+from ssekd.bindings.specs.serving import tls_client
 from ssekd.config.errors import ConfigError, ConfigIssue
 from ssekd.config.model import Binding
 from ssekd.config.origin import OperationOrigin, Origin, SpecRef
@@ -133,13 +134,7 @@ def compose_sse_client(ctx: ComposeContext, binding: Binding,
     composition.bindings[http_name] = {"type": "http", "kind": "client",
                                        "exit": tls_name if secure else tcp_name}
     if secure:
-        tls: dict[str, Any] = {"type": "tls", "kind": "client", "exit": tcp_name,
-                               "options": {"sni": [host]}}
-        if binding.vault is not None:
-            tls["vault"] = binding.vault
-        else:
-            tls["options"]["trustcacerts"] = True
-        composition.bindings[tls_name] = tls
+        composition.bindings[tls_name] = tls_client(binding.vault, tcp_name, {"sni": [host]})
     composition.bindings[tcp_name] = {"type": "tcp", "kind": "client",
                                       "options": {"host": host, "port": port}}
     composition.where[("bindings", tcp_name, "options", "host")] = where

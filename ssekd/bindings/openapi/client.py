@@ -16,6 +16,7 @@ from ssekd.bindings.openapi.requests import RequestChecks
 from ssekd.bindings.openapi.server import read
 from ssekd.bindings.openapi.servers import BaseUrl, base_urls
 from ssekd.bindings.openapi.spec import OpenapiSpec, Operation
+from ssekd.bindings.specs.serving import tls_client
 from ssekd.config.errors import ConfigError, ConfigIssue
 from ssekd.config.model import Binding
 from ssekd.config.origin import Origin
@@ -65,13 +66,7 @@ def compose_client(ctx: ComposeContext, binding: Binding) -> Composition:
     if options:
         composition.bindings[name]["options"] = options
     if url.secure:
-        entry: dict[str, Any] = {"type": "tls", "kind": "client", "exit": tcp,
-                                 "options": {"alpn": ["http/1.1"]}}
-        if binding.vault is not None:
-            entry["vault"] = binding.vault
-        else:
-            entry["options"]["trustcacerts"] = True
-        composition.bindings[tls] = entry
+        composition.bindings[tls] = tls_client(binding.vault, tcp, {"alpn": ["http/1.1"]})
     composition.bindings[tcp] = {"type": "tcp", "kind": "client",
                                  "options": {"host": url.host, "port": url.port}}
     composition.where[("bindings", tcp, "options")] = url.where

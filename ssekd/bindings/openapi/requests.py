@@ -19,20 +19,17 @@ from typing import Any
 
 from ssekd.bindings.openapi.servers import BaseUrl
 from ssekd.bindings.openapi.spec import OpenapiSpec, Operation, is_json, json_schema
-from ssekd.spi.compose import Composition, Where
+from ssekd.bindings.specs.checks import InlineChecks
 
 #: Where each parameter goes in a request entry (`in: cookie` is not checked, as in Zilla).
 _PARAMS = {"path": ("params", "path"), "query": ("params", "query"), "header": ("headers",)}
 
 
-class RequestChecks:
+class RequestChecks(InlineChecks):
     """The `options.requests` entries of one composed http server, gathered per operation."""
 
     def __init__(self, binding: str) -> None:
-        self.catalog = f"{binding}.requests"
-        self.entries: list[dict[str, Any]] = []
-        self.subjects: dict[str, dict[str, str]] = {}
-        self.where: dict[int, Where] = {}
+        super().__init__(binding)
         #: The `openapi` version of the spec being read (its schemas' dialect).
         self.version = "3.0.0"
 
@@ -95,18 +92,3 @@ class RequestChecks:
     def _subject(self, subject: str, schema: Any) -> str:
         self.subjects[subject] = {"schema": json.dumps(json_schema(schema, self.version))}
         return subject
-
-    def compose(self, options: dict[str, Any], composition: Composition,
-                http_name: str) -> None:
-        """Put the entries in the http binding's `options` and their catalog beside it."""
-        if not self.entries:
-            return
-        options["requests"] = self.entries
-        composition.catalogs[self.catalog] = {"type": "inline",
-                                              "options": {"subjects": self.subjects}}
-        for i, where in self.where.items():
-            composition.where[("bindings", http_name, "options", "requests", i)] = \
-                where
-
-    def summary(self, what: str) -> str:
-        return f", {len(self.entries)} {what} check(s)" if self.entries else ""
