@@ -129,15 +129,20 @@ class ModelConfig:
 Codec = Callable[[bytes], bytes]
 
 
-def compile_json(schema: Schema) -> Codec:
-    """A JSON Schema checker: raises `Invalid` or returns the payload unchanged."""
+def json_validator(schema: Schema) -> Any:
+    """The validator of a JSON Schema (of the draft its `$schema` names), or `BadSchema`."""
     try:
         document = json.loads(schema.text)
         cls = jsonschema.validators.validator_for(document)
         cls.check_schema(document)
     except (ValueError, jsonschema.SchemaError) as e:
         raise BadSchema(f"not a JSON Schema: {_first_line(e)}") from None
-    validator = cls(document)
+    return cls(document)
+
+
+def compile_json(schema: Schema) -> Codec:
+    """A JSON Schema checker: raises `Invalid` or returns the payload unchanged."""
+    validator = json_validator(schema)
 
     def check(payload: bytes) -> bytes:
         try:
@@ -152,23 +157,35 @@ def compile_json(schema: Schema) -> Codec:
     return check
 
 
-def compile_avro(schema: Schema, view_json: bool) -> Codec:
-    """An Avro decoder: raises `Invalid`, or returns the payload (as JSON with `view: json`)."""
+def parse_avro(schema: Schema) -> Any:
+    """An Avro schema parsed (fastavro's form, for reading and writing), or `BadSchema`."""
     try:
-        parsed = fastavro.parse_schema(json.loads(schema.text))
+        return fastavro.parse_schema(json.loads(schema.text))
     except Exception as e:  # fastavro raises several kinds on a schema it cannot use
         raise BadSchema(f"not an Avro schema: {_first_line(e)}") from None
 
+
+def read_avro(parsed: Any, payload: bytes) -> Any:
+    """The record `payload` is (Avro binary of the `parsed` schema, nothing after it), or
+    `Invalid`."""
+    data = io.BytesIO(payload)
+    try:
+        record = fastavro.schemaless_reader(data, parsed, None)
+    except Exception as e:  # EOFError, ValueError, IndexError, UnicodeDecodeError...
+        raise Invalid(f"not Avro of this schema: {_first_line(e) or type(e).__name__}") \
+            from None
+    if data.tell() != len(payload):
+        raise Invalid(f"not Avro of this schema: {len(payload) - data.tell()} bytes left "
+                      f"after the record")
+    return record
+
+
+def compile_avro(schema: Schema, view_json: bool) -> Codec:
+    """An Avro decoder: raises `Invalid`, or returns the payload (as JSON with `view: json`)."""
+    parsed = parse_avro(schema)
+
     def check(payload: bytes) -> bytes:
-        data = io.BytesIO(payload)
-        try:
-            record = fastavro.schemaless_reader(data, parsed, None)
-        except Exception as e:  # EOFError, ValueError, IndexError, UnicodeDecodeError...
-            raise Invalid(f"not Avro of this schema: {_first_line(e) or type(e).__name__}") \
-                from None
-        if data.tell() != len(payload):
-            raise Invalid(f"not Avro of this schema: {len(payload) - data.tell()} bytes left "
-                          f"after the record")
+        record = read_avro(parsed, payload)
         if not view_json:
             return payload
         return json.dumps(record, default=_json_default, separators=(",", ":"),

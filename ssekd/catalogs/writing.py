@@ -49,6 +49,8 @@ from ssekd.catalogs.models import (
     _first_line,
     check_string,
     compile_json,
+    parse_avro,
+    read_avro,
 )
 
 
@@ -103,25 +105,12 @@ class WriteModel(FieldModel):
 
 def avro_encoder(schema: Schema, view_json: bool) -> Codec:
     """JSON -> Avro binary (`view: json`), or Avro binary checked as it is."""
-    try:
-        parsed = fastavro.parse_schema(json.loads(schema.text))
-    except Exception as e:  # fastavro raises several kinds on a schema it cannot use
-        raise BadSchema(f"not an Avro schema: {_first_line(e)}") from None
-
+    parsed = parse_avro(schema)
     named: dict[str, Any] = parsed.get("__named_schemas", {}) if isinstance(parsed, dict) \
         else {}
 
     def decode(data: bytes) -> Any:
-        stream = io.BytesIO(data)
-        try:
-            record = fastavro.schemaless_reader(stream, parsed, None)
-        except Exception as e:  # EOFError, ValueError, IndexError, UnicodeDecodeError...
-            raise Invalid(f"not Avro of this schema: {_first_line(e) or type(e).__name__}") \
-                from None
-        if stream.tell() != len(data):
-            raise Invalid(f"not Avro of this schema: {len(data) - stream.tell()} bytes left "
-                          f"after the record")
-        return record
+        return read_avro(parsed, data)
 
     if not view_json:
         def check(payload: bytes) -> bytes:

@@ -42,13 +42,13 @@ from ssekd.catalogs.local import LocalCatalog
 from ssekd.catalogs.models import (
     WIRE_HEADER,
     WIRE_MAGIC,
-    BadSchema,
     Codec,
     FieldModel,
     Invalid,
     ModelConfig,
     Pending,
     compile_avro,
+    json_validator,
     local_problem,
 )
 
@@ -189,13 +189,7 @@ def _quiet(codec: Codec, message: str) -> Codec:
 def compile_json_quietly(schema: Schema) -> Codec:
     """A JSON Schema checker whose `Invalid` says where the document fails and which keyword
     of the schema it fails (with what the schema wants), never a value of the document."""
-    try:
-        document = json.loads(schema.text)
-        cls = jsonschema.validators.validator_for(document)
-        cls.check_schema(document)
-    except (ValueError, jsonschema.SchemaError) as e:
-        raise BadSchema(f"not a JSON Schema: {str(e).splitlines()[0][:200]}") from None
-    validator = cls(document)
+    validator = json_validator(schema)
 
     def check(payload: bytes) -> bytes:
         try:
