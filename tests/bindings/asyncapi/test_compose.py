@@ -4,7 +4,6 @@ cannot be served is a config error at the spec's file and line."""
 
 from __future__ import annotations
 
-import dataclasses
 import shutil
 import textwrap
 from pathlib import Path
@@ -14,13 +13,10 @@ from twisted.internet.testing import MemoryReactorClock
 
 from ssekd.bindings.specs.serving import listen_host
 from ssekd.cli import main
-from ssekd.config import ConfigError
-from ssekd.config.load import load_config
-from ssekd.config.model import Config
 from ssekd.engine import Engine
-from ssekd.spi.plugins import discover
 from ssekd.telemetry.events import EventLog
 from tests.support.asyncapi_example import EXAMPLE
+from tests.support.composing import edited_copy, load, problems, without_origin
 
 #: The bindings Zilla's example stands for, as ssekd composes them, written by hand.
 BY_HAND = """\
@@ -95,31 +91,9 @@ telemetry:
 def example(folder: Path, **edits: list[tuple[str, str]]) -> Path:
     """Zilla's example in `folder`, each file (`zilla`, `sse`, `kafka`) with its text edits
     (each must apply once)."""
-    shutil.copytree(EXAMPLE, folder / "ex")
-    files = {"zilla": folder / "ex" / "zilla.yaml",
-             "sse": folder / "ex" / "specs" / "sse-asyncapi.yaml",
-             "kafka": folder / "ex" / "specs" / "kafka-asyncapi.yaml"}
-    for name, changes in edits.items():
-        text = files[name].read_text()
-        for old, new in changes:
-            assert text.count(old) == 1, (name, old)
-            text = text.replace(old, new)
-        files[name].write_text(text)
-    return files["zilla"]
-
-
-def load(config: Path) -> Config:
-    return load_config(config, discover())
-
-
-def problems(config: Path) -> list[str]:
-    with pytest.raises(ConfigError) as e:
-        load(config)
-    return [str(i) for i in e.value.issues]
-
-
-def without_origin(config: Config) -> dict[str, object]:
-    return {n: dataclasses.replace(b, origin=None) for n, b in config.bindings.items()}
+    return edited_copy(EXAMPLE, folder / "ex",
+                       {"zilla": "zilla.yaml", "sse": "specs/sse-asyncapi.yaml",
+                        "kafka": "specs/kafka-asyncapi.yaml"}, edits)
 
 
 def test_example_composes_what_a_hand_written_config_says(tmp_path: Path) -> None:

@@ -6,8 +6,6 @@ composed; a reload rebuilds only what a spec edit touched; the AsyncAPI document
 
 from __future__ import annotations
 
-import dataclasses
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -22,13 +20,10 @@ from ssekd.bindings.asyncapi.http_kafka import (
     http_kafka_route,
 )
 from ssekd.cli import main
-from ssekd.config import ConfigError
-from ssekd.config.load import load_config
-from ssekd.config.model import Config
 from ssekd.engine import Engine
-from ssekd.spi.plugins import discover
 from ssekd.telemetry.events import EventLog
 from tests.support.asyncapi import problems as asyncapi_problems
+from tests.support.composing import edited_copy, load, problems, without_origin
 from tests.support.data import DATA
 
 EXAMPLE = DATA / "zilla-examples" / "asyncapi.http.kafka.proxy" / "etc"
@@ -84,27 +79,9 @@ bindings:
 def example(folder: Path, **edits: list[tuple[str, str]]) -> Path:
     """The example in `folder`, each file (`zilla`, `http`, `kafka`) with its text edits (each
     must apply once)."""
-    shutil.copytree(EXAMPLE, folder / "ex")
-    files = {"zilla": folder / "ex" / "zilla.yaml",
-             "http": folder / "ex" / "specs" / "http-asyncapi.yaml",
-             "kafka": folder / "ex" / "specs" / "kafka-asyncapi.yaml"}
-    for name, changes in edits.items():
-        text = files[name].read_text()
-        for old, new in changes:
-            assert text.count(old) == 1, (name, old)
-            text = text.replace(old, new)
-        files[name].write_text(text)
-    return files["zilla"]
-
-
-def load(config: Path) -> Config:
-    return load_config(config, discover())
-
-
-def problems(config: Path) -> list[str]:
-    with pytest.raises(ConfigError) as e:
-        load(config)
-    return [str(i) for i in e.value.issues]
+    return edited_copy(EXAMPLE, folder / "ex",
+                       {"zilla": "zilla.yaml", "http": "specs/http-asyncapi.yaml",
+                        "kafka": "specs/kafka-asyncapi.yaml"}, edits)
 
 
 def test_example_composes_http_routes_and_an_http_kafka_binding(tmp_path: Path) -> None:
@@ -185,9 +162,7 @@ def test_check_and_print_composed(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert main(["check", "--config", "zilla.yaml", "--print-composed"]) == 0
     Path("composed.yaml").write_text(capsys.readouterr().out)
     written = load(Path("composed.yaml"))
-    assert {n: dataclasses.replace(b, origin=None) for n, b in written.bindings.items()} == \
-        {n: dataclasses.replace(b, origin=None)
-         for n, b in load(Path("zilla.yaml")).bindings.items()}
+    assert without_origin(written) == without_origin(load(Path("zilla.yaml")))
 
 
 HTTP_ERRORS = [

@@ -19,8 +19,8 @@ from ssekd.cli import main
 from ssekd.dev.launcher import ready_block
 from ssekd.engine import Engine
 from ssekd.telemetry.events import EventLog
-from tests.bindings.asyncapi.test_compose import load, problems, without_origin
 from tests.support.asyncapi import problems as document_problems
+from tests.support.composing import edited_copy, load, problems, without_origin
 from tests.support.data import DATA
 
 EXAMPLE = DATA / "zilla-examples" / "asyncapi.sse.proxy" / "etc"
@@ -100,15 +100,8 @@ def environment(monkeypatch: pytest.MonkeyPatch) -> None:
 def example(folder: Path, **edits: list[tuple[str, str]]) -> Path:
     """The example in `folder`, `zilla` and `sse` (its spec) with text edits (each applies
     once); the folder is the current one, so file names are as a user there sees them."""
-    shutil.copytree(EXAMPLE, folder)
-    files = {"zilla": folder / "zilla.yaml", "sse": folder / "specs" / "sse-asyncapi.yaml"}
-    for name, changes in edits.items():
-        text = files[name].read_text()
-        for old, new in changes:
-            assert text.count(old) == 1, (name, old)
-            text = text.replace(old, new)
-        files[name].write_text(text)
-    return files["zilla"]
+    return edited_copy(EXAMPLE, folder, {"zilla": "zilla.yaml", "sse": "specs/sse-asyncapi.yaml"},
+                       edits)
 
 
 def test_the_example_composes_what_a_hand_written_config_says(tmp_path: Path) -> None:

@@ -4,7 +4,6 @@ is a config error at the spec's file and line."""
 
 from __future__ import annotations
 
-import dataclasses
 import shutil
 from pathlib import Path
 
@@ -12,14 +11,12 @@ import pytest
 from twisted.internet.testing import MemoryReactorClock
 
 from ssekd.cli import main
-from ssekd.config import ConfigError
 from ssekd.config.compose import compose
 from ssekd.config.document import read_document
-from ssekd.config.load import load_config
-from ssekd.config.model import Config
 from ssekd.engine import Engine
 from ssekd.spi.plugins import discover
 from ssekd.telemetry.events import EventLog
+from tests.support.composing import edited_copy, load, problems, without_origin
 from tests.support.data import DATA
 
 KAFKA_PROXY = DATA / "zilla-examples" / "openapi.asyncapi.kakfa.proxy" / "etc"
@@ -123,31 +120,9 @@ telemetry:
 def example(folder: Path, **edits: list[tuple[str, str]]) -> Path:
     """The example's etc/ in `folder`, each file (`zilla`, `http`, `kafka`) with its text edits
     (each must apply once)."""
-    shutil.copytree(KAFKA_PROXY, folder / "ex")
-    files = {"zilla": folder / "ex" / "zilla.yaml",
-             "http": folder / "ex" / "specs" / "http-openapi.yaml",
-             "kafka": folder / "ex" / "specs" / "kafka-asyncapi.yaml"}
-    for name, changes in edits.items():
-        text = files[name].read_text()
-        for old, new in changes:
-            assert text.count(old) == 1, (name, old)
-            text = text.replace(old, new)
-        files[name].write_text(text)
-    return files["zilla"]
-
-
-def load(config: Path) -> Config:
-    return load_config(config, discover())
-
-
-def problems(config: Path) -> list[str]:
-    with pytest.raises(ConfigError) as e:
-        load(config)
-    return [str(i) for i in e.value.issues]
-
-
-def without_origin(config: Config) -> dict[str, object]:
-    return {n: dataclasses.replace(b, origin=None) for n, b in config.bindings.items()}
+    return edited_copy(KAFKA_PROXY, folder / "ex",
+                       {"zilla": "zilla.yaml", "http": "specs/http-openapi.yaml",
+                        "kafka": "specs/kafka-asyncapi.yaml"}, edits)
 
 
 def test_the_example_composes_what_a_hand_written_config_says(tmp_path: Path) -> None:
