@@ -10,11 +10,14 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
+from twisted.internet.testing import MemoryReactorClock
 
 from ssekd.config import ConfigError
 from ssekd.config.load import load_config
 from ssekd.config.model import Config
+from ssekd.engine import Engine, Graph
 from ssekd.spi.plugins import discover
+from ssekd.telemetry.events import EventLog
 
 
 def edited_copy(source: Path, folder: Path, files: Mapping[str, str],
@@ -49,3 +52,23 @@ def without_origin(config: Config) -> dict[str, object]:
     """The bindings without where they were composed from, to compare with a hand-written
     config's."""
     return {n: dataclasses.replace(b, origin=None) for n, b in config.bindings.items()}
+
+
+class Rebuilds:
+    """The engine of a config (on a memory reactor) and its builds after each edit of a spec,
+    each from the one before: what a reload keeps (`reused`) is what the edit left alone."""
+
+    def __init__(self, config: Path) -> None:
+        self.config = config
+        self.engine = Engine(config, reactor=MemoryReactorClock(), events=EventLog("t"),
+                             print_events=False)
+        built = self.engine.built
+        assert built is not None
+        self.first: Graph = built
+        self.last = built
+
+    def after(self, file: Path, old: str, new: str, count: int = -1) -> Graph:
+        """`file` with `old` replaced by `new` (the first `count` times), then built again."""
+        file.write_text(file.read_text().replace(old, new, count))
+        self.last = self.engine._build(load(self.config), previous=self.last)
+        return self.last

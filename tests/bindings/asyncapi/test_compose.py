@@ -9,14 +9,11 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from twisted.internet.testing import MemoryReactorClock
 
 from ssekd.bindings.specs.serving import listen_host
 from ssekd.cli import main
-from ssekd.engine import Engine
-from ssekd.telemetry.events import EventLog
 from tests.support.asyncapi_example import EXAMPLE
-from tests.support.composing import edited_copy, load, problems, without_origin
+from tests.support.composing import Rebuilds, edited_copy, load, problems, without_origin
 
 #: The bindings Zilla's example stands for, as ssekd composes them, written by hand.
 BY_HAND = """\
@@ -419,18 +416,13 @@ def test_a_reload_rebuilds_only_what_a_spec_change_touches(tmp_path: Path) -> No
     changed keeps every binding; a changed filter rebuilds the sse-kafka binding and those in
     front of it, and keeps the Kafka side."""
     config = example(tmp_path)
-    engine = Engine(config, reactor=MemoryReactorClock(), events=EventLog("t"),
-                    print_events=False)
-    first = engine.built
-    assert first is not None
+    rebuilds = Rebuilds(config)
     spec = config.parent / "specs" / "sse-asyncapi.yaml"
-    spec.write_text(spec.read_text().replace("Inform about Event.", "Says what happened."))
-    worded = engine._build(load(config), previous=first)
-    assert worded.reused == set(first.runtimes)
-    spec.write_text(spec.read_text().replace(
-        '        method: "GET"\n',
-        '        method: "GET"\n      x-zilla-sse-kafka:\n        filters: [{key: a}]\n'))
-    filtered = engine._build(load(config), previous=worded)
+    worded = rebuilds.after(spec, "Inform about Event.", "Says what happened.")
+    assert worded.reused == set(rebuilds.first.runtimes)
+    filtered = rebuilds.after(
+        spec, '        method: "GET"\n',
+        '        method: "GET"\n      x-zilla-sse-kafka:\n        filters: [{key: a}]\n')
     assert filtered.reused == {"south_kafka_client", "south_kafka_client.cache_server",
                                "south_kafka_client.kafka_client"}
 

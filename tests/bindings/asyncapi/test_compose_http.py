@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 import yaml
-from twisted.internet.testing import MemoryReactorClock
 
 from ssekd.bindings.asyncapi.http_kafka import (
     HttpOperation,
@@ -20,10 +19,8 @@ from ssekd.bindings.asyncapi.http_kafka import (
     http_kafka_route,
 )
 from ssekd.cli import main
-from ssekd.engine import Engine
-from ssekd.telemetry.events import EventLog
 from tests.support.asyncapi import problems as asyncapi_problems
-from tests.support.composing import edited_copy, load, problems, without_origin
+from tests.support.composing import Rebuilds, edited_copy, load, problems, without_origin
 from tests.support.data import DATA
 
 EXAMPLE = DATA / "zilla-examples" / "asyncapi.http.kafka.proxy" / "etc"
@@ -259,22 +256,15 @@ def test_a_reload_rebuilds_only_what_a_spec_change_touched(tmp_path: Path) -> No
     the Kafka side; a new topic for orders, which no HTTP operation uses, rebuilds the cache
     (and what is in front of it) and keeps the Kafka client's connection."""
     config = example(tmp_path)
-    engine = Engine(config, reactor=MemoryReactorClock(), events=EventLog("t"),
-                    print_events=False)
-    first = engine.built
-    assert first is not None
+    rebuilds = Rebuilds(config)
     spec = config.parent / "specs" / "http-asyncapi.yaml"
-    spec.write_text(spec.read_text().replace("Add a pet.", "Add a customer."))
-    worded = engine._build(load(config), previous=first)
-    assert worded.reused == set(first.runtimes)
-    spec.write_text(spec.read_text().replace("    address: /customer\n",
-                                             "    address: /customers\n"))
-    moved = engine._build(load(config), previous=worded)
+    worded = rebuilds.after(spec, "Add a pet.", "Add a customer.")
+    assert worded.reused == set(rebuilds.first.runtimes)
+    moved = rebuilds.after(spec, "    address: /customer\n", "    address: /customers\n")
     assert moved.reused == {"south_kafka_client", "south_kafka_client.cache_server",
                             "south_kafka_client.kafka_client"}
     kafka = config.parent / "specs" / "kafka-asyncapi.yaml"
-    kafka.write_text(kafka.read_text().replace('"petstore-orders"', '"petstore-orders-v2"'))
-    reordered = engine._build(load(config), previous=moved)
+    reordered = rebuilds.after(kafka, '"petstore-orders"', '"petstore-orders-v2"')
     assert reordered.reused == {"south_kafka_client.kafka_client"}
 
 

@@ -13,14 +13,11 @@ from typing import Any
 
 import pytest
 import yaml
-from twisted.internet.testing import MemoryReactorClock
 
 from ssekd.cli import main
 from ssekd.dev.launcher import ready_block
-from ssekd.engine import Engine
-from ssekd.telemetry.events import EventLog
 from tests.support.asyncapi import problems as document_problems
-from tests.support.composing import edited_copy, load, problems, without_origin
+from tests.support.composing import Rebuilds, edited_copy, load, problems, without_origin
 from tests.support.data import DATA
 
 EXAMPLE = DATA / "zilla-examples" / "asyncapi.sse.proxy" / "etc"
@@ -271,16 +268,11 @@ def test_a_reload_rebuilds_only_what_a_spec_change_touches(tmp_path: Path) -> No
     """New words keep every binding; a new payload schema rebuilds the sse client that checks
     it and what leads to it, and keeps the http and tcp clients."""
     config = example(tmp_path / "ex")
-    engine = Engine(config, reactor=MemoryReactorClock(), events=EventLog("t"),
-                    print_events=False)
-    first = engine.built
-    assert first is not None
+    rebuilds = Rebuilds(config)
     spec = config.parent / "specs" / "sse-asyncapi.yaml"
-    spec.write_text(spec.read_text().replace("Inform about Event.", "Says what happened."))
-    worded = engine._build(load(config), previous=first)
-    assert worded.reused == set(first.runtimes)
-    spec.write_text(spec.read_text().replace("          minimum: 0\n", "          minimum: 1\n"))
-    checked = engine._build(load(config), previous=worded)
+    worded = rebuilds.after(spec, "Inform about Event.", "Says what happened.")
+    assert worded.reused == set(rebuilds.first.runtimes)
+    checked = rebuilds.after(spec, "          minimum: 0\n", "          minimum: 1\n")
     assert "sse_proxy_client" not in checked.reused
     assert {"sse_proxy_client.http_client", "sse_proxy_client.tcp_client"} <= checked.reused
 

@@ -8,15 +8,12 @@ import shutil
 from pathlib import Path
 
 import pytest
-from twisted.internet.testing import MemoryReactorClock
 
 from ssekd.cli import main
 from ssekd.config.compose import compose
 from ssekd.config.document import read_document
-from ssekd.engine import Engine
 from ssekd.spi.plugins import discover
-from ssekd.telemetry.events import EventLog
-from tests.support.composing import edited_copy, load, problems, without_origin
+from tests.support.composing import Rebuilds, edited_copy, load, problems, without_origin
 from tests.support.data import DATA
 
 KAFKA_PROXY = DATA / "zilla-examples" / "openapi.asyncapi.kakfa.proxy" / "etc"
@@ -326,24 +323,17 @@ def test_a_reload_rebuilds_only_what_a_spec_change_touches(tmp_path: Path) -> No
     the listener in front of it) and keeps the Kafka side; a new HTTP operation paired with
     Kafka rebuilds the http-kafka proxy too."""
     config = example(tmp_path)
-    engine = Engine(config, reactor=MemoryReactorClock(), events=EventLog("t"),
-                    print_events=False)
-    first = engine.built
-    assert first is not None
+    rebuilds = Rebuilds(config)
     spec = config.parent / "specs" / "http-openapi.yaml"
-    spec.write_text(spec.read_text().replace("List all pets", "Every pet there is"))
-    worded = engine._build(load(config), previous=first)
-    assert worded.reused == set(first.runtimes)
-    spec.write_text(spec.read_text().replace("        - name\n", "        - name\n        - tag\n",
-                                             1))
-    stricter = engine._build(load(config), previous=worded)
+    worded = rebuilds.after(spec, "List all pets", "Every pet there is")
+    assert worded.reused == set(rebuilds.first.runtimes)
+    stricter = rebuilds.after(spec, "        - name\n", "        - name\n        - tag\n", 1)
     kafka_side = {"south_asyncapi_client", "south_asyncapi_client.cache_server",
                   "south_asyncapi_client.kafka_client"}
     assert stricter.reused == kafka_side | {"north_openapi_asyncapi_proxy"}
-    spec.write_text(spec.read_text().replace(
-        "components:\n", '  "/pets/{id}":\n    delete:\n      operationId: deletePet\n'
-                         "      responses: {'204': {description: gone}}\ncomponents:\n"))
-    deleting = engine._build(load(config), previous=stricter)
+    deleting = rebuilds.after(
+        spec, "components:\n", '  "/pets/{id}":\n    delete:\n      operationId: deletePet\n'
+                               "      responses: {'204': {description: gone}}\ncomponents:\n")
     assert deleting.reused == kafka_side
 
 
