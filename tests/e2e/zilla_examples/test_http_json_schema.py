@@ -1,6 +1,6 @@
 """Zilla's http.json.schema example on ssekd: the http server checks requests and the http client
 checks nginx's answers against the example's inline JSON Schema. nginx (the Debian package) runs
-from the example's own nginx.conf and www/ (`tests.support.nginx_example`). Replays
+from the example's own nginx.conf and www/ (`tests.support.nginx`). Replays
 `.github/test.sh` with curl (`/valid.json` is relayed, `/invalid.json` is cut after its head:
 curl exits 18) and checks more: over h2c too, requests the server's entries refuse never reach
 nginx (its access log), what the client says of a cut answer."""
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.zilla_examples.conftest import RunExample
-from tests.support.nginx_example import Nginx, start_nginx
+from tests.support.nginx import Nginx, start_nginx
 from tests.support.zilla_examples import EXAMPLES, Example
 
 pytestmark = [pytest.mark.daemon]
@@ -26,8 +26,7 @@ VERSIONS = ("--http1.1", "--http2-prior-knowledge")
 
 @pytest.fixture
 def nginx(tmp_path: Path) -> Iterator[Nginx]:
-    source = EXAMPLES / NAME
-    server = start_nginx(source / "nginx.conf", source / "www", tmp_path / "nginx")
+    server = start_nginx(EXAMPLES / NAME, tmp_path / "nginx")
     yield server
     server.stop()
 

@@ -34,7 +34,7 @@ NAME = "http.proxy"
 
 @pytest.fixture
 def nginx(tmp_path: Path) -> Iterator[Nginx]:
-    server = start_nginx(EXAMPLES / NAME, tmp_path / "nginx")
+    server = start_nginx(EXAMPLES / NAME, tmp_path / "nginx", writable=True, cleartext=True)
     yield server
     server.stop()
 
@@ -198,7 +198,8 @@ def test_http_proxy_answers_502_when_the_upstream_is_down(run_example: RunExampl
     example.daemon.wait_output("BINDING_HTTP_UPSTREAM_FAILED")
     assert "refused; answered 502" in example.daemon.output()
     assert "Traceback" not in example.daemon.output()
-    again = start_nginx(EXAMPLES / NAME, nginx.folder.parent / "nginx-again", nginx.port)
+    again = start_nginx(EXAMPLES / NAME, nginx.folder.parent / "nginx-again", nginx.port,
+                        writable=True, cleartext=True)
     try:
         answer = curl("--http2", f"{base}/demo.html")
         assert answer.stdout.decode().rstrip("\n") == expected_page()
