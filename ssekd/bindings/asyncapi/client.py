@@ -18,15 +18,14 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from ssekd.bindings.asyncapi.payloads import JSON_FORMATS, JSON_SCHEMA_DRAFT, json_content
 from ssekd.bindings.asyncapi.spec import Channel, Spec, read_specs, select_servers
 from ssekd.config.errors import ConfigError, ConfigIssue
 from ssekd.config.model import Binding
 from ssekd.config.origin import Origin
 from ssekd.spi.compose import ComposeContext, Composition
 
-#: The JSON Schema draft AsyncAPI 3's default schema format builds on.
-JSON_SCHEMA_DRAFT = "http://json-schema.org/draft-07/schema#"
-_JSON_FORMATS = ("application/vnd.aai.asyncapi", "application/schema+json")
+#: The `schemaFormat` of an Avro payload.
 _AVRO_FORMAT = "application/vnd.apache.avro"
 
 
@@ -135,7 +134,7 @@ def _value_model(spec: Spec, channel: Channel, catalog: str,
             if form.startswith(_AVRO_FORMAT):
                 avro.append(spec.deref(payload.get("schema"), path + ("schema",)))
                 continue
-            if not form.startswith(_JSON_FORMATS):
+            if not form.startswith(JSON_FORMATS):
                 return None
             payload, path = spec.resolve(payload.get("schema"), path + ("schema",))
         if not json_content(spec, message.data):
@@ -159,10 +158,3 @@ def _value_model(spec: Spec, channel: Channel, catalog: str,
     subjects[subject] = {"schema": json.dumps({"$schema": JSON_SCHEMA_DRAFT, **schema}
                                               if isinstance(schema, dict) else schema)}
     return {"model": "json", "catalog": {catalog: [{"subject": subject}]}}
-
-
-def json_content(spec: Spec, message: Mapping[str, Any]) -> bool:
-    """Whether a message's content type (its own, else the spec's default) is JSON."""
-    content = str(message.get("contentType") or spec.data.get("defaultContentType")
-                  or "application/json").split(";")[0].strip().lower()
-    return content == "application/json" or content.endswith("+json")

@@ -21,13 +21,11 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from ssekd.bindings.asyncapi.client import JSON_SCHEMA_DRAFT, json_content
 from ssekd.bindings.asyncapi.http_kafka import HttpOperation
 from ssekd.bindings.asyncapi.http_operations import messages_of
+from ssekd.bindings.asyncapi.payloads import JSON_SCHEMA_DRAFT, json_payloads
 from ssekd.bindings.asyncapi.spec import Operation, Spec
 from ssekd.bindings.specs.checks import InlineChecks
-
-_JSON_FORMATS = ("application/vnd.aai.asyncapi", "application/schema+json")
 
 
 class RequestChecks(InlineChecks):
@@ -49,19 +47,9 @@ class RequestChecks(InlineChecks):
             self.entries.append(entry)
 
     def _content(self, spec: Spec, op: Operation) -> dict[str, Any] | None:
-        schemas = []
-        for message, at in messages_of(spec, op):
-            payload, path = spec.resolve(message.get("payload"), at + ("payload",))
-            if payload is None or not json_content(spec, message):
-                return None  # a body of any shape may come: nothing to check
-            if isinstance(payload, Mapping) and "schemaFormat" in payload:
-                if not str(payload["schemaFormat"]).startswith(_JSON_FORMATS):
-                    return None
-                payload, path = spec.resolve(payload.get("schema"), path + ("schema",))
-            schemas.append(spec.deref(payload, path))
-        if not schemas:
-            return None
-        schema = schemas[0] if len(schemas) == 1 else {"anyOf": schemas}
+        schema = json_payloads(spec, messages_of(spec, op))
+        if schema is None:
+            return None  # a body of any shape may come: nothing to check
         subject = self._subject(f"{spec.label}-{op.key}-value", schema)
         return {"model": "json", "catalog": {self.catalog: [{"subject": subject}]}}
 

@@ -28,6 +28,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ssekd.bindings.asyncapi.http_operations import SSE_BINDING
+from ssekd.bindings.asyncapi.payloads import JSON_SCHEMA_DRAFT, json_payloads
 from ssekd.bindings.asyncapi.server import sse_operations
 from ssekd.bindings.asyncapi.spec import DEFAULT_PORTS, Channel, Path_, Spec
 from ssekd.bindings.specs.serving import tls_client
@@ -37,9 +38,6 @@ from ssekd.config.origin import OperationOrigin, Origin, SpecRef
 from ssekd.spi.compose import ComposeContext, Composition
 
 SCHEMES = ("http", "https")
-#: The JSON Schema draft AsyncAPI 3's default schema format builds on.
-JSON_SCHEMA_DRAFT = "http://json-schema.org/draft-07/schema#"
-_JSON_FORMATS = ("application/vnd.aai.asyncapi", "application/schema+json")
 
 
 def relays_sse(binding: Binding, specs: Mapping[str, Spec]) -> bool:
@@ -208,28 +206,9 @@ def _upstream(ctx: ComposeContext, binding: Binding, specs: Mapping[str, Spec]
 def payload_schema(spec: Spec, channel: Channel) -> dict[str, Any] | None:
     """The JSON Schema an event of `channel` must satisfy (standing alone: references
     resolved), or None when its messages cannot be checked as JSON (module docstring)."""
-    schemas: list[Any] = []
-    for message in channel.messages:
-        payload = message.data.get("payload")
-        if payload is None or not _json_content(spec, message.data):
-            return None
-        path = message.path + ("payload",)
-        payload, path = spec.resolve(payload, path)
-        if isinstance(payload, Mapping) and "schemaFormat" in payload:
-            if not str(payload["schemaFormat"]).startswith(_JSON_FORMATS):
-                return None
-            payload, path = spec.resolve(payload.get("schema"), path + ("schema",))
-        schemas.append(spec.deref(payload, path))
-    if not schemas:
+    schema = json_payloads(spec, [(m.data, m.path) for m in channel.messages])
+    if schema is None:
         return None
-    schema = schemas[0] if len(schemas) == 1 else {"anyOf": schemas}
     if not isinstance(schema, Mapping):
         return {"$schema": JSON_SCHEMA_DRAFT, "allOf": [schema]}
     return {"$schema": JSON_SCHEMA_DRAFT, **schema}
-
-
-def _json_content(spec: Spec, message: Mapping[str, Any]) -> bool:
-    """Whether a message's content type (its own, else the spec's default) is JSON."""
-    content = str(message.get("contentType") or spec.data.get("defaultContentType")
-                  or "application/json").split(";")[0].strip().lower()
-    return content == "application/json" or content.endswith("+json")
