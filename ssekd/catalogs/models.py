@@ -382,13 +382,18 @@ class FieldModel:
                 raise Invalid("not Confluent wire format (byte 0 and a 4-byte schema id)")
             schema_id = int.from_bytes(payload[1:WIRE_HEADER], "big")
             return self._by_id(schema_id)(payload[WIRE_HEADER:])
+        return self._ready_codec()(payload)
+
+    def _ready_codec(self) -> Codec:
+        """The codec of the schema in force (`Pending` while none is resolved); asks again
+        for `latest` when it is due, for the records after this one."""
         codec = self._codec
         if codec is None:
             raise Pending(self._resolving_or_retry(), self._problem or "schema not resolved yet")
         if self.catalog is not None and self.config.version == LATEST \
                 and self.config.schema_id is None and self.clock.seconds() >= self._next_refresh:
             self._refresh()
-        return codec(payload)
+        return codec
 
     def _resolving_or_retry(self) -> Deferred[None]:
         if self._resolving is not None:

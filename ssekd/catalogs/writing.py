@@ -38,7 +38,7 @@ from typing import Any
 import fastavro
 import fastavro.validation
 
-from ssekd.catalogs.catalog import LATEST, Schema
+from ssekd.catalogs.catalog import Schema
 from ssekd.catalogs.models import (
     WIRE_MAGIC,
     BadSchema,
@@ -86,13 +86,7 @@ class WriteModel(FieldModel):
 
     def encode(self, payload: bytes) -> bytes:
         """The record to write for `payload`; raises `Invalid` or `Pending`."""
-        codec = self._codec
-        if codec is None:
-            raise Pending(self._resolving_or_retry(), self._problem or "schema not resolved yet")
-        if self.catalog is not None and self.config.version == LATEST \
-                and self.config.schema_id is None and self.clock.seconds() >= self._next_refresh:
-            self._refresh()
-        encoded = codec(payload)
+        encoded = self._ready_codec()(payload)
         if not self.wire:
             return encoded
         schema = self.current
