@@ -41,18 +41,14 @@ WHEN = options.when("An operationId, or a glob (`*` matches any run of character
 
 
 def _options(description: str, servers: str, security: bool) -> dict[str, Any]:
-    spec: dict[str, Any] = {"type": "object", "additionalProperties": False, "required": ["catalog"],
-            "description": "One OpenAPI 3 spec, by the label routes name it with.",
-            "properties": {
-                "servers": {"type": "array", "minItems": 1,
-                            "items": {"type": "string", "pattern": "^[hH][tT][tT][pP][sS]?://",
-                                      "x-expected": "a URL such as http://localhost:7114"},
-                            "x-ssekd-default": "the spec's `servers` (variables at their "
-                                               "defaults)",
-                            "description": servers},
-                "catalog": CATALOG}}
-    if security:
-        spec["properties"]["security"] = SECURITY
+    spec = options.spec(
+        "One OpenAPI 3 spec, by the label routes name it with.",
+        {"type": "array", "minItems": 1,
+         "items": {"type": "string", "pattern": "^[hH][tT][tT][pP][sS]?://",
+                   "x-expected": "a URL such as http://localhost:7114"},
+         "x-ssekd-default": "the spec's `servers` (variables at their defaults)",
+         "description": servers},
+        SECURITY if security else None)
     return options.specs(spec, description)
 
 

@@ -49,6 +49,17 @@ def when(operation: str) -> dict[str, Any]:
                 "tag": {"type": "string", "description": "A tag the operation has."}}}
 
 
+def spec(description: str, servers: dict[str, Any],
+         security: dict[str, Any] | None) -> dict[str, Any]:
+    """One spec of `specs`: the catalog it is read from, the `servers` of it used, and (for
+    the kinds that serve operations) the guards of its `security` schemes."""
+    properties: dict[str, Any] = {"servers": servers, "catalog": CATALOG}
+    if security is not None:
+        properties["security"] = security
+    return {"type": "object", "additionalProperties": False, "required": ["catalog"],
+            "description": description, "properties": properties}
+
+
 def specs(spec: dict[str, Any], description: str | None = None) -> dict[str, Any]:
     """`options` of a kind: `specs.<label>`, each as `spec` says."""
     options: dict[str, Any] = {"type": "object", "additionalProperties": False,
