@@ -54,13 +54,11 @@ def _specs(servers: str, security: bool) -> dict[str, Any]:
     for the kinds that guard operations."""
     spec = options.spec(
         "One AsyncAPI 3 spec, by the label routes name it with.",
-        {"type": "array", "minItems": 1,
-         "items": {"type": "string", "pattern": "^[a-zA-Z][a-zA-Z0-9+.-]*://",
-                   "x-expected": "a URL such as http://localhost:7114"},
-         "x-ssekd-default": "every server of the spec with a protocol the kind uses",
-         "description": "URLs of the spec's servers (protocol, host and port, and pathname, as "
+        options.servers("^[a-zA-Z][a-zA-Z0-9+.-]*://",
+                        "every server of the spec with a protocol the kind uses",
+                        "URLs of the spec's servers (protocol, host and port, and pathname, as "
                         "the spec's `servers` say them); one the spec does not declare is an "
-                        "error. " + servers},
+                        "error. " + servers),
         _SECURITY if security else None)
     return options.specs(spec)
 

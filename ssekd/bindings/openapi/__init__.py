@@ -43,11 +43,8 @@ WHEN = options.when("An operationId, or a glob (`*` matches any run of character
 def _options(description: str, servers: str, security: bool) -> dict[str, Any]:
     spec = options.spec(
         "One OpenAPI 3 spec, by the label routes name it with.",
-        {"type": "array", "minItems": 1,
-         "items": {"type": "string", "pattern": "^[hH][tT][tT][pP][sS]?://",
-                   "x-expected": "a URL such as http://localhost:7114"},
-         "x-ssekd-default": "the spec's `servers` (variables at their defaults)",
-         "description": servers},
+        options.servers("^[hH][tT][tT][pP][sS]?://",
+                        "the spec's `servers` (variables at their defaults)", servers),
         SECURITY if security else None)
     return options.specs(spec, description)
 

@@ -49,6 +49,14 @@ def when(operation: str) -> dict[str, Any]:
                 "tag": {"type": "string", "description": "A tag the operation has."}}}
 
 
+def servers(pattern: str, default: str, description: str) -> dict[str, Any]:
+    """`servers` of a spec: the URLs (matching `pattern`) of it a kind uses."""
+    return {"type": "array", "minItems": 1,
+            "items": {"type": "string", "pattern": pattern,
+                      "x-expected": "a URL such as http://localhost:7114"},
+            "x-ssekd-default": default, "description": description}
+
+
 def spec(description: str, servers: dict[str, Any],
          security: dict[str, Any] | None) -> dict[str, Any]:
     """One spec of `specs`: the catalog it is read from, the `servers` of it used, and (for
