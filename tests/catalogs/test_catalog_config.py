@@ -32,6 +32,11 @@ def _with_write_model(model: str = PROTO_MODEL, catalogs: str = PROTOS) -> str:
                                 "    kind: cache_client\n    exit: cs\n" + model) + catalogs
 
 
+#: A second cache_client of the same cache_server, writing `items` as plain Protobuf.
+OTHER_CLIENT = "  cc2:\n    type: kafka\n    kind: cache_client\n    exit: cs\n" + \
+    PROTO_MODEL.replace("- name: items", "- name: items # cc2").replace("view: json, ", "")
+
+
 BAD: list[tuple[str, str, str, str, str]] = [
     # (case, config text, the line's needle, path in the message, what the message says)
     ("schema-does-not-parse", _with_model(catalogs=LOCAL.replace(
@@ -70,6 +75,9 @@ BAD: list[tuple[str, str, str, str, str]] = [
     ("proto-record-missing", _with_write_model(PROTO_MODEL.replace("Request", "Reply")),
      "value: {model: protobuf", "bindings.cc.options.topics[0].value.catalog.protos",
      "no message 'Reply'"),
+    ("two-clients-two-models", _with_write_model(catalogs=OTHER_CLIENT + PROTOS),
+     "- name: items # cc2", "bindings.cc2.options.topics[0]",
+     "the same model as cc gives items (both exit to cs"),
     ("write-model-unknown-kind", _with_write_model(PROTO_MODEL.replace("protobuf", "thrift")),
      "value: {model: thrift", "bindings.cc.options.topics[0].value.model",
      "protobuf"),
