@@ -115,3 +115,22 @@ def test_good_catalogs_and_models_check(tmp_path: Path,
                                "cache-ttl: 5, max-age: 5}\n")
     code, out = check(tmp_path, text, capsys)
     assert code == 0, out
+
+
+def test_cache_clients_giving_a_topic_the_same_model_or_its_cache_server_its_own_check(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Two cache_clients of one cache_server may give a topic the same model (its cache reads
+    it with that one); a cache_client's model that differs from the cache_server's own is no
+    error either: the cache_server's is the one its cache reads with."""
+    (tmp_path / "request.proto").write_text(
+        'syntax = "proto3";\nmessage Request {\n  string message = 1;\n}\n')
+    same = OTHER_CLIENT.replace("protobuf, ", "protobuf, view: json, ")
+    code, out = check(tmp_path, _with_write_model(catalogs=same + PROTOS), capsys)
+    assert code == 0, out
+    own = BASE + KAFKA.replace("    kind: cache_server\n    exit: kc\n",
+                               "    kind: cache_server\n    exit: kc\n" + MODEL) \
+        .replace("    kind: cache_client\n    exit: cs\n",
+                 "    kind: cache_client\n    exit: cs\n" + PROTO_MODEL) + OTHER_CLIENT + \
+        LOCAL + PROTOS.removeprefix("catalogs:\n")
+    code, out = check(tmp_path, own, capsys)
+    assert code == 0, out
