@@ -18,8 +18,10 @@ FULL_EXTRAS := dev,spark,bench
 IMAGE_DEBS := podman runc debootstrap
 # Debian programs the tests and benchmarks drive as real clients (and nginx, the real upstream
 # of the http.proxy example), and the image's; certutil (libnss3-tools) makes the browser trust
-# the test CA.
+# the test CA; protoc (protobuf-compiler) encodes Protobuf bodies as the http.kafka.proto.oneway
+# example's test.sh does.
 DEBS   := curl openssl wrk nghttp2-client nginx chromium default-jre-headless prometheus haproxy systemd \
+          protobuf-compiler \
           libnss3-tools $(IMAGE_DEBS)
 PYTEST_ARGS ?=
 # The official AsyncAPI JSON Schemas (npm `@asyncapi/specs`), which the generated AsyncAPI

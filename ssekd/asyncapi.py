@@ -920,7 +920,8 @@ def _record(config: ModelConfig | None, catalogs: Mapping[str, Catalog],
 def _models(config: Config, exit_name: str | None, topic: str | None
             ) -> dict[str, ModelConfig]:
     """The value model of `topic` on the cache_server behind a cache_client, when the channel's
-    topic is known (a topic from the path could be any)."""
+    topic is known (a topic from the path could be any): its own, or else the one its
+    cache_clients give the topic (what the cache_server reads it with)."""
     if topic is None or exit_name is None:
         return {}
     seen = set()
@@ -934,6 +935,12 @@ def _models(config: Config, exit_name: str | None, topic: str | None
             for t in b.options.get("topics", ()):
                 if t.get("name") == topic and t.get("value") is not None:
                     return {"value": ModelConfig.parse(topic, "value", t["value"])}
+            for client in config.bindings.values():
+                if client.type == "kafka" and client.kind == "cache_client" and \
+                        client.exit == name:
+                    for t in client.options.get("topics", ()):
+                        if t.get("name") == topic and t.get("value") is not None:
+                            return {"value": ModelConfig.parse(topic, "value", t["value"])}
             return {}
         name = b.exit
     return {}

@@ -220,6 +220,8 @@ class GraphBuilder:
         if used and _stamps_of(prev.catalogs_stamp, used) != \
                 _stamps_of(self.catalogs_stamp, used):
             return None  # its models must check records with the new schemas
+        if depends.inbound and not self._inbound_unchanged(binding.name):
+            return None  # what it takes from the bindings that exit to it changed
         if depends.whole_config and \
                 (prev.config.bindings, prev.config.guards, origins(prev.config)) != \
                 (self.config.bindings, self.config.guards, origins(self.config)):
@@ -229,6 +231,25 @@ class GraphBuilder:
                     prev.store_stamps.get(vault) != self.store_stamps.get(vault):
                 return None  # a renewed certificate on disk is a change, even with the same config
         return prev.runtimes[binding.name]
+
+    def _inbound_unchanged(self, name: str) -> bool:
+        """The bindings that exit to `name` are the same as before the reload, and so are the
+        catalogs they hold."""
+        prev = self._previous
+        assert prev is not None
+
+        def inbound(config: Config) -> dict[str, Binding]:
+            return {b.name: b for b in config.bindings.values() if name in b.exits}
+
+        now = inbound(self.config)
+        if now != inbound(prev.config):
+            return False
+        for b in now.values():
+            used = reads_catalogs(self.registry.kind(b).depends(b.options))
+            if used and _stamps_of(prev.catalogs_stamp, used) != \
+                    _stamps_of(self.catalogs_stamp, used):
+                return False
+        return True
 
     @property
     def built(self) -> Mapping[str, object]:

@@ -151,9 +151,9 @@ def test_the_http_server_and_kafka_cache_server_say_what_their_options_name() ->
                              {"name": "b", "key": {"model": "json", "catalog": {"loc": []}}},
                              {"name": "c"}]}) == Dependencies(
         catalogs={"reg": ("topics", 0, "value", "catalog", "reg"),
-                  "loc": ("topics", 1, "key", "catalog", "loc")})
+                  "loc": ("topics", 1, "key", "catalog", "loc")}, inbound=True)
     assert cache({"topics": [{"name": "a", "value": {"model": "string"}}]}) == \
-        Dependencies(every_catalog=True)
+        Dependencies(every_catalog=True, inbound=True)
     for t in discover().types.values():
         for name, kind in t.kinds.items():
             if (t.name, name) not in {("http", "server"), ("kafka", "cache_server")}:
@@ -238,4 +238,71 @@ def test_a_binding_that_names_a_catalog_is_rebuilt_when_that_catalog_changes(
     assert engine.reload(), engine.events.recent
     graph = engine.graph
     assert graph is not None and graph.runtimes["check0"] is not before, "its schemas changed"
+    engine.stopService()
+
+
+class ThreadCalls(MemoryReactorClock):
+    """A memory reactor the kafka client's threads may hand calls to (kept, never run: the
+    test only stops the client)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.from_threads: list[Any] = []
+
+    def callFromThread(self, f: Any, *args: Any) -> None:  # noqa: N802
+        self.from_threads.append((f, args))  # list.append: safe from another thread
+
+
+KAFKA_CONFIG = """\
+name: t
+catalogs:
+  items:
+    type: inline
+    options:
+      subjects:
+        items: {{schema: '{{"type": "{items}"}}'}}
+bindings:
+  cc:
+    type: kafka
+    kind: cache_client
+    options:
+      topics:
+        - name: items
+          value: {{model: {model}, catalog: {{items: [{{subject: items}}]}}}}
+    exit: cs
+  cs:
+    type: kafka
+    kind: cache_server
+    exit: kc
+  kc:
+    type: kafka
+    kind: client
+    options: {{servers: ["127.0.0.1:9"]}}
+"""
+
+
+def test_a_cache_server_is_rebuilt_when_the_models_its_cache_clients_declare_change(
+        tmp_path: Path) -> None:
+    """The cache_server reads `items` with its cache_client's model (it has none of its own):
+    a reload that changes that model, or the catalog it holds, gives the topic a new cache
+    read with the new one; a reload that changes neither keeps the cache."""
+    path = tmp_path / "zilla.yaml"
+    path.write_text(KAFKA_CONFIG.format(items="object", model="json"))
+    engine = Engine(path, ThreadCalls(), registry=discover(), environ={},
+                    events=EventLog("t"), print_events=False)
+    engine.startService()
+    graph = engine.graph
+    assert graph is not None
+    before = graph.runtimes["cs"]
+    assert before.models["items"].value.config.model == "json"  # type: ignore[attr-defined]
+    for items, model, rebuilt in (("object", "json", False), ("string", "json", True),
+                                  ("string", "string", True)):
+        path.write_text(KAFKA_CONFIG.format(items=items, model=model))
+        assert engine.reload(), engine.events.recent
+        graph = engine.graph
+        assert graph is not None and graph.runtimes["kc"] is before.client  # type: ignore
+        now = graph.runtimes["cs"]
+        assert (now is not before) == rebuilt, (items, model)
+        assert now.models["items"].value.config.model == model  # type: ignore[attr-defined]
+        before = now
     engine.stopService()

@@ -196,7 +196,8 @@ def compile_avro(schema: Schema, view_json: bool) -> Codec:
 def compile_protobuf(schema: Schema, record: str | None, view_json: bool) -> Codec:
     """A protobuf decoder (`ssekd.catalogs.protobuf`): a payload is the message indexes, then
     the message they name, which must decode; with `view: json` it is delivered as JSON, else
-    as the message's bytes (without the indexes). `record` must name a message of the schema."""
+    as the message's bytes (without the indexes, nor the fields the message lacks: Zilla writes
+    again what it parsed). `record` must name a message of the schema."""
     from ssekd.catalogs import protobuf
 
     try:

@@ -523,20 +523,116 @@ def json_to_binary(cls: type[Message], body: bytes) -> bytes:
 def binary_to_json(cls: type[Message], payload: bytes) -> bytes:
     """The message's binary form as JSON: proto field names and every field, defaults too
     (as Zilla's JSON view writes it). Raises `ValueError` when it does not decode."""
-    message = cls()
-    try:
-        message.ParseFromString(payload)
-    except DecodeError as e:
-        raise ValueError(f"not protobuf of this message: {e}") from None
+    message = _parse(cls, payload)[0]
     data = json_format.MessageToDict(message, preserving_proto_field_name=True,
                                      always_print_fields_with_no_presence=True)
     return json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 def check_binary(cls: type[Message], payload: bytes) -> bytes:
-    """The message's binary form checked (it must parse); delivered as it is."""
+    """The message's binary form checked as Zilla's protobuf model checks it, and the bytes to
+    deliver: what was read, less the fields the message does not have.
+
+    Zilla parses the wire form against the message and writes again what it parsed: a field of
+    the message in another wire type than its type's (a string where an int32 is, as a sender
+    with an other `.proto` writes it) is refused, and a field number the message does not
+    have is skipped, so it is not written. The protobuf package alone would keep both as
+    unknown fields. Raises `ValueError` with the reason."""
+    return _parse(cls, payload)[1]
+
+
+def _parse(cls: type[Message], payload: bytes) -> tuple[Message, bytes]:
+    """`payload` parsed as the message (well formed, strings UTF-8), every field of the
+    message in its type's wire type, and its bytes less the fields the message lacks; raises
+    `ValueError` with the reason."""
+    message = cls()
     try:
-        cls().ParseFromString(payload)
+        message.ParseFromString(payload)
     except DecodeError as e:
         raise ValueError(f"not protobuf of this message: {e}") from None
-    return payload
+    return message, _known(cls.DESCRIPTOR, payload, cls.DESCRIPTOR.full_name)
+
+
+#: The wire type each field type is written in (proto3 has no groups).
+_WIRE = {F.TYPE_DOUBLE: 1, F.TYPE_FIXED64: 1, F.TYPE_SFIXED64: 1, F.TYPE_FLOAT: 5,
+         F.TYPE_FIXED32: 5, F.TYPE_SFIXED32: 5, F.TYPE_STRING: 2, F.TYPE_BYTES: 2,
+         F.TYPE_MESSAGE: 2}
+_VARINT, _I64, _LEN, _SGROUP, _EGROUP, _I32 = range(6)
+_WIRE_NAMES = {_VARINT: "varint", _I64: "64-bit", _LEN: "length-delimited",
+               _SGROUP: "start-group", _EGROUP: "end-group", _I32: "32-bit"}
+
+
+def _read_varint(data: bytes, at: int) -> tuple[int, int]:
+    value, shift = 0, 0
+    while True:
+        if at >= len(data) or shift > 63:
+            raise ValueError("not protobuf of this message: a varint is cut short")
+        byte = data[at]
+        at += 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            return value, at
+
+
+def _skip(data: bytes, at: int, wire: int, number: int) -> int:
+    """The offset after a field's value of wire type `wire` at `at`."""
+    if wire == _VARINT:
+        return _read_varint(data, at)[1]
+    if wire == _I64:
+        return at + 8
+    if wire == _I32:
+        return at + 4
+    if wire == _LEN:
+        length, at = _read_varint(data, at)
+        return at + length
+    if wire == _SGROUP:
+        while True:
+            tag, at = _read_varint(data, at)
+            if tag & 7 == _EGROUP:
+                if tag >> 3 != number:
+                    raise ValueError(f"not protobuf of this message: group {number} ends as "
+                                     f"{tag >> 3}")
+                return at
+            at = _skip(data, at, tag & 7, tag >> 3)
+    raise ValueError(f"not protobuf of this message: wire type {wire}")
+
+
+def _known(descriptor: Any, data: bytes, where: str) -> bytes:
+    """`data` (a message `descriptor` describes, already parsed whole) walked field by field:
+    raises `ValueError` for a field of the message in the wrong wire type, and gives the bytes
+    without the fields the message lacks (the others verbatim, in their order; a nested
+    message's length written again when something was dropped inside it)."""
+    out = bytearray()
+    at = 0
+    while at < len(data):
+        start = at
+        tag, at = _read_varint(data, at)
+        number, wire = tag >> 3, tag & 7
+        field = descriptor.fields_by_number.get(number)
+        end = _skip(data, at, wire, number)
+        if field is None:
+            at = end
+            continue
+        expected = _WIRE.get(field.type, _VARINT)
+        packed = field.is_repeated and wire == _LEN and expected != _LEN
+        if wire != expected and not packed:
+            raise ValueError(f"not protobuf of this message: field {number} ({field.name}) "
+                             f"of {where} comes as {_WIRE_NAMES[wire]}, where {_type_name(field)} is "
+                             f"{_WIRE_NAMES[expected]}")
+        if field.type == F.TYPE_MESSAGE:
+            length, body = _read_varint(data, at)
+            inner = _known(field.message_type, data[body:body + length],
+                           f"{where}.{field.name}")
+            out += data[start:at] + _varint(len(inner)) + inner
+        else:
+            out += data[start:end]
+        at = end
+    return bytes(out)
+
+
+def _type_name(field: Any) -> str:
+    """`an int32`, `a string`, `an enum`, `a message`: what the field is, for a reason."""
+    names = {v: k for k, v in SCALARS.items()}
+    name = "enum" if field.type == F.TYPE_ENUM else names.get(field.type, "message")
+    return f"{'an' if name[0] in 'aei' else 'a'} {name}"

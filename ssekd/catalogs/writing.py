@@ -14,7 +14,9 @@ with encoders instead of decoders:
   it is (not wrapped in its branch's name, as Avro's own JSON encoding would).
 - `protobuf`: with `view: json` the body is JSON in proto3's JSON mapping (unknown fields
   refused) and is written as the message `record` names; without, it is that message's binary
-  form and must decode. The message indexes (`ssekd.catalogs.protobuf`) come first.
+  form and must decode, each of its fields in its type's wire type, and a field number the
+  message lacks is left out of what is written (as Zilla's wire parser does:
+  `protobuf.check_binary`). The message indexes (`ssekd.catalogs.protobuf`) come first.
 - `string`: UTF-8 text, written as it is.
 
 With a `schema-registry` catalog, a record other than `string` is written in Confluent's wire

@@ -146,6 +146,10 @@ class Dependencies:
     #: It describes the whole config (an AsyncAPI document): any change to a binding, a guard,
     #: a catalog or what a composite says of its bindings rebuilds it.
     whole_config: bool = False
+    #: It takes settings from the bindings that exit to it (a kafka cache_server adopts the
+    #: topic models its cache_clients declare): a reload that changes one of those, or a
+    #: catalog one of them holds, rebuilds it too.
+    inbound: bool = False
 
 
 NO_DEPENDENCIES = Dependencies()

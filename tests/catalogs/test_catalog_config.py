@@ -32,6 +32,11 @@ def _with_write_model(model: str = PROTO_MODEL, catalogs: str = PROTOS) -> str:
                                 "    kind: cache_client\n    exit: cs\n" + model) + catalogs
 
 
+#: A second cache_client of the same cache_server, writing `items` as plain Protobuf.
+OTHER_CLIENT = "  cc2:\n    type: kafka\n    kind: cache_client\n    exit: cs\n" + \
+    PROTO_MODEL.replace("- name: items", "- name: items # cc2").replace("view: json, ", "")
+
+
 BAD: list[tuple[str, str, str, str, str]] = [
     # (case, config text, the line's needle, path in the message, what the message says)
     ("schema-does-not-parse", _with_model(catalogs=LOCAL.replace(
@@ -70,6 +75,9 @@ BAD: list[tuple[str, str, str, str, str]] = [
     ("proto-record-missing", _with_write_model(PROTO_MODEL.replace("Request", "Reply")),
      "value: {model: protobuf", "bindings.cc.options.topics[0].value.catalog.protos",
      "no message 'Reply'"),
+    ("two-clients-two-models", _with_write_model(catalogs=OTHER_CLIENT + PROTOS),
+     "- name: items # cc2", "bindings.cc2.options.topics[0]",
+     "the same model as cc gives items (both exit to cs"),
     ("write-model-unknown-kind", _with_write_model(PROTO_MODEL.replace("protobuf", "thrift")),
      "value: {model: thrift", "bindings.cc.options.topics[0].value.model",
      "protobuf"),
@@ -106,4 +114,23 @@ def test_good_catalogs_and_models_check(tmp_path: Path,
                                "    options: {url: 'http://127.0.0.1:9', context: shop, "
                                "cache-ttl: 5, max-age: 5}\n")
     code, out = check(tmp_path, text, capsys)
+    assert code == 0, out
+
+
+def test_cache_clients_giving_a_topic_the_same_model_or_its_cache_server_its_own_check(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Two cache_clients of one cache_server may give a topic the same model (its cache reads
+    it with that one); a cache_client's model that differs from the cache_server's own is no
+    error either: the cache_server's is the one its cache reads with."""
+    (tmp_path / "request.proto").write_text(
+        'syntax = "proto3";\nmessage Request {\n  string message = 1;\n}\n')
+    same = OTHER_CLIENT.replace("protobuf, ", "protobuf, view: json, ")
+    code, out = check(tmp_path, _with_write_model(catalogs=same + PROTOS), capsys)
+    assert code == 0, out
+    own = BASE + KAFKA.replace("    kind: cache_server\n    exit: kc\n",
+                               "    kind: cache_server\n    exit: kc\n" + MODEL) \
+        .replace("    kind: cache_client\n    exit: cs\n",
+                 "    kind: cache_client\n    exit: cs\n" + PROTO_MODEL) + OTHER_CLIENT + \
+        LOCAL + PROTOS.removeprefix("catalogs:\n")
+    code, out = check(tmp_path, own, capsys)
     assert code == 0, out

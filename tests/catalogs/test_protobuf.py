@@ -6,6 +6,7 @@ catalog and with a real HTTP server answering as a Schema Registry (`schemaType:
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ from ssekd.catalogs.models import FieldModel, Invalid, ModelConfig, local_proble
 from ssekd.catalogs.protobuf import (
     ProtoError,
     binary_to_json,
+    check_binary,
     decode_indexes,
     encode_indexes,
     json_to_binary,
@@ -127,6 +129,52 @@ def test_the_reader_makes_the_messages_protoc_would() -> None:
     assert json.loads(binary_to_json(ours, encoded)) == ORDER_JSON
     assert json.loads(binary_to_json(ours, b"")) == {
         "id": "", "lines": [], "totals": {}, "status": "NEW"}, "defaults are written out"
+
+
+def tag(number: int, wire: int) -> bytes:
+    return bytes([number << 3 | wire]) if number < 16 else bytes([(number << 3 | wire) & 0x7F
+                                                                  | 0x80, number >> 4])
+
+
+def test_binary_is_checked_as_zilla_does_and_unknown_fields_are_dropped() -> None:
+    """Without a view Zilla parses the wire form against the message and writes what it
+    parsed: a field of another number than the message's is skipped (so not written, at any
+    depth); a field of the message in the wrong wire type is refused, where the protobuf
+    package alone would keep it as an unknown field."""
+    schema = parse_proto(SHOP)
+    order = schema.message_class(schema.path_of("Order"))
+    encoded = json_to_binary(order, json.dumps(ORDER_JSON).encode())
+    assert check_binary(order, encoded) == encoded, "all known: the bytes as they came"
+
+    line = tag(1, 2) + b"\x04lamp" + tag(9, 0) + b"\x05" + tag(2, 0) + b"\x02"
+    sent = (tag(99, 2) + b"\x01x" + tag(1, 2) + b"\x03o-1" + tag(2, 2) + bytes([len(line)])
+            + line + tag(50, 3) + tag(1, 0) + b"\x01" + tag(50, 4) + tag(77, 5) + b"\0\0\0\0")
+    assert len(order.FromString(sent).SerializeToString()) == len(sent)  # the package keeps
+    kept = check_binary(order, sent)
+    assert kept == (tag(1, 2) + b"\x03o-1" + tag(2, 2) + b"\x08" + tag(1, 2) + b"\x04lamp"
+                    + tag(2, 0) + b"\x02")  # them; Zilla does not, nor do we
+    assert json.loads(binary_to_json(order, sent))["lines"] == [
+        {"sku": "lamp", "count": 2, "status": "NEW"}]
+
+    for wrong, says in (
+            (tag(1, 0) + b"\x0a", "field 1 (id) of shop.v1.Order comes as varint, where a "
+                                   "string is length-delimited"),
+            (tag(4, 5) + b"\1\0\0\0", "field 4 (status) of shop.v1.Order comes as 32-bit, "
+                                      "where an enum is varint"),
+            (tag(2, 2) + b"\x02" + tag(2, 2) + b"\0", "field 2 (count) of shop.v1.Order.lines "
+                                                       "comes as length-delimited, where a "
+                                                       "uint32 is varint"),
+            (tag(6, 0) + b"\x01", "field 6 (voucher) of shop.v1.Order comes as varint")):
+        with pytest.raises(ValueError, match=re.escape(says)):
+            check_binary(order, wrong)
+        with pytest.raises(ValueError, match=re.escape(says)):
+            binary_to_json(order, wrong)
+
+    numbers = parse_proto('syntax = "proto3";\nmessage N { repeated int32 n = 1; }')
+    n = numbers.message_class((0,))
+    packed, unpacked = tag(1, 2) + b"\x02\x01\x02", tag(1, 0) + b"\x01" + tag(1, 0) + b"\x02"
+    assert check_binary(n, packed) == packed and check_binary(n, unpacked) == unpacked
+    assert list(n.FromString(packed).n) == list(n.FromString(unpacked).n) == [1, 2]
 
 
 @pytest.mark.parametrize("text,line,says", [

@@ -33,6 +33,7 @@ TLS with the trust of the tls client's vault.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -103,6 +104,12 @@ def cache_server_depends(options: Mapping[str, Any]) -> Dependencies:
     return Dependencies(catalogs=catalogs)
 
 
+def cache_server_inbound_depends(options: Mapping[str, Any]) -> Dependencies:
+    """A cache_server's `cache_server_depends`, and the models of the cache_clients that exit
+    to it (`_adopted_models`): a reload that changes one of those rebuilds it."""
+    return dataclasses.replace(cache_server_depends(options), inbound=True)
+
+
 def bootstrap_topics(options: Mapping[str, Any]) -> list[str]:
     """The topics a cache_server consumes from start-up."""
     return [str(t) for t in options.get("bootstrap", ())]
@@ -121,14 +128,18 @@ def _model_schema(part: str, writes: bool = False) -> dict[str, Any]:
                 f"the schema is not resolved yet, `503` with `Retry-After`. With a "
                 f"`schema-registry` catalog it is written in Confluent's wire format (byte 0, "
                 f"the schema id, the record; for protobuf, the message indexes next). "
-                f"Reads (fetch, SSE) convert with the cache_server's topic models.")
+                f"Reads (fetch, SSE) give what the model's view gives: the cache_server "
+                f"reads the topic with this model when it has none of its own for it (two "
+                f"cache_clients of one cache_server giving one topic different models is a "
+                f"config error).")
     else:
         what = (f"What every record's {part} must be. A record whose {part} does not "
                 f"satisfy it is not delivered to any stream (checked once, as it enters "
                 f"the cache); it is counted in `kafka.cache.invalid` and reported by a "
                 f"`BINDING_KAFKA_RECORD_INVALID` event (one per topic per second at "
                 f"most), and event ids still move past it. Tombstones and null keys "
-                f"are not checked.")
+                f"are not checked. A topic without one here is read with the model its "
+                f"cache_clients give it, if any.")
     return {
         "type": "object", "additionalProperties": False, "required": ["model"],
         "x-ssekd-default": "none",
@@ -240,15 +251,56 @@ def _build_cache_server(ctx: BuildContext, binding: Binding) -> CacheServer:
                                                           DEFAULT_GIVE_UP_AFTER)),
                        catch_up_bytes=int(opts.get("catch-up-bytes", DEFAULT_CATCH_UP_BYTES)),
                        partition_wait=float(opts.get("partition-wait", DEFAULT_PARTITION_WAIT)),
-                       metrics=ctx.metrics, models=_models(ctx, binding))
+                       metrics=ctx.metrics,
+                       models={**_adopted_models(ctx, binding), **_models(ctx, binding)})
 
 
-def _models(ctx: BuildContext, binding: Binding) -> dict[str, TopicModel]:
+def _models(ctx: BuildContext, binding: Binding, owner: str | None = None
+            ) -> dict[str, TopicModel]:
     """A `TopicModel` per topic with a `value` or `key` model. A model naming a catalog that
     does not exist, or a local schema that is missing or does not compile, is a config error
     now; a registry is only asked once the binding starts."""
     return {name: TopicModel(name, value, key)
-            for name, (value, key) in _fields(ctx, binding, FieldModel).items()}
+            for name, (value, key) in _fields(ctx, binding, FieldModel, owner).items()}
+
+
+def _adopted_models(ctx: BuildContext, server: Binding) -> dict[str, TopicModel]:
+    """The read models a cache_server takes from its cache_clients, for the topics it has no
+    model of its own for. Zilla converts what a cache_client reads with the cache_client's
+    models; ssekd converts a record once, as it enters the shared cache, so the cache_server
+    reads a topic with the model its cache_clients write it with (and every reader of the
+    topic gets what that model's view gives). Two cache_clients declaring different models for
+    one topic cannot both be honoured by one cache: a config error."""
+    own = {str(t["name"]) for t in server.options.get("topics", ())
+           if t.get("value") is not None or t.get("key") is not None}
+    declared: dict[str, tuple[str, object]] = {}  # topic -> (cache_client, its model config)
+    issues = []
+    adopted: dict[str, TopicModel] = {}
+    for client in ctx.config.bindings.values():
+        if client.type != "kafka" or client.kind != "cache_client" or \
+                client.exit != server.name:
+            continue
+        wanted = []
+        for i, topic in enumerate(client.options.get("topics", ())):
+            name = str(topic["name"])
+            spec = (topic.get("value"), topic.get("key"))
+            if name in own or spec == (None, None):
+                continue
+            first = declared.setdefault(name, (client.name, spec))
+            if first[1] != spec:
+                issues.append(ctx.issue(
+                    ("bindings", client.name, "options", "topics", i),
+                    f"the same model as {first[0]} gives {name} (both exit to {server.name}, "
+                    f"whose cache reads the topic once with one model), or a model for {name} "
+                    f"under {server.name}'s topics"))
+            elif first[0] == client.name:
+                wanted.append(name)
+        if wanted:
+            models = _models(ctx, client, owner=server.name)
+            adopted.update((name, models[name]) for name in wanted if name in models)
+    if issues:
+        raise ConfigError(issues)
+    return adopted
 
 
 def _write_models(ctx: BuildContext, binding: Binding) -> dict[str, WriteModels]:
@@ -257,9 +309,10 @@ def _write_models(ctx: BuildContext, binding: Binding) -> dict[str, WriteModels]
             for name, (value, key) in _fields(ctx, binding, WriteModel).items()}
 
 
-def _fields(ctx: BuildContext, binding: Binding, kind: type[FieldModel]
-            ) -> dict[str, tuple[FieldModel | None, FieldModel | None]]:
-    """(value, key) models of every topic with one, made of `kind`."""
+def _fields(ctx: BuildContext, binding: Binding, kind: type[FieldModel],
+            owner: str | None = None) -> dict[str, tuple[FieldModel | None, FieldModel | None]]:
+    """(value, key) models of every topic with one, made of `kind`; their catalog events are
+    `owner`'s (the binding that resolves them; `binding` by default)."""
     models: dict[str, tuple[FieldModel | None, FieldModel | None]] = {}
     issues = []
     for i, topic in enumerate(binding.options.get("topics", ())):
@@ -283,7 +336,7 @@ def _fields(ctx: BuildContext, binding: Binding, kind: type[FieldModel]
                 continue
 
             def report(event: str, detail: str, where: str = f"{name} {part}") -> None:
-                ctx.events.emit(binding.name, event, f"{where}: {detail}")
+                ctx.events.emit(owner or binding.name, event, f"{where}: {detail}")
 
             field = kind(config, catalog, ctx.reactor, report, convert=part == "value")
             problem = local_problem(field)
@@ -302,17 +355,6 @@ def _build_cache_client(ctx: BuildContext, binding: Binding) -> CacheClient:
     assert binding.exit is not None
     server = ctx.exit(binding.exit, CacheServer)
     models = _write_models(ctx, binding)
-    for topic, model in models.items():
-        read = server.models.get(topic)
-        if model.value is not None and model.value.config.view == "json" and \
-                (read is None or read.value is None):
-            # Zilla converts reads at the cache_client too; ssekd converts them once, where
-            # records enter the shared cache: say so rather than serve bytes unexplained
-            ctx.events.emit(binding.name, "BINDING_KAFKA_MODEL_WRITE_ONLY",
-                            f"{topic}: written as {model.value.config.model}, but "
-                            f"{server.binding} has no value model for it: reads (fetch, SSE) "
-                            f"deliver the records as Kafka holds them; give the topic the same "
-                            f"model under {server.binding}'s topics for JSON")
     return CacheClient(server, models)
 
 
@@ -340,7 +382,7 @@ BINDING = BindingType("kafka", {
     "cache_server": KindSpec(
         role=KafkaCache, build=_build_cache_server, exit=Exit.REQUIRED,
         exit_roles=(KafkaClientBinding,), bootstrap_topics=bootstrap_topics,
-        depends=cache_server_depends,
+        depends=cache_server_inbound_depends,
         options={"type": "object", "additionalProperties": False,
                  "description": "Keeps a bounded in-memory log per topic, fed by one consumer "
                                 "however many streams read it; streams that fall behind it read "
