@@ -34,7 +34,6 @@ from __future__ import annotations
 import datetime
 import decimal
 import io
-import json
 from typing import Any
 
 import fastavro
@@ -52,6 +51,7 @@ from ssekd.catalogs.models import (
     check_string,
     compile_json,
     parse_avro,
+    parse_json,
     read_avro,
 )
 
@@ -115,11 +115,7 @@ def avro_encoder(schema: Schema, view_json: bool) -> Codec:
         return check
 
     def encode(payload: bytes) -> bytes:
-        try:
-            value = json.loads(payload)
-        except (ValueError, UnicodeDecodeError) as e:
-            raise Invalid(f"not JSON: {_first_line(e)}") from None
-        value = from_view(value, parsed, named)
+        value = from_view(parse_json(payload), parsed, named)
         try:
             fastavro.validation.validate(value, parsed, raise_errors=True)
         except fastavro.validation.ValidationError as e:

@@ -69,6 +69,29 @@ def test_json_schema_checks_and_says_where() -> None:
         check(b'{"id": 1}')
 
 
+@pytest.mark.parametrize("payload, why", [
+    (b"[" * 100_000 + b"]" * 100_000, "not JSON: nested too deeply"),
+    (b'{"a":' * 50_000 + b"1" + b"}" * 50_000, "not JSON: nested too deeply"),
+    (b'{"id": NaN, "price": 1}', "not JSON: NaN is not JSON"),
+    (b'{"id": 1, "price": Infinity}', "not JSON: Infinity is not JSON"),
+])
+def test_hostile_json_is_invalid_not_an_error(payload: bytes, why: str) -> None:
+    """What Python's parser raises past `ValueError` (RecursionError) or takes that JSON has
+    not (NaN) is `Invalid` like any bad payload: the cache skips such a record, a body is 400."""
+    check = compile_json(Schema("items", 1, None, json.dumps(ITEM)))
+    with pytest.raises(Invalid, match=why):
+        check(payload)
+
+
+def test_a_document_too_deep_for_the_schema_walk_is_invalid() -> None:
+    """Parsed fine, but jsonschema recurses per level (several frames each): `Invalid`."""
+    nested = {"type": "array", "items": {"$ref": "#"}}
+    check = compile_json(Schema("nested", 1, None, json.dumps(nested)))
+    assert check(b"[[[]]]") == b"[[[]]]"
+    with pytest.raises(Invalid, match="nested too deeply"):
+        check(b"[" * 900 + b"]" * 900)
+
+
 def test_local_catalog_schema_that_does_not_parse_or_is_missing_is_a_problem() -> None:
     clock = MemoryReactorClock()
     catalog = LocalCatalog("local", {"good": Schema("good", None, None, json.dumps(ITEM)),

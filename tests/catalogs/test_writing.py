@@ -82,6 +82,9 @@ def test_avro_json_is_written_in_the_wire_format_and_reads_back(registry: Regist
     (b'{"id": "1", "status": "OK", "score": "high"}', "score"),
     (b'not json', "not JSON"),
     (b'[]', "not a record of the Avro schema"),
+    (b'{"id": "1", "status": "OK", "score": NaN}', "not JSON: NaN is not JSON"),
+    (b'{"id": "1", "status": "OK", "tags": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+     "not JSON: nested too deeply"),
 ])
 def test_avro_json_that_is_not_a_record_of_the_schema_is_refused(body: bytes,
                                                                  says: str) -> None:

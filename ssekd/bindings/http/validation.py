@@ -24,7 +24,6 @@ gone (Zilla's too): the client sees the response end early (curl exits 18 over H
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -32,7 +31,6 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import unquote, unquote_to_bytes
 
-import jsonschema
 from twisted.internet.defer import Deferred
 from twisted.web import http
 
@@ -48,8 +46,10 @@ from ssekd.catalogs.models import (
     ModelConfig,
     Pending,
     compile_avro,
+    json_problem,
     json_validator,
     local_problem,
+    parse_json,
 )
 
 #: Seconds a request waits for a catalog that has not answered yet, before its `503`.
@@ -193,11 +193,11 @@ def compile_json_quietly(schema: Schema) -> Codec:
 
     def check(payload: bytes) -> bytes:
         try:
-            value = json.loads(payload)
-        except (ValueError, UnicodeDecodeError):
+            value = parse_json(payload)
+        except Invalid:
             raise Invalid("not JSON") from None
-        if not validator.is_valid(value):
-            error = jsonschema.exceptions.best_match(validator.iter_errors(value))
+        error = json_problem(validator, value)
+        if error is not None:
             raise Invalid(_json_problem(error))
         return payload
     return check

@@ -217,3 +217,18 @@ def test_a_body_over_the_limit_is_413_before_it_is_checked(served: tuple[Daemon,
                           base + "/items/books/7"], input=big.encode(), capture_output=True,
                          timeout=20, check=False).stdout
     assert out == b"413"
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_body_nested_too_deeply_or_with_nan_is_400_and_the_daemon_goes_on(
+        served: tuple[Daemon, str], version: str, tmp_path: Path) -> None:
+    """JSON nested 100,000 deep made Python's parser raise RecursionError, answered 500; NaN is
+    no JSON. Both are a body the model refuses: 400, and the next request is served."""
+    _, base = served
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    for body, why in ((f"@{deep}", b"content: not JSON"),
+                      ('{"id": NaN, "status": "x"}', b"content: not JSON")):
+        status, _, answer = post(base, version, "/items/books/7?page=2", body)
+        assert (status, answer.strip()) == (400, why)
+    assert post(base, version)[::2] == (200, GOOD.encode())

@@ -225,3 +225,26 @@ def test_a_valid_record_larger_than_the_cache_stalls_no_stream() -> None:
     clock.advance(1.0)
     cache.on_records([new_message(0, 6, None, big)])
     assert "(2 more since the last report)" in server.events.recent[-1]
+
+
+def test_a_record_nested_too_deeply_is_skipped_and_the_topic_goes_on() -> None:
+    """A JSON record of 100,000 `[` made the parser raise RecursionError where the gate expects
+    `Invalid`: the gate kept the record at its head and retried it on every batch, so the topic
+    stopped at it for good. It is skipped and reported like any invalid record."""
+    clock = MemoryReactorClock()
+    events = EventLog("t", clock=clock.seconds)
+    metrics = Metrics()
+    server = _server(clock, FakeClient(), events, metrics)
+    cache = server.topic("nums")
+    cache.on_metadata(1, False)
+    cache.on_end(0, 0)
+    sink = Sink()
+    server.subscribe("nums", KafkaEventEncoder("nums"), sink, Start())
+    clock.advance(0)
+    deep = b"[" * 100_000 + b"]" * 100_000
+    cache.on_records([new_message(0, 0, None, b'{"n": 0}'), new_message(0, 1, None, deep),
+                      new_message(0, 2, None, b'{"n": 2}')])
+    cache.on_records([new_message(0, 3, None, b'{"n": 3}')])
+    clock.advance(1)
+    assert [n for _, n in _events(sink)] == [0, 2, 3]
+    assert metrics.counter("kafka.cache.invalid", "cache", topic="nums").value == 1
