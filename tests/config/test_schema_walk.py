@@ -60,7 +60,7 @@ SSE_SPEC_RELAY = "e2e/zilla_examples/test_asyncapi_sse_proxy.py::" \
 STREAMS = "reliability/test_slow_clients.py::" \
           "test_on_the_wire_streams_beyond_the_limit_retry_and_silent_streams_are_reset"
 
-#: The http server's `options.requests` and the http client's `responses` (validation.py).
+#: The http server's `options.requests` and the http client's `responses` (validation/).
 REQUESTS = "bindings/http/test_request_validation.py::" \
            "test_a_request_its_entry_refuses_is_400_saying_why"
 RESPONSES = "bindings/http/test_validation.py::" \

@@ -141,7 +141,7 @@ class HttpRoot(Resource):
                  siblings: Siblings | None = None, clock: Any = None,
                  requests: Requests | None = None) -> None:
         super().__init__()
-        #: `options.requests`: what requests must be before an exit sees them (validation.py).
+        #: `options.requests`: what requests must be before an exit sees them (validation/).
         self.requests = requests
         self.stats = stats
         self.health = health
@@ -300,7 +300,7 @@ class HttpRoot(Resource):
         return settle(check, self.access.clock or _reactor())
 
     def _invalid(self, request: Request, target: HttpBinding, refused: Refused) -> bytes:
-        """A request its entry refuses: its status and a line saying why (validation.py)."""
+        """A request its entry refuses: its status and a line saying why (validation/)."""
         if self.events.stdout is not None:
             req: Any = request
             self.events.emit(self.name, "BINDING_HTTP_REQUEST_INVALID",

@@ -1,4 +1,4 @@
-"""`options.requests` on its own (validation.py): the models of values, which entry a request or
+"""`options.requests` on its own (validation/): the models of values, which entry a request or
 response selects, what a refusal says, and waiting for a schema registry (a real HTTP server
 answering as one) with a clock that does not sleep."""
 
@@ -12,17 +12,10 @@ import pytest
 from twisted.internet.defer import Deferred, maybeDeferred
 from twisted.internet.testing import MemoryReactorClock
 
-from ssekd.bindings.http.validation import (
-    WAIT_SECONDS,
-    IntegerModel,
-    ModelBuilder,
-    Refused,
-    Requests,
-    StringModel,
-    build_requests,
-    compile_path,
-    settle,
-)
+from ssekd.bindings.http.validation.builder import ModelBuilder
+from ssekd.bindings.http.validation.requests import Refused, Requests, build_requests, compile_path
+from ssekd.bindings.http.validation.values import IntegerModel, StringModel
+from ssekd.bindings.http.validation.waiting import WAIT_SECONDS, settle
 from ssekd.catalogs.catalog import Schema
 from ssekd.catalogs.local import LocalCatalog
 from ssekd.catalogs.models import Invalid, Pending
@@ -300,7 +293,7 @@ def test_responses_its_entry_selects_are_held_and_cut_when_they_fail() -> None:
     from types import SimpleNamespace
 
     from ssekd.bindings.http.response_check import Abort
-    from ssekd.bindings.http.validation import ResponseValidation
+    from ssekd.bindings.http.validation.responses import ResponseValidation
     json_model = {"model": "json", "catalog": {"local": [{"subject": "item"}]}}
     requests, builder = _build([{"path": "/valid.json", "method": "GET",
                                  "content-type": ["application/json", "text/plain"],

@@ -14,7 +14,9 @@ from twisted.web.server import Request
 from ssekd.bindings.http.channel import Limits
 from ssekd.bindings.http.cors import AccessControl
 from ssekd.bindings.http.server import HttpRoot, HttpSite
-from ssekd.bindings.http.validation import WAIT_SECONDS, ModelBuilder, build_requests
+from ssekd.bindings.http.validation.builder import ModelBuilder
+from ssekd.bindings.http.validation.requests import build_requests
+from ssekd.bindings.http.validation.waiting import WAIT_SECONDS
 from ssekd.catalogs.catalog import Schema
 from ssekd.telemetry.events import EventLog
 from tests.support.http_fakes import Upload, http11
