@@ -17,7 +17,7 @@ FULL_EXTRAS := dev,spark,bench
 # What builds and runs the container image (`make image` installs these alone).
 IMAGE_DEBS := podman runc debootstrap
 # Debian programs the tests and benchmarks drive as real clients (and nginx, the real upstream
-# of the http.proxy example), and the image's; certutil (libnss3-tools) makes the browser trust
+# of the http.proxy and http.json.schema examples), and the image's; certutil (libnss3-tools) makes the browser trust
 # the test CA; protoc (protobuf-compiler) encodes Protobuf bodies as the http.kafka.proto.oneway
 # example's test.sh does.
 DEBS   := curl openssl wrk nghttp2-client nginx chromium default-jre-headless prometheus haproxy systemd \
