@@ -65,6 +65,7 @@ export function sharedStream(url, options = {}) {
   let real = null;
   let release = null;
   let closed = false;
+  let last = null; // the id of the last event handed to the view (it parses a little later)
   let state = "connecting";
   let info = {};
   const abort = new AbortController();
@@ -84,6 +85,7 @@ export function sharedStream(url, options = {}) {
       seen.add(event.id);
       log.push(event);
       if (log.length > limit) seen.delete(log.shift().id);
+      last = event.id;
     }
     const bytes = encoder.encode(serialize(event));
     if (sink) sink.enqueue(bytes);
@@ -103,8 +105,12 @@ export function sharedStream(url, options = {}) {
     for (const e of waiting) feed(e);
   }
 
+  function position() {
+    return last != null ? last : view.lastEventId;
+  }
+
   function hello() {
-    if (!closed) channel.postMessage({ kind: "hello", tab: me, after: view.lastEventId });
+    if (!closed) channel.postMessage({ kind: "hello", tab: me, after: position() });
   }
 
   function post(message) {
@@ -134,7 +140,7 @@ export function sharedStream(url, options = {}) {
     pending = [];
     synced = true;
     post({ kind: "leader" });
-    const start = view.lastEventId;
+    const start = position();
     real = openStream(url, { ...options, storage: null, lastEventId: start == null ? undefined : start });
     real.on("*", (event) => {
       const copy = plain(event);
