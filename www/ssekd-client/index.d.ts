@@ -175,5 +175,22 @@ export function writer(base: string, options?: WriterOptions): Writer;
 
 // ---- tabs.js --------------------------------------------------------------------------------
 
-/** Same as openStream, but the tabs of one origin reading the same url share one connection. */
-export function sharedStream(url: string, options?: StreamOptions): Stream;
+export interface SharedStreamOptions extends StreamOptions {
+  /** How many recent events each tab keeps, to answer a tab that joins and to drop repeats
+   * across a handover (default 1000). */
+  replay?: number;
+}
+
+export interface SharedStream extends Stream {
+  /** Whether this tab holds the connection (undefined without Web Locks or BroadcastChannel,
+   * where every tab has its own stream). */
+  readonly leading?: boolean;
+}
+
+/**
+ * Same as openStream, but the tabs of one origin reading the same url share one connection: the
+ * tab holding the Web Lock "ssekd:stream:<url>" reads it and re-broadcasts each event on
+ * BroadcastChannel "ssekd:stream:<url>"; when that tab goes, the next one takes over from the
+ * last id it saw. The token (if any) is used by the leading tab only.
+ */
+export function sharedStream(url: string, options?: SharedStreamOptions): SharedStream;
