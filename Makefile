@@ -29,6 +29,9 @@ PYTEST_ARGS ?=
 ASYNCAPI_SPECS_VERSION := 6.11.1
 NODE_DIR      := $(VENV)/node
 ASYNCAPI_SPECS := $(NODE_DIR)/node_modules/@asyncapi/specs/schemas/3.0.0.json
+# esbuild (npm) minifies the browser client (www/ssekd-client/) for `make client-size`.
+ESBUILD_VERSION := 0.28.2
+ESBUILD        := $(NODE_DIR)/node_modules/.bin/esbuild
 
 # `make image`: the container image (Containerfile) as $(IMAGE), from a base made of Debian
 # packages and the wheels of constraints.txt (deploy/container/build-image.sh says why). Needs
@@ -43,6 +46,7 @@ TWISTED_FLOOR := $(shell sed -n 's/.*"twisted\[[a-z0-9,]*\]>=\([0-9.]*\).*/\1/p'
 COMPAT_STAMP  := $(COMPAT)/.installed-$(SUM)
 
 .PHONY: run test test-compat bench setup lock image image-deps system-deps asyncapi-specs check lint \
+        client-size \
         docs clean
 
 # An editable install of the checkout with the extras $(2) into the venv whose python is $(1),
@@ -135,6 +139,14 @@ $(ASYNCAPI_SPECS):
 	npm install --no-audit --no-fund --silent --prefix $(NODE_DIR) \
 	  @asyncapi/specs@$(ASYNCAPI_SPECS_VERSION)
 	test -f $@
+
+$(ESBUILD): $(ASYNCAPI_SPECS)
+	npm install --no-audit --no-fund --silent --prefix $(NODE_DIR) esbuild@$(ESBUILD_VERSION)
+	test -x $@
+
+# The browser client's size, minified and gzipped (bench/results/client_size.json).
+client-size: setup $(ESBUILD)
+	ESBUILD=$(ESBUILD) $(BIN)/python -m bench.client_size
 
 # Serve etc/zilla.yaml in the foreground: dev TLS key, dev broker and demo producer as needed.
 run: $(RUN_STAMP)

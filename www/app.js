@@ -1,29 +1,29 @@
-// The demo page: one EventSource, a table of the latest value per key with the values' fields as
-// columns, a live chart of a numeric field, and a log of the connection.
+// The demo page: one stream (ssekd-client's openStream), a table of the latest value per key
+// with the values' fields as columns, a live chart of a numeric field, and a log of the
+// connection.
 //
 // The key of an event comes from its id when the route uses the key id format
 // ["<base64url(key)>","<progress>"]; otherwise from a JSON payload's "key" field; otherwise the
 // payload itself is the row. `delete` events (tombstones) carry base64url(key): the row fades
-// out. The browser's EventSource reconnects on its own after a dropped stream and sends the last
-// id it saw as Last-Event-ID, so the table continues without gaps or repeats; the log says when
-// the stream resumed, and with which id.
+// out. The stream reconnects on its own after a drop and sends the last id it saw, so the table
+// continues without gaps or repeats; the log says when the stream resumed, and with which id.
 //
-// Guarded streams: with `?token=<jwt>` the page opens the stream with it (as `access_token`: an
-// EventSource cannot send headers). Before the token expires the server sends a `challenge`
-// event; the page then gets a fresh token from `?renew=<url>` (a login backend; `make run`'s
-// development token service) and answers with the POST the challenge describes, carrying the
-// fresh token. The server answers 204 and the stream goes on past the old expiry ("renewed");
-// without an answer it ends at the expiry ("expired"). When the stream is refused (the token in
-// its URL expired, say, because the page was opened late) and there is a way to renew, the page
-// gets a fresh token and opens the stream again with its last event id, so nothing is missed;
+// Guarded streams: with `?token=<jwt>` the page opens the stream with it (`Authorization:
+// Bearer`). Before the token expires the server sends a `challenge` event; the library then
+// asks the page for a fresh token, which it gets from `?renew=<url>` (a login backend; `make
+// run`'s development token service), and answers with the POST the challenge describes. The
+// server answers 204 and the stream goes on past the old expiry ("renewed"); without a way to
+// renew it ends at the expiry ("expired"). When the stream is refused (the token expired, say,
+// because the page was opened late, or there was none) and there is a way to renew, the page
+// gets a fresh token and the stream opens again with its last event id, so nothing is missed;
 // without a token, a stream that asks for one shows "needs a token".
-"use strict";
+import { openStream } from "./ssekd-client/stream.js";
 
-(function () {
+{
   const params = new URLSearchParams(location.search);
   const url = params.get("stream") || "/events";
   const renewFrom = params.get("renew");
-  let token = params.get("token");
+  const initialToken = params.get("token");
   const $ = (id) => document.getElementById(id);
   const tbody = $("rows");
   const state = $("state");
@@ -68,9 +68,9 @@
   }
 
   function keyOf(event, value) {
-    if (event.lastEventId.startsWith("[")) {
+    if (event.id && event.id.startsWith("[")) {
       try {
-        const [key] = JSON.parse(event.lastEventId);
+        const [key] = JSON.parse(event.id);
         return key === null ? "(null key)" : fromBase64Url(key);
       } catch (e) { /* not the key form after all */ }
     }
@@ -205,143 +205,106 @@
     while (logList.children.length > 8) logList.lastChild.remove();
   }
 
-  let lastEventId = null;
   let liveSince = Infinity;
   let droppedAt = null;
-  let renewTries = 0;
+  let opened = false; // the stream has been open before: the next open is a resume
+  let tokenAsks = 0;
 
-  function streamUrl() {
-    const target = new URL(url, location.href);
-    if (token) target.searchParams.set("access_token", token);
-    if (lastEventId !== null) target.searchParams.set("lastEventId", lastEventId);
-    return target.toString();
-  }
-
-  async function freshToken() {
-    try {
-      const reply = await fetch(renewFrom);
-      return reply.ok ? (await reply.text()).trim() : null;
-    } catch (e) {
-      return null;
+  // The token: the one in the page's URL first (none: the stream opens without, and a 401
+  // asks again), then fresh ones from `?renew=`. Without a way to renew, asking again fails:
+  // the stream then says why it closed.
+  async function token() {
+    tokenAsks += 1;
+    if (tokenAsks === 1) return initialToken || "";
+    if (!renewFrom) throw new Error("no way to renew the token");
+    const reply = await fetch(renewFrom);
+    if (!reply.ok) throw new Error(`the token service answered ${reply.status}`);
+    const fresh = (await reply.text()).trim();
+    if (!challenged) {
+      // asked because the stream was refused (an expired token, or none)
+      stats.reopens += 1;
+      setState("reconnecting");
+      log(initialToken ? "the token was refused (expired?): got a fresh one" :
+        "the stream needs a token: got one", "warn");
     }
+    return fresh;
   }
+  let challenged = false;
 
-  // Why a stream was refused for good: its status, asked once more and hung up on at once.
-  async function statusOf(target) {
-    const abort = new AbortController();
-    try {
-      const reply = await fetch(target, { signal: abort.signal, cache: "no-store" });
-      return reply.status;
-    } catch (e) {
-      return 0;
-    } finally {
-      abort.abort();
-    }
-  }
+  // The page's rows live in memory, so a reload starts over (storage: null); within the page
+  // the stream resumes from its last id after every drop.
+  const stream = openStream(url, {
+    storage: null,
+    token: initialToken || renewFrom ? token : undefined,
+  });
 
-  // A challenge: fetch a fresh token, send it the way the challenge says.
-  async function answer(event) {
+  stream.on("challenge", () => {
     stats.challenges += 1;
-    if (!renewFrom) { setState("expiring"); log("the token expires soon, and there is no way to renew it", "warn"); return; }
-    try {
-      const challenge = JSON.parse(event.data);
-      const fresh = await freshToken();
-      const reply = await fetch(url, {
-        method: challenge.method || "POST",
-        headers: { ...(challenge.headers || {}), authorization: `Bearer ${fresh}` },
-      });
-      if (reply.status === 204) {
-        token = fresh;
+    challenged = true;
+    if (!renewFrom) { setState("expiring"); log("the token expires soon, and there is no way to renew it", "warn"); }
+  });
+
+  stream.onState((next, info) => {
+    if (info.renewed !== undefined) {
+      challenged = false;
+      if (info.renewed) {
         stats.renewals += 1;
         setState("renewed");
         log("challenge answered: the token was renewed, the stream goes on");
       } else {
-        stats.refusedRenewals += 1;
+        if (renewFrom) stats.refusedRenewals += 1;
         setState("expiring");
       }
-    } catch (e) {
-      stats.refusedRenewals += 1;
-      setState("expiring");
+      return;
     }
-  }
-
-  async function refused(openedWith) {
-    const status = await statusOf(streamUrl());
-    if ((status === 401 || status === 403) && renewFrom && renewTries < 3) {
-      renewTries += 1;
-      const fresh = await freshToken();
-      if (fresh) {
-        token = fresh;
-        stats.reopens += 1;
-        setState("reconnecting");
-        log(status === 401 ? "the stream needs a token: got one" :
-          "the token was refused (expired?): got a fresh one", "warn");
-        setTimeout(open, 200 * renewTries);
-        return;
-      }
-    }
-    if (token && token !== openedWith) {
-      // refused with the token in its URL, and a fresher one is at hand: open again
-      stats.reopens += 1;
-      setState("reconnecting");
-      setTimeout(open, 100);
-    } else if (status === 401) {
-      setState("needs a token");
-      log("this stream needs a token: open the link `make run` printed (it carries one)", "warn");
-    } else if (status === 403 && token) {
-      setState("expired");
-      log("the token expired or was refused, and there is no way to renew it", "warn");
-    } else {
-      setState("closed");
-      log(`the stream was refused${status ? ` (${status})` : ""}`, "warn");
-    }
-  }
-
-  function open() {
-    const openedWith = token;
-    const es = new EventSource(token || lastEventId !== null ? streamUrl() : url);
-    es.onopen = () => {
+    if (next === "open") {
       stats.opens += 1;
-      renewTries = 0;
       liveSince = Date.now() + 1000;
       setState(stats.renewals ? "renewed" : "open");
-      if (lastEventId === null) {
+      if (!opened || stream.lastEventId === null) {
         log(`connected to ${url}: the stream starts with what the cache holds`);
       } else {
         const after = droppedAt ? ((Date.now() - droppedAt) / 1000).toFixed(1) : "0.0";
-        stats.resumes.push({ lastEventId, after: Number(after) });
-        log(`resumed after ${after} s with Last-Event-ID ${lastEventId}: nothing missed, ` +
+        stats.resumes.push({ lastEventId: stream.lastEventId, after: Number(after) });
+        log(`resumed after ${after} s with Last-Event-ID ${stream.lastEventId}: nothing missed, ` +
             "nothing twice", "resume");
       }
+      opened = true;
       droppedAt = null;
-    };
-    es.onerror = () => {
+    } else if (next === "waiting") {
       stats.errors += 1;
       droppedAt = droppedAt || Date.now();
-      if (es.readyState !== EventSource.CLOSED) {
-        if (state.textContent !== "reconnecting") log("the stream dropped: reconnecting", "warn");
-        setState("reconnecting");
-        return;
+      if (state.textContent !== "reconnecting") log("the stream dropped: reconnecting", "warn");
+      setState("reconnecting");
+    } else if (next === "closed") {
+      stats.errors += 1;
+      if (info.status === 401) {
+        setState("needs a token");
+        log("this stream needs a token: open the link `make run` printed (it carries one)", "warn");
+      } else if (info.status === 403 && initialToken) {
+        setState("expired");
+        log("the token expired or was refused, and there is no way to renew it", "warn");
+      } else {
+        setState("closed");
+        log(`the stream was refused${info.status ? ` (${info.status})` : ""}`, "warn");
       }
-      refused(openedWith);
-    };
-    es.onmessage = onMessage;
-    es.addEventListener("delete", onDelete);
-    es.addEventListener("challenge", answer);
-  }
+    }
+  });
+
+  stream.on("message", onMessage);
+  stream.on("delete", onDelete);
 
   function received(event, deleted) {
-    lastEventId = event.lastEventId;
-    const record = { id: event.lastEventId, data: event.data };
+    const record = { id: event.id, data: event.data };
     if (deleted) record.deleted = true;
     stats.received.push(record);
     arrivals.push(Date.now());
-    lastIdText.textContent = `id ${event.lastEventId}`;
+    lastIdText.textContent = `id ${event.id}`;
   }
 
   function onMessage(event) {
     received(event, false);
-    upsert(keyOf(event, parsed(event.data)), event.data, event.lastEventId);
+    upsert(keyOf(event, parsed(event.data)), event.data, event.id);
     render();
   }
 
@@ -349,11 +312,10 @@
     received(event, true);
     stats.deletes += 1;
     let key = event.data ? fromBase64Url(event.data) : "(null key)";
-    if (event.lastEventId.startsWith("[")) key = keyOf(event, null);
+    if (event.id && event.id.startsWith("[")) key = keyOf(event, null);
     fade(key);
     render();
   }
 
   setInterval(() => { chart.draw(); showRate(); }, 250);
-  open();
-})();
+}

@@ -21,11 +21,13 @@ TODO_PAGE = ROOT / "www" / "todo"
 
 def adapt(text: str, port: int, bootstrap: str) -> str:
     """A demo config on this machine: loopback instead of every interface, a free port instead
-    of 7114, the test's broker, the page's folder by its absolute path."""
+    of 7114, the test's broker, the page's folders (the page, the client library) by their
+    absolute paths."""
     return (text.replace("host: 0.0.0.0", "host: 127.0.0.1")
             .replace("7114", str(port))
             .replace("localhost:9092", bootstrap)
-            .replace("../www/todo/", f"{TODO_PAGE}/"))
+            .replace("../www/todo/", f"{TODO_PAGE}/")
+            .replace("../www/ssekd-client/", f"{TODO_PAGE.parent / 'ssekd-client'}/"))
 
 
 @dataclass

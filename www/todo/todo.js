@@ -2,7 +2,7 @@
 // ["<base64url key>","<progress>/<etag>"]; every change is a write through http-kafka that
 // carries the etag it started from as If-Match. The page never changes a task itself: what
 // it shows is what the snapshots topic says, so two pages always agree.
-"use strict";
+import { openStream } from "./ssekd-client/stream.js";
 
 const tasks = new Map();  // task id -> {task, etag}
 const todo = window.todo = {
@@ -30,18 +30,24 @@ function setStatus(text, problem) {
   el.className = problem ? "problem" : "";
 }
 
-const source = new EventSource("/tasks");
-source.onopen = () => { todo.opens += 1; setConnection("open"); };
-source.onerror = () => setConnection(source.readyState === EventSource.CLOSED ? "closed" : "reconnecting");
-source.onmessage = (e) => {
-  const [key64, etag] = JSON.parse(e.lastEventId);
+// The list: ssekd-client's stream, which reconnects with its last id after a drop. The tasks
+// live in memory, so a reload starts over from the snapshots (storage: null).
+const stream = openStream("/tasks", {storage: null});
+let opened = false;
+stream.onState((state) => {
+  if (state === "open") { todo.opens += 1; opened = true; setConnection("open"); }
+  else if (state === "closed") setConnection("closed");
+  else if (opened) setConnection("reconnecting");
+});
+stream.on("message", (e) => {
+  const [key64, etag] = JSON.parse(e.id);
   const id = decodeKey(key64);
   tasks.set(id, {task: JSON.parse(e.data), etag});
   todo.events.push({type: "message", id, at: Date.now()});
   render();
-};
-source.addEventListener("delete", (e) => {
-  const id = decodeKey(JSON.parse(e.lastEventId)[0]);
+});
+stream.on("delete", (e) => {
+  const id = decodeKey(JSON.parse(e.id)[0]);
   tasks.delete(id);
   todo.events.push({type: "delete", id, at: Date.now()});
   render();

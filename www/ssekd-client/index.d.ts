@@ -1,0 +1,110 @@
+// TypeScript declarations of ssekd-client (docs/client.md describes every option).
+
+// ---- stream.js ------------------------------------------------------------------------------
+
+/** Where the last event id of each stream is kept (sessionStorage by default). */
+export interface IdStorage {
+  getItem(key: string): string | null;
+  setItem(key: string, value: string): void;
+  removeItem(key: string): void;
+}
+
+/** A fetch()-like function: openStream reads the stream and posts renewals through it. */
+export type Transport = (url: string, init: RequestInit) => Promise<Response>;
+
+export interface StreamOptions {
+  /** Keeps the last id under "ssekd:last-id:" + url; null keeps it in memory only. */
+  storage?: IdStorage | null;
+  /** Gives a token for `Authorization: Bearer`; called again on a 401/403 and on a challenge. */
+  token?: () => Promise<string>;
+  /** Reconnect backoff in ms: min is the base when the server sends no `retry:`, max the cap. */
+  retry?: { min?: number; max?: number };
+  /** Start from this id instead of the stored one. */
+  lastEventId?: string;
+  /** Used instead of fetch(). */
+  transport?: Transport;
+  /** Extra request headers for the stream. */
+  headers?: Record<string, string>;
+}
+
+export interface StreamEvent {
+  /** The SSE event type: "message" by default, "delete" for a tombstone, or custom. */
+  type: string;
+  data: string;
+  /** The last event id (the stream's position after this event), or null. */
+  id: string | null;
+  /** On several-topic routes: the topic this event is of. */
+  topic?: string;
+}
+
+export type StreamState = "connecting" | "open" | "waiting" | "closed";
+
+export interface StateInfo {
+  /** Why the stream waits or closed. */
+  reason?: string;
+  /** The HTTP status that closed it, or of a renewal POST. */
+  status?: number;
+  /** How long it waits before it reconnects, in ms ("waiting"). */
+  delay?: number;
+  /** After a challenge: whether the renewal was accepted (204). */
+  renewed?: boolean;
+}
+
+export interface Stream {
+  /**
+   * Listen for an event type ("message", "delete", custom), "topic:<name>" for one topic of a
+   * several-topic route, "*" for every event, or ":" for comments. Returns an unsubscribe.
+   */
+  on(type: string, handler: (event: StreamEvent) => void): () => void;
+  onState(handler: (state: StreamState, info: StateInfo) => void): () => void;
+  readonly state: StreamState;
+  readonly info: StateInfo;
+  readonly lastEventId: string | null;
+  close(): void;
+}
+
+export function openStream(url: string, options?: StreamOptions): Stream;
+
+// ---- collection.js --------------------------------------------------------------------------
+
+export interface CollectionOptions {
+  /** Take the key from this JSON field of the data instead of a key-form id. */
+  key?: string;
+}
+
+export interface Collection<V = unknown> {
+  /** The live map key -> value. */
+  readonly map: Map<string, V>;
+  onChange(handler: (key: string, value: V | undefined) => void): () => void;
+  /** Resolves when the stream has caught up with what the cache held when it connected. */
+  readonly caughtUp: Promise<void>;
+  close(): void;
+}
+
+export function collection<V = unknown>(stream: Stream, options?: CollectionOptions): Collection<V>;
+
+// ---- writes.js ------------------------------------------------------------------------------
+
+export interface WriteOptions {
+  ifMatch?: string;
+  key?: string;
+}
+
+export interface Writer {
+  put(path: string, body?: unknown, options?: WriteOptions): Promise<Response>;
+  post(path: string, body?: unknown, options?: WriteOptions): Promise<Response>;
+  delete(path: string, body?: unknown, options?: WriteOptions): Promise<Response>;
+}
+
+/** A 412: somebody else wrote first; `current` is the value that is there now. */
+export class Conflict extends Error {
+  readonly status: 412;
+  readonly current: unknown;
+}
+
+export function writer(base: string, options?: Record<string, unknown>): Writer;
+
+// ---- tabs.js --------------------------------------------------------------------------------
+
+/** Same as openStream, but the tabs of one origin reading the same url share one connection. */
+export function sharedStream(url: string, options?: StreamOptions): Stream;

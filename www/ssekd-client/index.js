@@ -1,0 +1,6 @@
+// ssekd-client: one import for every part. Each part is also its own module
+// (ssekd-client/stream.js, ...), so a page that needs one part loads only that.
+export { openStream } from "./stream.js";
+export { collection } from "./collection.js";
+export { writer, Conflict } from "./writes.js";
+export { sharedStream } from "./tabs.js";
