@@ -67,21 +67,42 @@ export function openStream(url: string, options?: StreamOptions): Stream;
 
 // ---- collection.js --------------------------------------------------------------------------
 
-export interface CollectionOptions {
-  /** Take the key from this JSON field of the data instead of a key-form id. */
+export interface CollectionOptions<V = unknown> {
+  /** Take the key from this JSON field of the value ("id", or a JSON pointer "/owner/id")
+   * instead of the key-form id. */
   key?: string;
+  /** How the route's key-form ids write the key: "base64" (`["${base64(key)}","${etag}"]`,
+   * the default) or "text" (`["${key}","${etag}"]`). */
+  keys?: "base64" | "text";
+  /** On a several-topic stream: the topic the collection is of. */
+  topic?: string;
+  /** Turns an event's data into the value; by default JSON when it is JSON, else the text. */
+  parse?: (data: string) => V;
+  /** openStream options, when the collection is given a url (storage defaults to null). */
+  stream?: StreamOptions;
 }
 
 export interface Collection<V = unknown> {
   /** The live map key -> value. */
   readonly map: Map<string, V>;
+  /** The stream the collection reads. */
+  readonly stream: Stream;
+  /** Called for each change: the new value, or undefined when the key was deleted. */
   onChange(handler: (key: string, value: V | undefined) => void): () => void;
-  /** Resolves when the stream has caught up with what the cache held when it connected. */
+  /** Resolves on the first catch-up signal (the route's `with.event.caught-up`): the map holds
+   * what the cache held when the stream connected. */
   readonly caughtUp: Promise<void>;
+  /** True from a catch-up signal until the stream drops (it comes again after a reconnect). */
+  readonly isCaughtUp: boolean;
+  /** Called on every catch-up signal: the first, and the one after each reconnect. */
+  onCaughtUp(handler: () => void): () => void;
+  /** Stops updating the map (and closes the stream the collection opened from a url). */
   close(): void;
 }
 
-export function collection<V = unknown>(stream: Stream, options?: CollectionOptions): Collection<V>;
+/** A live map of a keyed stream: a Stream, or a url to open one with no stored last id. */
+export function collection<V = unknown>(source: Stream | string,
+                                        options?: CollectionOptions<V>): Collection<V>;
 
 // ---- writes.js ------------------------------------------------------------------------------
 
