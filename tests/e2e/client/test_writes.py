@@ -93,8 +93,9 @@ def writes_demo(folder: Path) -> Iterator[Setup]:
         service.start()
         port = free_port()
         config = folder / "zilla.yaml"
-        config.write_text(adapt(TODO_CONFIG.read_text(), port, broker.bootstrap)
-                          .replace("../www/todo/", f"{www}/"))
+        # the page's folder first: adapt() would point ../www/todo/ at the todo page
+        config.write_text(adapt(TODO_CONFIG.read_text().replace("../www/todo/", f"{www}/"),
+                                port, broker.bootstrap))
         daemon = start_daemon(config, wait_ports=[port])
         relay = CuttingRelay(port).start()
         page = Browser(f"http://127.0.0.1:{relay.port}/")
