@@ -23,7 +23,8 @@ class _Pair:
 @dataclass
 class CuttingRelay:
     """Relays 127.0.0.1:`port` to 127.0.0.1:`upstream_port`. `cut(marker)` arms it: the next
-    request whose bytes contain `marker` is forwarded, and its answer dropped with a reset."""
+    request whose bytes contain `marker` is forwarded, and its answer dropped: that connection and
+    every other one open then are reset (`times` such requests)."""
 
     upstream_port: int
     port: int = field(default_factory=free_port)
@@ -88,17 +89,30 @@ class CuttingRelay:
                 if pair.doomed:
                     with self._lock:
                         self.cuts += 1
-                    # SO_LINGER 0: close() sends a reset, and the unsent answer is thrown away
-                    pair.client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
-                                           struct.pack("ii", 1, 0))
-                    pair.client.close()
-                    pair.upstream.close()
+                        pairs = list(self._pairs)
+                    # The network drops: every connection of the relay is reset, this one
+                    # before any byte of its answer, so that none is idle for a client to
+                    # send the request on again by itself.
+                    for other in pairs:
+                        _reset(other)
                     return
                 pair.client.sendall(chunk)
         except OSError:
             pass
         finally:
             _shut(pair.client)
+
+
+def _reset(pair: _Pair) -> None:
+    """SO_LINGER 0: the close sends a reset. The shutdown first wakes the thread blocked
+    reading the client, which would otherwise hold the socket open."""
+    try:
+        pair.client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        pair.client.shutdown(socket.SHUT_RD)
+    except OSError:
+        pass
+    pair.client.close()
+    pair.upstream.close()
 
 
 def _shut(s: socket.socket) -> None:
