@@ -301,6 +301,9 @@ COVERAGE: dict[str, str] = {
         "bindings/sse_kafka/test_event_ids.py::test_resume_with_key_form_id",
     "bindings.sse-kafka/proxy.routes[].with.event.id":
         "bindings/sse_kafka/test_event_ids.py::test_resume_with_key_form_id",
+    "bindings.sse-kafka/proxy.routes[].with.event.caught-up":
+        "bindings/sse_kafka/test_caught_up_curl.py::"
+        "test_curl_sees_the_signal_after_the_history_then_live_records",
     "bindings.sse-kafka/proxy.routes[].with.event.topic":
         "bindings/sse_kafka/test_topics_stream.py::test_the_field_form_and_filters_per_topic",
     "bindings.filesystem/server.options.location": SITE,

@@ -38,6 +38,11 @@ ROUTES = [
                  event={"id": "${etag}", "topic": "field"}),
     zc.sse_route("/manybykey/{topics}/{key}", ["${params.topics}"],
                  filters=[{"key": "${params.key}"}]),
+    # the catch-up signal (an ssekd addition), on a keyed stream and on several filtered topics
+    zc.sse_route("/caughtup/{topic}",
+                 event={"id": '["${base64(key)}","${etag}"]', "caught-up": True}),
+    zc.sse_route("/manycaughtup/{topics}/{key}", ["${params.topics}"],
+                 filters=[{"key": "${params.key}"}], event={"caught-up": True}),
 ]
 
 

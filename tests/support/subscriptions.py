@@ -63,6 +63,9 @@ class RecordingCache:
     def gone(self, s: Subscription) -> None:
         self.reports.append("gone")
 
+    def await_loaded(self, s: Subscription) -> None:
+        self.reports.append("await loaded")
+
     def run(self) -> None:
         """Every step due now (a step schedules the next on a later turn)."""
         clock = self.reactor

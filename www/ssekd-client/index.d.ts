@@ -67,42 +67,132 @@ export function openStream(url: string, options?: StreamOptions): Stream;
 
 // ---- collection.js --------------------------------------------------------------------------
 
-export interface CollectionOptions {
-  /** Take the key from this JSON field of the data instead of a key-form id. */
+export interface CollectionOptions<V = unknown> {
+  /** Take the key from this JSON field of the value ("id", or a JSON pointer "/owner/id")
+   * instead of the key-form id. */
   key?: string;
+  /** How the route's key-form ids write the key: "base64" (`["${base64(key)}","${etag}"]`,
+   * the default) or "text" (`["${key}","${etag}"]`). */
+  keys?: "base64" | "text";
+  /** On a several-topic stream: the topic the collection is of. */
+  topic?: string;
+  /** Turns an event's data into the value; by default JSON when it is JSON, else the text. */
+  parse?: (data: string) => V;
+  /** openStream options, when the collection is given a url (storage defaults to null). */
+  stream?: StreamOptions;
 }
 
 export interface Collection<V = unknown> {
   /** The live map key -> value. */
   readonly map: Map<string, V>;
+  /** The stream the collection reads. */
+  readonly stream: Stream;
+  /** Called for each change: the new value, or undefined when the key was deleted. */
   onChange(handler: (key: string, value: V | undefined) => void): () => void;
-  /** Resolves when the stream has caught up with what the cache held when it connected. */
+  /** Resolves on the first catch-up signal (the route's `with.event.caught-up`): the map holds
+   * what the cache held when the stream connected. */
   readonly caughtUp: Promise<void>;
+  /** True from a catch-up signal until the stream drops (it comes again after a reconnect). */
+  readonly isCaughtUp: boolean;
+  /** Called on every catch-up signal: the first, and the one after each reconnect. */
+  onCaughtUp(handler: () => void): () => void;
+  /** Stops updating the map (and closes the stream the collection opened from a url). */
   close(): void;
 }
 
-export function collection<V = unknown>(stream: Stream, options?: CollectionOptions): Collection<V>;
+/** A live map of a keyed stream: a Stream, or a url to open one with no stored last id. */
+export function collection<V = unknown>(source: Stream | string,
+                                        options?: CollectionOptions<V>): Collection<V>;
 
 // ---- writes.js ------------------------------------------------------------------------------
 
+export interface WriterOptions {
+  /** Gives a token, sent as `Authorization: Bearer` on every attempt (again once after a 401). */
+  token?: () => Promise<string>;
+  /** Backoff in ms between attempts (jittered exponential, min..max) and how many attempts. */
+  retry?: { min?: number; max?: number; attempts?: number };
+  /** Seconds each GET of an async location asks the server to hold it (`Prefer: wait`); 20. */
+  wait?: number;
+  /** Send every write with `Prefer: respond-async`. */
+  async?: boolean;
+  /** Used instead of fetch(). */
+  fetch?: (url: string, init: RequestInit) => Promise<Response>;
+}
+
 export interface WriteOptions {
-  ifMatch?: string;
+  /** The version the write is conditional on: an ETag or a key-form event id. Default: the
+   * ETag last read at the path (get() or seen()); null or "" sends no If-Match. */
+  ifMatch?: string | null;
+  /** The Idempotency-Key (default: a new crypto.randomUUID() per write). Pass the key of a
+   * write that failed to send it again as the same write. */
   key?: string;
+  /** Same as `key`. */
+  idempotencyKey?: string;
+  /** `Prefer: respond-async`: a 202 is followed to its Location until the final answer. */
+  async?: boolean;
+  /** Where a Conflict reads the current value (default: the written path); false: not read. */
+  current?: string | false;
+  headers?: HeadersInit;
+  signal?: AbortSignal;
+}
+
+export interface ReadOptions {
+  ifNoneMatch?: string;
+  /** Seconds the server may hold the request (`Prefer: wait`) for a change or the item. */
+  wait?: number;
+  headers?: HeadersInit;
+  signal?: AbortSignal;
+}
+
+export interface Answer<V = unknown> {
+  status: number;
+  ok: boolean;
+  headers: Headers;
+  etag: string | null;
+  location: string | null;
+  text: string;
+  /** The body parsed as JSON for a JSON content type; the text otherwise. */
+  value: V | string;
+  /** How many times the request was sent. */
+  attempts: number;
+  /** The write's Idempotency-Key (null for a read). */
+  idempotencyKey: string | null;
+  /** For an async write answered 202: true, the location followed and how many GETs. */
+  accepted?: boolean;
+  polls?: number;
 }
 
 export interface Writer {
-  put(path: string, body?: unknown, options?: WriteOptions): Promise<Response>;
-  post(path: string, body?: unknown, options?: WriteOptions): Promise<Response>;
-  delete(path: string, body?: unknown, options?: WriteOptions): Promise<Response>;
+  get<V = unknown>(path: string, options?: ReadOptions): Promise<Answer<V>>;
+  put<V = unknown>(path: string, body?: unknown, options?: WriteOptions): Promise<Answer<V>>;
+  post<V = unknown>(path: string, body?: unknown, options?: WriteOptions): Promise<Answer<V>>;
+  patch<V = unknown>(path: string, body?: unknown, options?: WriteOptions): Promise<Answer<V>>;
+  delete<V = unknown>(path: string, body?: unknown, options?: WriteOptions): Promise<Answer<V>>;
+  /** Remember the version of `path` last seen: an ETag, or a key-form event id; null forgets. */
+  seen(path: string, etagOrId: string | null): void;
+  /** The ETag remembered for `path`, or null. */
+  etag(path: string): string | null;
 }
 
-/** A 412: somebody else wrote first; `current` is the value that is there now. */
-export class Conflict extends Error {
+/** A non-2xx answer after the retries. A network error is rethrown as fetch threw it, with
+ * `idempotencyKey` set so that the write can be sent again as the same write. */
+export class HttpError extends Error {
+  readonly status: number;
+  readonly answer: Answer;
+}
+
+/** A 412: somebody else wrote first. `current` is the value there now (null: gone; undefined:
+ * could not be read), `etag` its ETag (also remembered for the path). */
+export class Conflict<V = unknown> extends HttpError {
   readonly status: 412;
-  readonly current: unknown;
+  readonly current: V | null | undefined;
+  readonly etag: string | null;
 }
 
-export function writer(base: string, options?: Record<string, unknown>): Writer;
+/** The If-Match etag in a key-form event id (`["<base64url key>","<progress>/<etag>"]`). */
+export function etagOfId(id: string): string | null;
+
+export function writer(base: string, options?: WriterOptions): Writer;
 
 // ---- tabs.js --------------------------------------------------------------------------------
 

@@ -116,6 +116,9 @@ class TopicCache:
         self.watchers: list[Callable[[list[Message]], None]] = []
         #: Ends the wait for every partition (`partition-wait`), once the count is known.
         self._partial_call: Any = None
+        #: Subscriptions at the tail that wait for the log to be loaded (`await_loaded`) to
+        #: send their catch-up signal.
+        self._awaiting_loaded: set[Subscription] = set()
 
     # -- fed by the kafka client (reactor thread) ----------------------------------------------
 
@@ -207,6 +210,10 @@ class TopicCache:
         if self._ahead:
             self._judge_ahead()
         self.tail.settle()
+        if self._awaiting_loaded and self.log.loaded():
+            awaiting, self._awaiting_loaded = self._awaiting_loaded, set()
+            for s in awaiting:
+                s.loaded()
         self._wake()
         if self.watchers:
             self._tell([])
@@ -281,7 +288,11 @@ class TopicCache:
 
     def left_tail(self, s: Subscription) -> ProgressState:
         self.lagging.add(s)
+        self._awaiting_loaded.discard(s)  # asks again when it is back at the tail
         return self.tail.leave(s)
+
+    def await_loaded(self, s: Subscription) -> None:
+        self._awaiting_loaded.add(s)
 
     def placed_ahead(self, s: Subscription) -> None:
         self._ahead[s] = self.reactor.seconds() + PAST_END_GRACE
@@ -292,6 +303,7 @@ class TopicCache:
         if s in self.tail.group_of:
             self.tail.leave(s)
         self._ahead.pop(s, None)
+        self._awaiting_loaded.discard(s)
         self.lagging.discard(s)
         if not self.tail and not self.lagging and not self.watchers:
             self.server.idle(self)

@@ -30,7 +30,7 @@ Where it starts is `ssekd.bindings.kafka.start`'s to say.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any, Protocol
 
 from twisted.internet.defer import Deferred
@@ -158,6 +158,10 @@ class SubscribedCache(Protocol):
     def gone(self, s: Subscription) -> None:
         """`s` closed: it belongs to no group and is woken no more."""
 
+    def await_loaded(self, s: Subscription) -> None:
+        """`s` is at the tail and waits to be told (`Subscription.loaded`) once the cache has
+        read every partition to its end: before that, the tail is not yet Kafka's."""
+
 
 class CatchUp:
     """Per-subscriber filtering that applies only before the stream first reaches the tail.
@@ -241,6 +245,7 @@ class Subscription:
         "__weakref__",
         "_call",
         "_at_open",
+        "_caught_up_then",
         "_cursor",
         "_epoch",
         "_fetching",
@@ -283,6 +288,9 @@ class Subscription:
         #: A filtered stream reading the cache's index: the `seq` of the last record it passed
         #: (None: found again from the positions, like `_cursor`).
         self._seen: int | None = None
+        #: Called once, the first time the stream has everything the cache held and the cache
+        #: has read Kafka to its end (`when_caught_up`); None when nobody asked.
+        self._caught_up_then: Callable[[], None] | None = None
 
     # -- the stream's side ---------------------------------------------------------------------
 
@@ -298,6 +306,14 @@ class Subscription:
             return
         self.paused = False
         self.schedule()
+
+    def when_caught_up(self, then: Callable[[], None]) -> None:
+        """Call `then` once, right after the stream has written every record the cache held
+        when it reached the tail the first time, and the cache has read every partition to its
+        end once (else it waits for that): the catch-up signal of sse-kafka's
+        `with.event.caught-up`. Asked before the first step (`subscribe` schedules it on a later
+        turn), so nothing is written before the stream knows."""
+        self._caught_up_then = then
 
     def close(self) -> None:
         if self.closed:
@@ -428,6 +444,20 @@ class Subscription:
         self.catch_up = None
         self.at_tail = True
         self.cache.reached_tail(self)
+        if self._caught_up_then is not None:
+            if self.cache.log.loaded():
+                self.loaded()
+            else:
+                self.cache.await_loaded(self)
+
+    def loaded(self) -> None:
+        """The cache has read Kafka to its end and the stream is at its tail: the stream has
+        caught up (called by `_caught_up`, or by the cache for a stream that waited)."""
+        then, self._caught_up_then = self._caught_up_then, None
+        if then is not None and self.at_tail and not self.closed:
+            then()
+        elif then is not None:
+            self._caught_up_then = then  # left the tail meanwhile: told when it is back
 
     def _step_indexed(self, log: TopicLog, terms: tuple[Term, ...],
                       placed: StartPositions) -> None:

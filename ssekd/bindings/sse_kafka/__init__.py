@@ -1,7 +1,9 @@
 """sse-kafka binding (kind proxy): streams of a Kafka topic for the sse binding (docs/protocol.md).
 
 `with: {topic, filters: [{key, headers}], event: {id}}`; the id format is `${etag}` (default)
-or `["${base64(key)}","${etag}"]`. `topic` may be a list (several topics on one stream, an ssekd
+or `["${base64(key)}","${etag}"]`. `event.caught-up` (an ssekd addition) asks for one
+`caught-up` event at the end of the catch-up (`ssekd.bindings.sse_kafka.proxy.CAUGHT_UP_EVENT`).
+`topic` may be a list (several topics on one stream, an ssekd
 addition: `ssekd.bindings.sse_kafka.topics`), with `event.topic` saying how events name theirs.
 Query parameter `since` (epoch ms or ISO-8601) starts a stream at a time when it has no last
 event id. Option `internal-topics` adds names a topic
@@ -183,7 +185,7 @@ BINDING = BindingType("sse-kafka", {
                                                "already (gzip'd or binary values), which gzip "
                                                "would not make smaller."},
                    "event": {"type": "object", "additionalProperties": False,
-                             "required": ["id"], "description": "Event fields.",
+                             "description": "Event fields.",
                              "properties": {"id": {"enum": [ETAG_ID, KEY_ETAG_ID, KEY_TEXT_ID],
                                                    "default": ETAG_ID,
                                                    "description": "Form of the `id:` field: the "
@@ -205,7 +207,22 @@ BINDING = BindingType("sse-kafka", {
                                                                      "tombstone); `field`, a "
                                                                      "`topic:` field is added "
                                                                      "and the type kept. Only "
-                                                                     "with a `topic` list."}}},
+                                                                     "with a `topic` list."},
+                                            "caught-up": {
+                                                "type": "boolean", "default": False,
+                                                "x-ssekd-addition": True,
+                                                "description": "Send one `caught-up` event "
+                                                               "(no id, empty data) once the "
+                                                               "stream has sent every record "
+                                                               "the cache held (for a resume: "
+                                                               "from its last event id on) and "
+                                                               "the cache has read every "
+                                                               "partition to its end, of every "
+                                                               "topic of the stream: what a "
+                                                               "client needs to know its view "
+                                                               "of a keyed topic is whole "
+                                                               "(docs/protocol.md). Never sent "
+                                                               "unless set."}}},
                }},
     ),
 })

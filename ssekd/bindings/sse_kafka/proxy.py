@@ -33,7 +33,7 @@ from ssekd.bindings.kafka.topic_names import InternalTopics
 from ssekd.bindings.kafka.topic_names import refusal as topic_refusal
 from ssekd.bindings.kafka.value_path import ValuePath, canonical
 from ssekd.bindings.sse.roles import StreamRequest, TryLater, refuse_unauthorized
-from ssekd.bindings.sse.wire import comment
+from ssekd.bindings.sse.wire import comment, event_bytes
 from ssekd.bindings.sse_kafka.encoder import Filter, KafkaEventEncoder
 from ssekd.bindings.sse_kafka.topics import TOPIC_AS_EVENT, TopicsSubscription
 from ssekd.event_ids import (
@@ -54,6 +54,13 @@ from ssekd.telemetry.metrics import Counter, Gauge, Metrics
 #: id, which the client wrote.
 UNREADABLE_ID_NOTICE = comment("last event id not understood: this stream starts at the "
                                "oldest event ssekd holds, as a new one would")
+
+#: The catch-up signal (`with.event.caught-up`, an ssekd addition; docs/protocol.md): an event,
+#: not a comment, so that EventSource and the client library can listen for it; no id, so the
+#: last event id stays the last record's; an empty `data:` line, since EventSource drops an
+#: event that has no data line.
+CAUGHT_UP_TYPE = "caught-up"
+CAUGHT_UP_EVENT = event_bytes(None, CAUGHT_UP_TYPE, b"")
 
 #: The topic of a route without `with`: what its path captured as `{topic}`.
 DEFAULT_TOPIC = "${params.topic}"
@@ -130,6 +137,27 @@ class SseKafkaRoute:
             if params is not None:
                 return {k: unquote(v) for k, v in params.items()}
         return None
+
+
+def _wants_caught_up(w: Mapping[str, Any]) -> bool:
+    return bool((w.get("event") or {}).get("caught-up", False))
+
+
+def signal_caught_up(subscriptions: Mapping[str, Subscription], sink: EventSink) -> None:
+    """Write `CAUGHT_UP_EVENT` to `sink` once every one of a stream's subscriptions (one per
+    topic) has caught up (`Subscription.when_caught_up`): after every record the cache held of
+    every topic, live records of a topic that caught up first being already on their way."""
+    waiting = set(subscriptions)
+
+    def one(topic: str) -> Callable[[], None]:
+        def then() -> None:
+            waiting.discard(topic)
+            if not waiting:
+                sink.write(CAUGHT_UP_EVENT)
+        return then
+
+    for topic, subscription in subscriptions.items():
+        subscription.when_caught_up(one(topic))
 
 
 def parse_since(text: str) -> int:
@@ -269,8 +297,10 @@ class SseKafkaProxy:
             start = self._start(request, cache, topic)
             if isinstance(start, int):
                 return start
-            return RouteSubscription(self._subscribe(cache, topic, filters, id_format, sink,
-                                                     start),
+            subscription = self._subscribe(cache, topic, filters, id_format, sink, start)
+            if _wants_caught_up(w):
+                signal_caught_up({topic: subscription}, sink)
+            return RouteSubscription(subscription,
                                      self._subscribers[id(route)], route.label(),
                                      self._delivered[id(route)], bool(w.get("compress", True)),
                                      UNREADABLE_ID_NOTICE if start.undecodable_id else b"")
@@ -320,12 +350,17 @@ class SseKafkaProxy:
             starts = self._topic_starts(request, cache, topics)
             if isinstance(starts, int):
                 return starts
+            subscriptions: dict[str, Subscription] = {}
             for topic in stream.topics:
-                stream.add(topic, self._subscribe(cache, topic, filters, ETAG_FORMAT,
-                                                  stream.sinks[topic], starts[topic]))
+                subscriptions[topic] = self._subscribe(cache, topic, filters, ETAG_FORMAT,
+                                                       stream.sinks[topic], starts[topic])
+                stream.add(topic, subscriptions[topic])
         except (TopicLimitReached, SchemaUnavailable) as e:
             stream.close()
             return self._try_later(request, e)
+        if _wants_caught_up(w):
+            # past the topics' sinks, which would make the event a topic's
+            signal_caught_up(subscriptions, sink)
         unreadable = any(start.undecodable_id for start in starts.values())
         return RouteSubscription(stream, self._subscribers[id(route)], route.label(),
                                  self._delivered[id(route)], bool(w.get("compress", True)),

@@ -1,0 +1,170 @@
+"""ssekd-client's `collection` (www/ssekd-client/collection.js) in headless Chromium against a real
+daemon and broker, as a property test: for random puts and deletes (Hypothesis) on a compacted,
+keyed topic of two partitions, the page's map equals a compacted consumer's view of the topic
+(the latest value of each key, deleted keys absent; read by a Kafka consumer from the start)
+at the moment the catch-up signal arrives, and again after more changes made live; and what
+`onChange` reported, replayed, gives the same map. The signal coming after every record the
+topic held is what makes the first comparison exact: the map is taken inside the signal's
+handler, before anything else is read.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.support.broker import Kafka
+from tests.support.browser import Browser
+from tests.support.streamd import Streamd
+from tests.support.wait import wait_until
+
+pytestmark = [pytest.mark.browser, pytest.mark.daemon, pytest.mark.broker]
+
+PARTITIONS = 2
+#: Few keys, so that puts replace and deletes hit; text beyond ASCII and a `/`.
+KEYS = ["a", "b", "c", "k/1", "ключ", "é 2"]
+#: A value: JSON (an object or a number), or text that is not JSON; None is a tombstone.
+VALUES = st.one_of(
+    st.none(),
+    st.builds(lambda n, s: json.dumps({"n": n, "s": s}), st.integers(-99, 99),
+              st.text("xyzé\"\\", max_size=4)),
+    st.integers(0, 10**6).map(str),
+    st.text("abcdefg ", min_size=1, max_size=6).map(lambda t: "t:" + t),
+)
+OPS = st.lists(st.tuples(st.sampled_from(KEYS), VALUES), max_size=25)
+
+# The page: a collection of the route with key-form ids and the catch-up signal, the map taken
+# in the signal's handler, and every change reported, in order.
+OPEN = """(() => {
+    window.snap = null; window.changes = []; window.signals = 0;
+    window.c = client.collection(%(url)s);
+    c.onCaughtUp(() => { window.signals++; if (window.snap === null) window.snap = [...c.map]; });
+    c.onChange((k, v) => window.changes.push([k, v === undefined ? null : v]));
+    return true;
+})()"""
+
+
+def _partition(key: str) -> int:
+    return zlib.crc32(key.encode()) % PARTITIONS
+
+
+def _parsed(value: str) -> Any:
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value
+
+
+def _produce(kafka: Kafka, topic: str, ops: list[tuple[str, str | None]]) -> None:
+    # one key, one partition: its order is Kafka's
+    for key, value in ops:
+        kafka.produce(topic, None if value is None else value.encode(), key=key.encode(),
+                      partition=_partition(key))
+    kafka.flush()
+
+
+def _compacted_view(bootstrap: str, topic: str) -> dict[str, Any]:
+    """What a compacted consumer holds: every record read from the start, the latest value of
+    each key kept, a tombstone's key dropped."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"view-{topic}",
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    try:
+        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                for p in range(PARTITIONS)}
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+        view: dict[str, Any] = {}
+        read = {p: 0 for p in range(PARTITIONS)}
+        while any(read[p] < ends[p] for p in read):
+            m = consumer.poll(5)
+            assert m is not None, f"the consumer stopped at {read} of {ends}"
+            if m.error():
+                continue
+            key = (m.key() or b"").decode()
+            value = m.value()
+            if value is None:
+                view.pop(key, None)
+            else:
+                view[key] = _parsed(value.decode())
+            read[m.partition()] = (m.offset() or 0) + 1
+        return view
+    finally:
+        consumer.close()
+
+
+def _model(ops: list[tuple[str, str | None]]) -> dict[str, Any]:
+    view: dict[str, Any] = {}
+    for key, value in ops:
+        if value is None:
+            view.pop(key, None)
+        else:
+            view[key] = _parsed(value)
+    return view
+
+
+@pytest.fixture(scope="module")
+def browser(streamd: Streamd) -> Iterator[Browser]:
+    b = Browser(streamd.url("/www/style.css"))
+    try:
+        wait_until(lambda: b.evaluate("document.readyState") == "complete", 20, interval=0.1)
+        b.evaluate("import('/www/ssekd-client/index.js').then(m => { window.client = m; }, "
+                   "e => { window.loadError = String(e); })")
+        wait_until(lambda: b.evaluate("Boolean(window.client || window.loadError)"), 20,
+                   interval=0.05)
+        assert b.evaluate("window.loadError || null") is None
+        yield b
+    finally:
+        b.close()
+
+
+def _map(browser: Browser, expr: str) -> dict[str, Any] | None:
+    pairs = browser.evaluate(f"JSON.stringify({expr})")
+    return None if pairs in (None, "null") else dict(json.loads(pairs))
+
+
+@pytest.mark.timeout(120)
+@settings(max_examples=8, deadline=None, derandomize=False,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(history=OPS, live=OPS)
+def test_the_collection_is_the_compacted_view_when_caught_up_and_after_live_changes(
+        streamd: Streamd, kafka: Kafka, browser: Browser,
+        history: list[tuple[str, str | None]], live: list[tuple[str, str | None]]) -> None:
+    topic = kafka.topic(PARTITIONS, compact=True)
+    _produce(kafka, topic, history)
+    browser.evaluate("window.c && window.c.close()")
+    browser.evaluate(OPEN % {"url": json.dumps(f"/caughtup/{topic}")})
+    wait_until(lambda: browser.evaluate("window.signals") >= 1, 20, interval=0.05,
+               what=lambda: f"no catch-up signal; map {_map(browser, '[...c.map]')}")
+    at_signal = _map(browser, "window.snap")
+    view = _compacted_view(kafka.bootstrap, topic)
+    assert view == _model(history)
+    assert at_signal == view, "the map when the signal came is the whole compacted view"
+
+    # more changes, live, and a marker per partition last: once the page has both, it has read
+    # everything before them (a partition is delivered in order)
+    ends = [(f"end{p}", p) for p in range(PARTITIONS)]
+    _produce(kafka, topic, live)
+    for key, p in ends:
+        kafka.produce(topic, b'"end"', key=key.encode(), partition=p)
+    kafka.flush()
+    wait_until(lambda: all(k in (_map(browser, "[...c.map]") or {}) for k, _ in ends), 20,
+               interval=0.05, what=lambda: f"markers not read; map {_map(browser, '[...c.map]')}")
+    final = _map(browser, "[...c.map]")
+    view = _compacted_view(kafka.bootstrap, topic)
+    assert view == {**_model(history + live), **{k: "end" for k, _ in ends}}
+    assert final == view
+    replayed: dict[str, Any] = {}
+    for key, value in browser.evaluate("window.changes"):
+        if value is None:
+            replayed.pop(key, None)
+        else:
+            replayed[key] = value
+    assert replayed == final, "onChange told every change, in order"
+    assert browser.evaluate("window.signals") == 1, "one signal per connection"
+    assert browser.evaluate("c.isCaughtUp") is True
