@@ -33,8 +33,8 @@ function serialize(event) {
   return text + "\n";
 }
 
-function plain(event) {
-  const copy = { type: event.type, data: event.data, id: event.id };
+function plain(event, own) {
+  const copy = { type: event.type, data: event.data, id: event.id, own };
   if (event.topic) copy.topic = event.topic;
   return copy;
 }
@@ -54,8 +54,8 @@ export function sharedStream(url, options = {}) {
   const limit = options.replay == null ? 1000 : options.replay;
   const channel = new BroadcastChannel(name);
   const encoder = new TextEncoder();
-  const log = []; // the last `limit` events with an id, oldest first
-  const seen = new Set(); // their ids
+  const log = []; // the last `limit` events, oldest first
+  const seen = new Set(); // the ids of those that had an id of their own
   const stateHandlers = new Set();
   const queued = []; // SSE text waiting for the view's body
   let sink = null; // the view's body, while it reads
@@ -78,14 +78,18 @@ export function sharedStream(url, options = {}) {
     }
   }
 
-  /** Hand an event to this tab's view, once per id. */
+  /** Hand an event to this tab's view, once per id. An event without an `id:` line of its own
+   * (the catch-up signal, a challenge) carries the id before it and is never dropped. */
   function feed(event) {
-    if (event.id != null) {
+    if (event.own && event.id != null) {
       if (seen.has(event.id)) return;
       seen.add(event.id);
-      log.push(event);
-      if (log.length > limit) seen.delete(log.shift().id);
       last = event.id;
+    }
+    log.push(event);
+    if (log.length > limit) {
+      const old = log.shift();
+      if (old.own && old.id != null) seen.delete(old.id);
     }
     const bytes = encoder.encode(serialize(event));
     if (sink) sink.enqueue(bytes);
@@ -93,7 +97,7 @@ export function sharedStream(url, options = {}) {
   }
 
   function after(id) {
-    const at = id == null ? -1 : log.findIndex((e) => e.id === id);
+    const at = id == null ? -1 : log.findIndex((e) => e.own && e.id === id);
     return log.slice(at + 1);
   }
 
@@ -142,8 +146,11 @@ export function sharedStream(url, options = {}) {
     post({ kind: "leader" });
     const start = position();
     real = openStream(url, { ...options, storage: null, lastEventId: start == null ? undefined : start });
+    let previous = start == null ? null : start;
     real.on("*", (event) => {
-      const copy = plain(event);
+      // a record moves the id on; an event that repeats the id before it had no `id:` line
+      const copy = plain(event, event.id !== previous);
+      previous = event.id;
       post({ kind: "event", event: copy });
       feed(copy);
     });

@@ -2,7 +2,8 @@
 // lock per name), a server (records 0.., each with its index as id; a connection with
 // ?lastEventId=n gets the records after n, or from n - OVERLAP to act as a server that resumes
 // a little early), and "tabs" as several sharedStreams in one process (node's BroadcastChannel
-// delivers between instances of one thread). Prints what each tab got, as JSON.
+// delivers between instances of one thread). Each connection sends the catch-up signal after the
+// history, with no id: line. Prints what each tab got, as JSON.
 //   node tabs_handover.mjs <tabs.js> <overlap>
 const [tabsPath, overlapArg] = process.argv.slice(2);
 const OVERLAP = Number(overlapArg || 0);
@@ -47,6 +48,7 @@ function transport(url, init) {
       conn = { c };
       conns.add(conn);
       for (let i = Math.max(0, from + 1 - OVERLAP); i < records.length; i++) c.enqueue(frame(i));
+      c.enqueue(enc.encode("event:caught-up\ndata:\n\n")); // no id: line, as ssekd sends it
     },
     cancel() { conns.delete(conn); },
   });
@@ -70,14 +72,16 @@ const tabs = [];
 for (let t = 0; t < 5; t++) { // each joins after the one before leads or follows
   const stream = sharedStream("/events/t", { storage: null, transport, retry: { min: 20, max: 50 } });
   const got = [];
+  const caughtUp = [];
   stream.on("message", (e) => got.push(e.data));
-  tabs.push({ stream, got });
+  stream.on("caught-up", (e) => caughtUp.push(e.id));
+  tabs.push({ stream, got, caughtUp });
   await sleep(20);
 }
 produce(10);
 await sleep(100);
 const before = { connections: conns.size, leading: tabs.map((t) => t.stream.leading),
-  got: tabs.map((t) => t.got.slice()) };
+  got: tabs.map((t) => t.got.slice()), caughtUp: tabs.map((t) => t.caughtUp.slice()) };
 const leader = tabs.find((t) => t.stream.leading);
 const during = (async () => { for (let k = 0; k < 20; k++) { produce(1); await sleep(3); } })();
 await sleep(20);
@@ -87,7 +91,7 @@ produce(5);
 await sleep(200);
 const survivors = tabs.filter((t) => t !== leader);
 const after = { connections: conns.size, leading: survivors.map((t) => t.stream.leading),
-  got: survivors.map((t) => t.got), states: survivors.map((t) => t.stream.state) };
+  got: survivors.map((t) => t.got), caughtUp: survivors.map((t) => t.caughtUp), states: survivors.map((t) => t.stream.state) };
 for (const t of survivors) t.stream.close();
 await sleep(20);
 console.log(JSON.stringify({ records, froms, before, after, left: conns.size }));

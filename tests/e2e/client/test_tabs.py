@@ -4,7 +4,8 @@ of them join while records arrive and each tab has every record once, in order (
 history and the live records overlap: repeats are dropped by id); the leader tab is closed
 while records keep arriving, a survivor takes the stream over from the last id it saw (the
 daemon counts one resume, not a start from the beginning), and every survivor has every record
-once, in order. Without Web Locks, each tab is a plain stream of its own."""
+once, in order. A collection on a shared stream with the catch-up signal (an event with no id
+of its own) is whole in each tab. Without Web Locks, each tab is a plain stream of its own."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import shutil
 import threading
 import time
 import urllib.request
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -34,10 +36,16 @@ PAGE = """<!doctype html>
 const q = new URLSearchParams(location.search);
 if (q.has("plain")) Object.defineProperty(navigator, "locks", { value: undefined });
 const { sharedStream } = await import("./ssekd-client/tabs.js");
+const { collection } = await import("./ssekd-client/collection.js");
 const stream = sharedStream(q.get("stream"), { retry: { min: 100, max: 1000 } });
 window.tab = { got: [], states: [], stream };
 stream.on("message", (e) => tab.got.push(e.data));
 stream.onState((s) => tab.states.push(s));
+if (q.has("collection")) {
+  tab.map = collection(stream).map;
+  tab.signals = [];
+  stream.on("caught-up", (e) => tab.signals.push(e.id));
+}
 </script>
 """
 
@@ -67,6 +75,13 @@ def _all_have(browser: Browser, tabs: list[str], want: list[str], timeout: float
 
     wait_until(done, timeout, interval=0.2,
                what=lambda: f"tabs have {[len(_got(browser, t)) for t in tabs]} of {len(want)}")
+
+
+def _describe(browser: Browser, tab: str) -> str:
+    """A collection tab's state, for a failure to explain itself."""
+    return str(browser.evaluate(
+        "JSON.stringify(window.tab && {records: tab.got.length, signals: tab.signals,"
+        " states: tab.states, leading: tab.stream.leading, keys: tab.map && tab.map.size})", tab))
 
 
 class Producer:
@@ -128,9 +143,14 @@ def test_five_tabs_one_stream_and_the_handover(kafka: Kafka, kafka_broker: Broke
         during.start()
         time.sleep(0.5)
         browser.close_tab(leaders[0])
+        closed_at = time.monotonic()
+        survivors = [t for t in tabs if t != leaders[0]]
+        wait_until(lambda: any(browser.evaluate("tab.stream.leading && tab.stream.state", t)
+                               == "open" for t in survivors), 10, interval=0.02)
+        print(f"handover: a survivor's stream open {time.monotonic() - closed_at:.3f} s after"
+              " the leader's tab closed")
         during.join()
         produce(5)
-        survivors = [t for t in tabs if t != leaders[0]]
         _all_have(browser, survivors, produce.produced)
         for t in survivors:  # every record once, in order
             assert _got(browser, t) == produce.produced
@@ -165,6 +185,48 @@ def test_without_web_locks_each_tab_is_a_plain_stream(kafka: Kafka, kafka_broker
         _all_have(browser, tabs, produce.produced)
         wait_until(lambda: _metric(metrics, "stream_active_received") == 2, 10)
         assert all(browser.evaluate("tab.stream.leading", t) is None for t in tabs)
+    finally:
+        browser.close()
+        daemon.stop()
+
+
+@pytest.mark.timeout(120)
+def test_a_collection_on_a_shared_stream_in_three_tabs(kafka: Kafka, kafka_broker: Broker,
+                                                      tmp_path: Path) -> None:
+    """`collection(sharedStream(...))` on a route with key-form ids and the catch-up signal: the
+    signal has no id of its own (it repeats the last record's), and each tab, the ones that
+    join a led stream too, hears it and holds the latest value of each key, deletes applied,
+    on one stream at the daemon."""
+    topic = kafka.topic(1, compact=True)
+    latest: dict[str, str] = {}
+    for i in range(30):
+        key = f"k{i % 6}"
+        value = None if i % 7 == 3 else json.dumps({"n": i})
+        kafka.produce(topic, None if value is None else value.encode(), key=key.encode())
+        if value is None:
+            latest.pop(key, None)
+        else:
+            latest[key] = value
+    kafka.flush()
+    port, metrics = free_port(), free_port()
+    config = write_config(tmp_path, kafka_broker.bootstrap, port, prometheus_port=metrics,
+                          www=_www(tmp_path))
+    daemon = start_daemon(config, wait_ports=[port, metrics])
+    page = f"http://127.0.0.1:{port}/www/tabs.html?collection&stream=/caughtup/{topic}"
+    browser = Browser(page)
+    try:
+        tabs = [browser.first_tab()]
+        wait_until(lambda: browser.evaluate("window.tab && tab.signals.length", tabs[0]), 20,
+                   what=lambda: _describe(browser, tabs[0]))
+        tabs += [browser.open_tab(page) for _ in range(2)]
+        want = {k: json.loads(v) for k, v in latest.items()}
+        for t in tabs:
+            signalled = partial(browser.evaluate, "window.tab && tab.signals.length", t)
+            wait_until(signalled, 20, what=partial(_describe, browser, t))
+            assert browser.evaluate("tab.signals.length", t) == 1
+            assert dict(browser.evaluate("[...tab.map]", t)) == want
+        wait_until(lambda: _metric(metrics, "stream_active_received") == 1, 10,
+                   what=lambda: f"gauge {_metric(metrics, 'stream_active_received')}")
     finally:
         browser.close()
         daemon.stop()
