@@ -5,7 +5,8 @@ keyed topic of two partitions, the page's map equals a compacted consumer's view
 at the moment the catch-up signal arrives, and again after more changes made live; and what
 `onChange` reported, replayed, gives the same map. The signal coming after every record the
 topic held is what makes the first comparison exact: the map is taken inside the signal's
-handler, before anything else is read.
+handler, before anything else is read. Then a cut connection: the stream resumes from its id,
+the changes made meanwhile arrive once, and the signal comes again.
 """
 
 from __future__ import annotations
@@ -178,3 +179,57 @@ def test_the_collection_is_the_compacted_view_when_caught_up_and_after_live_chan
     assert replayed == final, "onChange told every change, in order"
     assert browser.evaluate("window.signals") == 1, "one signal per connection"
     assert browser.evaluate("c.isCaughtUp") is True
+
+
+# A collection over a stream whose connection the test can cut (`window.cut()`), as a network
+# drop would: the stream reconnects with its last id (in memory: storage null).
+OPEN_CUTTABLE = """(() => {
+    window.snaps = []; window.changes = []; window.urls = []; window.flags = [];
+    return import('/www/ssekd-client/stream.js').then(m => {
+        const s = m.openStream(%(url)s, {storage: null, retry: {min: 50, max: 200},
+            transport: (u, init) => {
+                const ac = new AbortController();
+                init.signal.addEventListener('abort', () => ac.abort());
+                window.cut = () => ac.abort();
+                window.urls.push(new URL(u, location.href).searchParams.get('lastEventId'));
+                return fetch(u, {...init, signal: ac.signal});
+            }});
+        window.c = client.collection(s);
+        c.onCaughtUp(() => window.snaps.push([...c.map]));
+        c.onChange((k, v) => window.changes.push([k, v === undefined ? null : v]));
+        s.onState(st => window.flags.push([st, c.isCaughtUp]));
+        return true;
+    });
+})()"""
+
+
+@pytest.mark.timeout(60)
+def test_a_dropped_connection_resumes_and_signals_again(streamd: Streamd, kafka: Kafka,
+                                                        browser: Browser) -> None:
+    """After a cut the stream resumes from its id (not from the start): the changes made while
+    it was away arrive once, nothing before the cut comes again, `isCaughtUp` is false until the
+    second signal, and the map ends as the compacted view."""
+    topic = kafka.topic(PARTITIONS, compact=True)
+    _produce(kafka, topic, [(f"k{i}", str(i)) for i in range(10)])
+    browser.evaluate("window.c && window.c.close()")
+    browser.evaluate(OPEN_CUTTABLE % {"url": json.dumps(f"/caughtup/{topic}")})
+    wait_until(lambda: browser.evaluate("window.snaps.length") == 1, 20, interval=0.05)
+    assert dict(browser.evaluate("window.snaps[0]")) == {f"k{i}": i for i in range(10)}
+    assert browser.evaluate("c.isCaughtUp") is True
+    browser.evaluate("window.cut()")
+    wait_until(lambda: browser.evaluate("c.isCaughtUp") is False or
+               browser.evaluate("window.snaps.length") == 2, 10, interval=0.01)
+    _produce(kafka, topic, [("k0", None), ("k1", None), ("k10", "10"), ("k11", "11"),
+                            ("k12", "12")])
+    view, marks = _compacted_view(kafka, topic)
+    wait_until(lambda: all(k in (_map(browser, "[...c.map]") or {}) for k in marks), 20,
+               interval=0.05, what=lambda: f"markers not read; {browser.evaluate('window.urls')}")
+    assert _unmarked(_map(browser, "[...c.map]") or {}) == view
+    urls = browser.evaluate("window.urls")
+    assert len(urls) == 2 and urls[0] is None and urls[1], "the second connection resumed"
+    snaps = browser.evaluate("window.snaps")
+    assert len(snaps) == 2, "a signal per connection"
+    flags = browser.evaluate("window.flags")
+    assert ["waiting", False] in flags, "not caught up while away"
+    changes = [k for k, _ in browser.evaluate("window.changes") if not k.startswith(MARK)]
+    assert len(changes) == 15, f"each change once, nothing again after the resume: {changes}"
