@@ -44,6 +44,7 @@ class Browser:
         self._buf = b""
         self._id = 0
         self.session: str | None = None
+        self._sessions: dict[str, str] = {}
 
     def send(self, method: str, params: dict[str, Any] | None = None,
              session: str | None = None, timeout: float = 10.0) -> dict[str, Any]:
@@ -64,15 +65,38 @@ class Browser:
             self._buf += os.read(self._from_chrome, 1 << 16)
         raise AssertionError(f"no CDP reply to {method}")
 
-    def evaluate(self, expression: str) -> Any:
-        if self.session is None:
-            targets = self.send("Target.getTargets")["targetInfos"]
-            page = next(t for t in targets if t["type"] == "page")
-            self.session = self.send("Target.attachToTarget",
-                                     {"targetId": page["targetId"], "flatten": True})["sessionId"]
+    def evaluate(self, expression: str, tab: str | None = None) -> Any:
+        """`expression`'s value in the first page, or in the page `tab` (from `open_tab`)."""
+        if tab is None:
+            if self.session is None:
+                self.session = self._attach(self.first_tab())
+            session = self.session
+        else:
+            session = self._sessions.get(tab) or self._attach(tab)
+            self._sessions[tab] = session
         result = self.send("Runtime.evaluate", {"expression": expression,
-                                                "returnByValue": True}, self.session)
+                                                "returnByValue": True}, session)
         return result.get("result", {}).get("value")
+
+    def _attach(self, tab: str) -> str:
+        return str(self.send("Target.attachToTarget",
+                             {"targetId": tab, "flatten": True})["sessionId"])
+
+    def first_tab(self) -> str:
+        """The target id of the page Chromium opened with the browser."""
+        targets = self.send("Target.getTargets")["targetInfos"]
+        return str(next(t for t in targets if t["type"] == "page")["targetId"])
+
+    def open_tab(self, url: str) -> str:
+        """Another page (a tab of the same browser: same profile, so the same origin's Web
+        Locks and BroadcastChannel); returns its target id for `evaluate` and `close_tab`."""
+        return str(self.send("Target.createTarget", {"url": url})["targetId"])
+
+    def close_tab(self, tab: str) -> None:
+        """Close the page `tab` as a user closing it would (its unload runs, its locks go).
+        Once the first page is closed this way, evaluate it only with `tab=`."""
+        self.send("Target.closeTarget", {"targetId": tab})
+        self._sessions.pop(tab, None)
 
     def close(self) -> None:
         self.proc.terminate()

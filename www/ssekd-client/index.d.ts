@@ -106,26 +106,112 @@ export function collection<V = unknown>(source: Stream | string,
 
 // ---- writes.js ------------------------------------------------------------------------------
 
+export interface WriterOptions {
+  /** Gives a token, sent as `Authorization: Bearer` on every attempt (again once after a 401). */
+  token?: () => Promise<string>;
+  /** Backoff in ms between attempts (jittered exponential, min..max) and how many attempts. */
+  retry?: { min?: number; max?: number; attempts?: number };
+  /** Seconds each GET of an async location asks the server to hold it (`Prefer: wait`); 20. */
+  wait?: number;
+  /** Send every write with `Prefer: respond-async`. */
+  async?: boolean;
+  /** Used instead of fetch(). */
+  fetch?: (url: string, init: RequestInit) => Promise<Response>;
+}
+
 export interface WriteOptions {
-  ifMatch?: string;
+  /** The version the write is conditional on: an ETag or a key-form event id. Default: the
+   * ETag last read at the path (get() or seen()); null or "" sends no If-Match. */
+  ifMatch?: string | null;
+  /** The Idempotency-Key (default: a new crypto.randomUUID() per write). Pass the key of a
+   * write that failed to send it again as the same write. */
   key?: string;
+  /** Same as `key`. */
+  idempotencyKey?: string;
+  /** `Prefer: respond-async`: a 202 is followed to its Location until the final answer. */
+  async?: boolean;
+  /** Where a Conflict reads the current value (default: the written path); false: not read. */
+  current?: string | false;
+  headers?: HeadersInit;
+  signal?: AbortSignal;
+}
+
+export interface ReadOptions {
+  ifNoneMatch?: string;
+  /** Seconds the server may hold the request (`Prefer: wait`) for a change or the item. */
+  wait?: number;
+  headers?: HeadersInit;
+  signal?: AbortSignal;
+}
+
+export interface Answer<V = unknown> {
+  status: number;
+  ok: boolean;
+  headers: Headers;
+  etag: string | null;
+  location: string | null;
+  text: string;
+  /** The body parsed as JSON for a JSON content type; the text otherwise. */
+  value: V | string;
+  /** How many times the request was sent. */
+  attempts: number;
+  /** The write's Idempotency-Key (null for a read). */
+  idempotencyKey: string | null;
+  /** For an async write answered 202: true, the location followed and how many GETs. */
+  accepted?: boolean;
+  polls?: number;
 }
 
 export interface Writer {
-  put(path: string, body?: unknown, options?: WriteOptions): Promise<Response>;
-  post(path: string, body?: unknown, options?: WriteOptions): Promise<Response>;
-  delete(path: string, body?: unknown, options?: WriteOptions): Promise<Response>;
+  get<V = unknown>(path: string, options?: ReadOptions): Promise<Answer<V>>;
+  put<V = unknown>(path: string, body?: unknown, options?: WriteOptions): Promise<Answer<V>>;
+  post<V = unknown>(path: string, body?: unknown, options?: WriteOptions): Promise<Answer<V>>;
+  patch<V = unknown>(path: string, body?: unknown, options?: WriteOptions): Promise<Answer<V>>;
+  delete<V = unknown>(path: string, body?: unknown, options?: WriteOptions): Promise<Answer<V>>;
+  /** Remember the version of `path` last seen: an ETag, or a key-form event id; null forgets. */
+  seen(path: string, etagOrId: string | null): void;
+  /** The ETag remembered for `path`, or null. */
+  etag(path: string): string | null;
 }
 
-/** A 412: somebody else wrote first; `current` is the value that is there now. */
-export class Conflict extends Error {
+/** A non-2xx answer after the retries. A network error is rethrown as fetch threw it, with
+ * `idempotencyKey` set so that the write can be sent again as the same write. */
+export class HttpError extends Error {
+  readonly status: number;
+  readonly answer: Answer;
+}
+
+/** A 412: somebody else wrote first. `current` is the value there now (null: gone; undefined:
+ * could not be read), `etag` its ETag (also remembered for the path). */
+export class Conflict<V = unknown> extends HttpError {
   readonly status: 412;
-  readonly current: unknown;
+  readonly current: V | null | undefined;
+  readonly etag: string | null;
 }
 
-export function writer(base: string, options?: Record<string, unknown>): Writer;
+/** The If-Match etag in a key-form event id (`["<base64url key>","<progress>/<etag>"]`). */
+export function etagOfId(id: string): string | null;
+
+export function writer(base: string, options?: WriterOptions): Writer;
 
 // ---- tabs.js --------------------------------------------------------------------------------
 
-/** Same as openStream, but the tabs of one origin reading the same url share one connection. */
-export function sharedStream(url: string, options?: StreamOptions): Stream;
+export interface SharedStreamOptions extends StreamOptions {
+  /** How many recent events each tab keeps, to answer a tab that joins and to drop repeats
+   * across a handover (default 1000). */
+  replay?: number;
+}
+
+export interface SharedStream extends Stream {
+  /** Whether this tab holds the connection (undefined without Web Locks or BroadcastChannel,
+   * where every tab has its own stream). */
+  readonly leading?: boolean;
+}
+
+/**
+ * Same as openStream, but the tabs of one origin reading the same url share one connection: the
+ * tab holding the Web Lock "ssekd:stream:<url>" reads it and re-broadcasts each event on
+ * BroadcastChannel "ssekd:stream:<url>"; when that tab goes, the next one takes over from the
+ * last id it saw. The token (if any) is used by the leading tab only.
+ */
+export function sharedStream(url: string, options?: SharedStreamOptions): SharedStream;

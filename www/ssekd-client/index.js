@@ -2,5 +2,5 @@
 // (ssekd-client/stream.js, ...), so a page that needs one part loads only that.
 export { openStream } from "./stream.js";
 export { collection } from "./collection.js";
-export { writer, Conflict } from "./writes.js";
+export { writer, Conflict, HttpError, etagOfId } from "./writes.js";
 export { sharedStream } from "./tabs.js";

@@ -3,6 +3,7 @@
 // carries the etag it started from as If-Match. The page never changes a task itself: what
 // it shows is what the snapshots topic says, so two pages always agree.
 import { openStream } from "./ssekd-client/stream.js";
+import { writer } from "./ssekd-client/writes.js";
 
 const tasks = new Map();  // task id -> {task, etag}
 const todo = window.todo = {
@@ -53,14 +54,6 @@ stream.on("delete", (e) => {
   render();
 });
 
-function uuid() {
-  if (window.crypto && crypto.randomUUID) return crypto.randomUUID();
-  return "xxxxxxxx-xxxx-4xxx-yxxx-xxxxxxxxxxxx".replace(/[xy]/g, (c) => {
-    const r = (Math.random() * 16) | 0;
-    return (c === "x" ? r : (r & 3) | 8).toString(16);
-  });
-}
-
 const WHY = {
   400: "the request was refused",
   404: "that task is gone",
@@ -70,25 +63,24 @@ const WHY = {
   504: "written, but the service has not answered yet",
 };
 
-// One write: the same idempotency key on every attempt, so a retry after a 503 is never
-// written twice.
+// Writes: ssekd-client's writer sends each one with an idempotency key it keeps across its
+// retries (a 503, a 504, a cut connection), so a retry is never written twice.
+const tasksApi = writer("/");
+
 async function send(method, path, body, etag) {
-  const headers = {"Idempotency-Key": uuid()};
-  if (body !== undefined) headers["Content-Type"] = "application/json";
-  if (etag) headers["If-Match"] = etag;
   const answer = {method, path, status: null, sentAt: Date.now(), at: null};
   todo.answers.push(answer);
-  let response;
-  for (let attempt = 0; attempt < 5; attempt++) {
-    response = await fetch(path, {method, headers, body: body === undefined ? undefined : JSON.stringify(body)});
-    if (response.status !== 503) break;
-    const wait = Number(response.headers.get("Retry-After") || "1");
-    await new Promise((resolve) => setTimeout(resolve, wait * 1000));
+  let status;
+  try {
+    // the page shows what the stream says: a conflict needs no read of the current value
+    const reply = await tasksApi[method.toLowerCase()](path, body, {ifMatch: etag || null, current: false});
+    status = reply.status;
+    setStatus(`${method} ${status}`, false);
+  } catch (e) {
+    status = e.status || 0;
+    setStatus(`${status || "no answer"}: ${WHY[status] || (e.answer ? e.answer.text : "the request failed")}`, true);
   }
-  const status = response.status;
   Object.assign(answer, {status, at: Date.now()});
-  if (status >= 400) setStatus(`${status}: ${WHY[status] || (await response.text())}`, true);
-  else setStatus(`${method} ${status}`, false);
   return status;
 }
 

@@ -44,7 +44,7 @@ def _wait(browser: Browser, expr: str, want: Any, timeout: float = 20.0) -> None
 
 def _load_client(browser: Browser) -> None:
     """Import stream.js into the page (a page of the daemon's origin) as `window.client`."""
-    _wait(browser, "document.readyState", "complete")
+    _wait(browser, "location.pathname + ' ' + document.readyState", "/www/style.css complete")
     browser.evaluate(f"import('{CLIENT}').then(m => {{ window.client = m; }}, "
                      "e => { window.loadError = String(e); })")
     _wait(browser, "Boolean(window.client || window.loadError)", True)
@@ -139,7 +139,7 @@ def test_a_reload_resumes_with_nothing_lost_or_twice(kafka: Kafka, streamd: tupl
         produce.start()
         time.sleep(0.5)
         browser.evaluate("window.before = true; location.reload()")
-        _wait(browser, "window.before === undefined && document.readyState", "complete")
+        _wait(browser, "window.before === undefined", True)
         _load_client(browser)
         _open(browser, f"/events/{topic}")
         time.sleep(0.5)
