@@ -40,7 +40,7 @@ def _data(events: list[list[str]]) -> list[str]:
 
 def test_curl_sees_the_signal_after_the_history_then_live_records(streamd: Streamd,
                                                                   kafka: Kafka) -> None:
-    topic = kafka.topic(3, compact=True)
+    topic = kafka.topic(3)  # not compacted: a resume reads the replaced records too
     history = [f"h{i}" for i in range(20)]
     for i, v in enumerate(history):
         kafka.produce(topic, v.encode(), key=b"k%d" % i)
