@@ -9,24 +9,18 @@ browser and daemon: tests/e2e/client/test_tabs.py."""
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "tests" / "data" / "client" / "tabs_handover.mjs"
-TABS = ROOT / "www" / "ssekd-client" / "tabs.js"
+from tests.support.node import run_node
+
+TABS = Path(__file__).resolve().parents[1] / "www" / "ssekd-client" / "tabs.js"
 
 
 def run(overlap: int) -> dict[str, Any]:
-    node = shutil.which("node")
-    assert node, "node is needed (make test installs it)"
-    out = subprocess.run([node, str(SCRIPT), str(TABS), str(overlap)], capture_output=True,
-                         text=True, timeout=60, check=True).stdout
-    return dict(json.loads(out))
+    return dict(json.loads(run_node("tabs_handover.mjs", str(TABS), str(overlap))))
 
 
 @pytest.mark.parametrize("overlap", [0, 3])
