@@ -288,12 +288,7 @@ class _Parser:
             self._map(msg, scope, line)
             return
         type_name = self.ident("a field type")
-        name = self.ident("a field name")
-        self.expect("=")
-        number = self.number()
-        if self.accept("["):
-            self.skip_until("]")
-        self.expect(";")
+        name, number = self._field_tail()
         field = msg.field.add(name=name, number=number, label=label)
         field.json_name = _json_name(name)
         self._type(field, type_name, scope, line)
@@ -304,6 +299,17 @@ class _Parser:
             field.oneof_index = len(msg.oneof_decl)
             msg.oneof_decl.add().name = f"_{name}"
 
+    def _field_tail(self) -> tuple[str, int]:
+        """`name = number [options];`, which ends every field and map field: its name and
+        number (the options are read past: none changes what a record holds)."""
+        name = self.ident("a field name")
+        self.expect("=")
+        number = self.number()
+        if self.accept("["):
+            self.skip_until("]")
+        self.expect(";")
+        return name, number
+
     def _map(self, msg: Any, scope: str, line: int) -> None:
         self.expect("<")
         key_type = self.ident("a map key type")
@@ -312,12 +318,7 @@ class _Parser:
         self.expect(",")
         value_type = self.ident("a map value type")
         self.expect(">")
-        name = self.ident("a field name")
-        self.expect("=")
-        number = self.number()
-        if self.accept("["):
-            self.skip_until("]")
-        self.expect(";")
+        name, number = self._field_tail()
         entry = msg.nested_type.add(name="".join(p[:1].upper() + p[1:]
                                                  for p in name.split("_")) + "Entry")
         entry.options.map_entry = True
@@ -484,16 +485,8 @@ def decode_indexes(payload: bytes) -> tuple[tuple[int, ...], int]:
 
     def read() -> int:
         nonlocal at
-        value, shift = 0, 0
-        while True:
-            if at >= len(payload) or shift > 63:
-                raise ValueError("the message indexes are cut short")
-            byte = payload[at]
-            at += 1
-            value |= (byte & 0x7F) << shift
-            shift += 7
-            if not byte & 0x80:
-                return (value >> 1) ^ -(value & 1)
+        value, at = _read_varint(payload, at, "the message indexes are cut short")
+        return (value >> 1) ^ -(value & 1)
 
     count = read()
     if count == 0:
@@ -562,11 +555,15 @@ _WIRE_NAMES = {_VARINT: "varint", _I64: "64-bit", _LEN: "length-delimited",
                _SGROUP: "start-group", _EGROUP: "end-group", _I32: "32-bit"}
 
 
-def _read_varint(data: bytes, at: int) -> tuple[int, int]:
+def _read_varint(data: bytes, at: int,
+                 short: str = "not protobuf of this message: a varint is cut short"
+                 ) -> tuple[int, int]:
+    """The varint at `at` and the offset after it; `ValueError(short)` when it runs past the
+    end (or past 64 bits)."""
     value, shift = 0, 0
     while True:
         if at >= len(data) or shift > 63:
-            raise ValueError("not protobuf of this message: a varint is cut short")
+            raise ValueError(short)
         byte = data[at]
         at += 1
         value |= (byte & 0x7F) << shift
