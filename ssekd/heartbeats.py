@@ -114,14 +114,21 @@ class Heartbeats:
         #: Called each time a worker answers.
         self.answered = answered
         self.interval = interval
-        #: How long one heartbeat waits for its answer: well within the timeout, so that one
-        #: lost on the way leaves time for the next.
+        #: How long the newest heartbeat goes unanswered before another is sent beside it:
+        #: well within the timeout, so that one lost on the way leaves time for the next. The
+        #: earlier one stays open until the timeout all the same: a worker answers in its
+        #: reactor's third turn after the ask (accept, read, write), and a busy worker on a busy
+        #: machine takes seconds per turn (measured: one event to 12,500 streams is one turn of
+        #: 1 to 8 s with 8 workers on 2 cores). A heartbeat given up after this wait and asked
+        #: again from the start was never answered, so a worker that turned was killed as
+        #: stuck, with all its streams.
         self.wait = min(timeout / 2.0, 5.0)
         self.ask = ask or unix_ask(reactor, self.wait)
         #: Per watched worker: when it was started, and when it last answered (None: never).
         self.started: dict[int, float] = {}
         self.last: dict[int, float | None] = {}
-        self._asking: set[int] = set()
+        #: Per worker, when its newest unanswered heartbeat was sent.
+        self._asked: dict[int, float] = {}
         #: When the last check ran (to notice this reactor did not run for a while).
         self._ticked = 0.0
         self._loop = LoopingCall(self._tick)
@@ -135,6 +142,7 @@ class Heartbeats:
     def forget(self, index: int) -> None:
         self.started.pop(index, None)
         self.last.pop(index, None)
+        self._asked.pop(index, None)
 
     def start(self) -> None:
         if not self._loop.running:
@@ -166,19 +174,21 @@ class Heartbeats:
             if silent > limit:
                 self.forget(index)
                 self.stuck(index, silent)
-            elif index not in self._asking:
+            elif now - self._asked.get(index, float("-inf")) >= self.wait:
                 self._ask(index)
 
     def _ask(self, index: int) -> None:
-        self._asking.add(index)
+        sent = self._asked[index] = self.reactor.seconds()
         started = self.started[index]
         d = self.ask(self.socket_of(index))
-        d.addTimeout(self.wait, self.reactor)
+        d.addTimeout(self.timeout, self.reactor)
 
         def done(ok: object) -> None:
-            self._asking.discard(index)
             # an answer of the worker it asked, not of a replacement started meanwhile
             if ok is True and self.started.get(index) == started:
+                self._asked.pop(index, None)  # answered: the next tick asks again
                 self.last[index] = self.reactor.seconds()
                 self.answered(index)
+            elif self._asked.get(index) == sent:
+                del self._asked[index]  # refused, or given up: the next tick asks again
         d.addBoth(done)

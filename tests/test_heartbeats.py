@@ -12,14 +12,21 @@ from ssekd.heartbeats import STARTUP_GRACE, Heartbeats
 
 
 class Workers:
-    """Answers heartbeats for the workers in `answering`; the others never answer."""
+    """Answers heartbeats for the workers in `answering`, after `slow` seconds for those in
+    `slow`; the others never answer."""
 
     def __init__(self) -> None:
         self.answering: set[str] = set()
+        self.slow: dict[str, float] = {}
+        self.clock: MemoryReactorClock | None = None
         self.stuck: list[tuple[int, float]] = []
         self.answered: list[int] = []
 
     def ask(self, path: str) -> defer.Deferred[bool]:
+        if path in self.slow and self.clock is not None:
+            later: defer.Deferred[bool] = defer.Deferred()
+            self.clock.callLater(self.slow[path], later.callback, True)
+            return later
         if path in self.answering:
             return defer.succeed(True)
         return defer.Deferred()  # never answered: the heartbeat's own timeout ends it
@@ -31,6 +38,7 @@ def beats(timeout: float = 10.0) -> tuple[Heartbeats, Workers, MemoryReactorCloc
     hb = Heartbeats(clock, lambda i: f"w{i}", timeout,
                     lambda i, silent: workers.stuck.append((i, silent)), workers.answered.append,
                     ask=workers.ask)
+    workers.clock = clock
     return hb, workers, clock
 
 
@@ -56,6 +64,21 @@ def test_a_worker_that_stops_answering_is_stuck_after_the_timeout() -> None:
     assert 1 not in hb.started  # forgotten until it is started again
     run(clock, 30)
     assert [i for i, _ in workers.stuck] == [1]
+    hb.stop()
+
+
+def test_a_worker_that_answers_late_within_the_timeout_is_not_stuck() -> None:
+    """A reactor that turns slowly (seconds per turn on a busy machine) answers each heartbeat
+    late; an answer within the timeout shows it turns, so it is never killed for it."""
+    hb, workers, clock = beats(timeout=10.0)
+    workers.answering = {"w1"}
+    hb.watch(1)
+    hb.start()
+    run(clock, 3)
+    workers.slow = {"w1": 7.0}
+    run(clock, 60)
+    assert workers.stuck == []
+    assert workers.answered.count(1) >= 3 + 60 // 8
     hb.stop()
 
 
