@@ -430,7 +430,9 @@ def many_streams(total: int, workers: int | None = None, loaders: int | None = N
             "max_ms": round(1000 * delays[-1], 1) if delays else float("nan"),
             "delivered_s": round(delivered_s, 1),
             "daemon_cpu_pct_broadcast": round(100 * (sum(cpu2) - sum(cpu1)) / delivered_s, 1),
-            "deliveries_per_cpu_s": round(len(delays) / max(1e-9, sum(cpu2) - sum(cpu1))),
+            # (0 when a worker was replaced meanwhile: its CPU time started again from 0)
+            "deliveries_per_cpu_s": round(len(delays) / (sum(cpu2) - sum(cpu1)))
+            if sum(cpu2) > sum(cpu1) else 0,
             "load_avg_end": [round(x, 2) for x in os.getloadavg()],
         }
     finally:
