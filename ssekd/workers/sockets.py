@@ -29,8 +29,8 @@ BACKLOG = 4096
 #: streams lost while connecting; `ssekd.heartbeats` now also tells a busy worker from a stuck
 #: one). Bounded, every turn stays short and the connections not accepted yet wait in the
 #: kernel's accept queue (`BACKLOG`), which is what it is for; a turn costs little beside its
-#: connections, so accepting costs no more CPU per connection (measured: 0.29-0.45 ms per
-#: connect with the bound, 0.33-0.44 ms without, alternating on a shared machine).
+#: connections, so accepting costs no more CPU per connection (measured: 0.20-0.30 ms per
+#: connect with the bound, 0.22-0.30 ms without, alternating on a shared machine).
 ACCEPTS_PER_TURN = 32
 
 
