@@ -42,7 +42,7 @@ from ssekd.telemetry import otlp_spec, prometheus
 from ssekd.telemetry.events import EventLog, stdout_stream
 from ssekd.telemetry.memory_limit import MemoryLimit
 from ssekd.telemetry.metrics import Metrics, Reading
-from ssekd.workers.sockets import family_of, listening_socket, port_taken
+from ssekd.workers.sockets import bound_accepts, family_of, listening_socket, port_taken
 
 if TYPE_CHECKING:  # the SDK is imported where an otlp exporter is made
     from ssekd.telemetry.otlp import OtlpExporter
@@ -293,6 +293,7 @@ class Engine(MultiService):
                     continue
                 switch = SwitchFactory(spec.factory)
                 port = self._open(key, switch)
+                bound_accepts(port)
                 self._ports[key] = (port, switch)
                 opened.append(key)
                 self.events.emit(ENGINE, "ENGINE_LISTENING", f"{spec.host}:{spec.port}")
