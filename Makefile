@@ -191,6 +191,7 @@ $(COMPAT_STAMP): pyproject.toml $(CONSTRAINTS) | $(COMPAT)/bin/python
 # one run drop the marker but keep that file (-m alone cannot).
 test-compat: $(COMPAT_STAMP) system-deps asyncapi-specs
 	@$(COMPAT)/bin/python -c 'import twisted; print("Twisted", twisted.__version__)'
+	$(COMPAT)/bin/python -m ssekd.hotpath.build
 	SPARK_LOCAL_IP=127.0.0.1 $(COMPAT)/bin/python -m pytest -q -p no:cacheprovider \
 	  -k 'not spark or test_serving' $(PYTEST_ARGS)
 
