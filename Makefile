@@ -104,7 +104,7 @@ $(STAMP): pyproject.toml $(CONSTRAINTS) | $(BIN)/python
 setup: $(STAMP) $(HOTPATH)
 
 $(HOTPATH): ssekd/hotpath/kernels.py ssekd/hotpath/build.py $(RUN_STAMP)
-	$(BIN)/python -m ssekd.hotpath.build
+	$(BIN)/python ssekd/hotpath/build.py
 	touch $@
 
 # A fresh resolution of pyproject.toml (every extra, and the wheel build's own setuptools and
@@ -191,7 +191,7 @@ $(COMPAT_STAMP): pyproject.toml $(CONSTRAINTS) | $(COMPAT)/bin/python
 # one run drop the marker but keep that file (-m alone cannot).
 test-compat: $(COMPAT_STAMP) system-deps asyncapi-specs
 	@$(COMPAT)/bin/python -c 'import twisted; print("Twisted", twisted.__version__)'
-	$(COMPAT)/bin/python -m ssekd.hotpath.build
+	$(COMPAT)/bin/python ssekd/hotpath/build.py
 	SPARK_LOCAL_IP=127.0.0.1 $(COMPAT)/bin/python -m pytest -q -p no:cacheprovider \
 	  -k 'not spark or test_serving' $(PYTEST_ARGS)
 

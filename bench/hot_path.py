@@ -51,12 +51,12 @@ def _daemon(rig: Rig, name: str, env: dict[str, str]) -> Server:
     return server
 
 
-def _hot_path_of(log: Path) -> str:
-    """What the daemon's ENGINE_STARTED line says runs (commits before it say nothing)."""
-    for line in log.read_text(errors="replace").splitlines():
-        if "ENGINE_STARTED" in line:
-            return line.rsplit("hot path ", 1)[1] if "hot path " in line else "(not said)"
-    return "(not started)"
+def _runs(env: dict[str, str]) -> str:
+    """Which hot path a daemon with `env` added runs: asked of a Python started the same way."""
+    code = "import ssekd.hotpath as h; print('compiled' if h.COMPILED else 'pure Python')"
+    done = subprocess.run([sys.executable, "-c", code], env={**os.environ, **env},
+                          capture_output=True, text=True, check=False)
+    return done.stdout.strip() or "(no ssekd.hotpath)"
 
 
 def _read(server: Server, topic: str, messages: int) -> dict[str, float]:
@@ -75,12 +75,14 @@ def _bare(rig: Rig, topic: str, messages: int) -> dict[str, float]:
 def daemons(records: int, rounds: int, daemon_root: str | None) -> dict[str, Any]:
     rig = Rig()
     rig.ssekd.name = "compiled"
-    variants = [rig.ssekd, _daemon(rig, "pure", {"SSEKD_PURE_PYTHON": "1"})]
+    envs: dict[str, dict[str, str]] = {"compiled": {}, "pure": {"SSEKD_PURE_PYTHON": "1"}}
+    variants = [rig.ssekd, _daemon(rig, "pure", envs["pure"])]
     if daemon_root:
         root = str(Path(daemon_root).resolve())
         path = os.pathsep.join([root] + [p for p in os.environ.get("PYTHONPATH", "").split(
             os.pathsep) if p])
-        variants.append(_daemon(rig, "other", {"PYTHONPATH": path}))
+        envs["other"] = {"PYTHONPATH": path}
+        variants.append(_daemon(rig, "other", envs["other"]))
     rows: dict[str, list[dict[str, float]]] = {f"{s.name}_{ph}": [] for s in variants
                                                for ph in ("cold", "cached")}
     #: per round, the faster of the bare consumer's two reads (before the daemons and after;
@@ -88,8 +90,7 @@ def daemons(records: int, rounds: int, daemon_root: str | None) -> dict[str, Any
     #: as bench.fanout's single-client scenario compares with
     bare: list[dict[str, float]] = []
     try:
-        said = {s.name: _hot_path_of(rig.tmp / ("daemon.log" if s is rig.ssekd
-                                                 else f"{s.name}.log")) for s in variants}
+        said = {s.name: _runs(envs[s.name]) for s in variants}
         for r in range(rounds):
             topic = rig.topic(f"hot-{r}-{time.monotonic_ns()}")
             rig.fill(topic, records)

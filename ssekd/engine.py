@@ -26,7 +26,7 @@ from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from ssekd import __version__, hotpath, sd_notify
+from ssekd import __version__, sd_notify
 from ssekd.catalogs.catalog import Schema
 from ssekd.config.checks import telemetry_problems, unused_vault_problems
 from ssekd.config.compose import RemoteTexts
@@ -250,10 +250,7 @@ class Engine(MultiService):
         super().startService()  # when privilegedStartService was skipped, _activate listens
         self._activate(graph, previous=None)
         who = f" worker {self.worker}" if self.worker is not None else ""
-        # which hot path runs (`ssekd.hotpath`): a daemon slower than it should be says why here
-        path = "compiled" if hotpath.COMPILED else "pure Python"
-        self.events.emit(ENGINE, "ENGINE_STARTED",
-                         f"{self.config_path} pid {os.getpid()}{who}, hot path {path}")
+        self.events.emit(ENGINE, "ENGINE_STARTED", f"{self.config_path} pid {os.getpid()}{who}")
         self.health.start()
         self._ticker.start(1.0, now=False).addErrback(self._log_failure, "event summaries")
 

@@ -199,6 +199,20 @@ def test_compiled_and_pure_make_the_same_tokens(ops: list[tuple[str, int, int]])
     assert tokens(compiled()) == tokens(pure)
 
 
+@settings(max_examples=100, deadline=None)
+@given(stamps=st.lists(st.integers(0, 2**45), max_size=50), times=st.integers(1, 1000),
+       now=st.floats(0, 2.0**45), total=st.floats(0, 1e9))
+def test_compiled_and_pure_observe_the_same_ages(stamps: list[int], times: int, now: float,
+                                                 total: float) -> None:
+    bounds = (0.001, 0.01, 0.1, 1.0, 10.0)
+
+    def observe(impl: ModuleType) -> tuple[list[int], float]:
+        counts = [0] * (len(bounds) + 1)
+        return counts, impl.observe_ages(counts, bounds, now, stamps, times, total)
+
+    assert observe(compiled()) == observe(pure)
+
+
 def test_the_event_pieces_are_the_wire_formats() -> None:
     assert (pure.ID, pure.ID_DATA, pure.END) == (ID, ID_DATA, END)
 

@@ -4,17 +4,22 @@ and is wanted, else `kernels` itself (plain Python, the same source).
 Callers import from here, never from either module directly (tests do, to compare them).
 `SSEKD_PURE_PYTHON=1` in the environment runs the pure path even where the twin is built: to
 check the two agree on a real daemon, or to profile the Python lines the twin was made from.
-`COMPILED` says which one this process runs; the daemon logs it at start and /metrics shows it
-(`ssekd_hotpath_compiled`).
+`COMPILED` says which one this process runs (`python -c 'import ssekd.hotpath as h;
+print(h.COMPILED)'` with the daemon's environment says which one it runs).
 """
 
 from __future__ import annotations
 
 import os
+import warnings
 from types import ModuleType
 from typing import TYPE_CHECKING
 
 from ssekd.hotpath import kernels as _pure
+
+#: What the rest of ssekd takes from the implementation.
+_NAMES = ("RECORD_OVERHEAD", "ProgressState", "records_of_batch", "encode_plain",
+          "encode_filtered", "observe_ages")
 
 
 def _load() -> ModuleType:
@@ -23,6 +28,12 @@ def _load() -> ModuleType:
     try:
         from ssekd.hotpath import _kernels_c  # type: ignore[attr-defined, unused-ignore]
     except ImportError:  # not built: no compiler or no Cython where it was installed
+        return _pure
+    if not all(hasattr(_kernels_c, name) for name in _NAMES):
+        # a twin built from an older kernels.py (a checkout changed since `make` built it)
+        warnings.warn("ssekd.hotpath: the compiled twin is older than kernels.py; running the "
+                      "pure path (make setup, or python ssekd/hotpath/build.py, builds it)",
+                      stacklevel=1)
         return _pure
     return _kernels_c  # type: ignore[no-any-return, unused-ignore]
 
@@ -40,6 +51,7 @@ if TYPE_CHECKING:
         ProgressState,
         encode_filtered,
         encode_plain,
+        observe_ages,
         records_of_batch,
     )
 else:
@@ -48,6 +60,7 @@ else:
     records_of_batch = IMPL.records_of_batch
     encode_plain = IMPL.encode_plain
     encode_filtered = IMPL.encode_filtered
+    observe_ages = IMPL.observe_ages
 
 __all__ = ["COMPILED", "IMPL", "RECORD_OVERHEAD", "ProgressState", "encode_filtered",
-           "encode_plain", "records_of_batch"]
+           "encode_plain", "observe_ages", "records_of_batch"]

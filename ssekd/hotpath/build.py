@@ -1,11 +1,12 @@
 """Building the compiled twin of `ssekd.hotpath.kernels`: `ssekd.hotpath._kernels_c`.
 
 Used twice: by setup.py for a wheel (`pip install .`, the container image) and, as
-`python -m ssekd.hotpath.build`, by the Makefile for the editable checkout (`make run`,
+`python ssekd/hotpath/build.py`, by the Makefile for the editable checkout (`make run`,
 `make test`), where it puts the extension beside its source. Without Cython or a C compiler
 neither fails: one line says the hot path runs as plain Python, which is the same code.
 
-Kept free of ssekd imports so setup.py can load it by path before ssekd is installed.
+Kept free of ssekd imports, and run by its path: setup.py loads it before ssekd is installed,
+and importing `ssekd.hotpath` would load the twin this is about to replace.
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ compiled = False
 Py_ssize_t = int
 longlong = int
 bint = bool
+double = float
 
 _T = TypeVar("_T")
 

@@ -37,7 +37,7 @@ def compiled() -> ModuleType:
         if os.environ.get(NO_COMPILER) == "1":
             pytest.skip(f"{NO_COMPILER}=1: no compiled twin of the hot path on this machine")
         pytest.fail(f"the hot path's compiled twin is not built ({e}): `make setup` builds it "
-                    f"(python -m ssekd.hotpath.build), or set {NO_COMPILER}=1 where no C "
+                    f"(python ssekd/hotpath/build.py), or set {NO_COMPILER}=1 where no C "
                     "compiler can")
     assert _kernels_c.COMPILED
     return _kernels_c  # type: ignore[no-any-return, unused-ignore]
@@ -54,6 +54,7 @@ _USERS = {
     "records_of_batch": [ssekd.bindings.kafka.message, ssekd.hotpath],
     "encode_plain": [ssekd.hotpath],
     "encode_filtered": [ssekd.hotpath],
+    "observe_ages": [ssekd.hotpath],
 }
 
 
