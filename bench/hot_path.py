@@ -51,11 +51,12 @@ def _daemon(rig: Rig, name: str, env: dict[str, str]) -> Server:
     return server
 
 
-def _runs(env: dict[str, str]) -> str:
-    """Which hot path a daemon with `env` added runs: asked of a Python started the same way."""
+def _runs(env: dict[str, str], cwd: Path) -> str:
+    """Which hot path a daemon with `env` added runs: asked of a Python started the same way
+    (in the daemon's folder: a checkout as the current folder would come first on its path)."""
     code = "import ssekd.hotpath as h; print('compiled' if h.COMPILED else 'pure Python')"
     done = subprocess.run([sys.executable, "-c", code], env={**os.environ, **env},
-                          capture_output=True, text=True, check=False)
+                          capture_output=True, text=True, check=False, cwd=cwd)
     return done.stdout.strip() or "(no ssekd.hotpath)"
 
 
@@ -90,7 +91,7 @@ def daemons(records: int, rounds: int, daemon_root: str | None) -> dict[str, Any
     #: as bench.fanout's single-client scenario compares with
     bare: list[dict[str, float]] = []
     try:
-        said = {s.name: _runs(envs[s.name]) for s in variants}
+        said = {s.name: _runs(envs[s.name], rig.tmp) for s in variants}
         for r in range(rounds):
             topic = rig.topic(f"hot-{r}-{time.monotonic_ns()}")
             rig.fill(topic, records)

@@ -20,8 +20,15 @@ TWIN = "ssekd.hotpath._kernels_c"
 ROOT = Path(__file__).resolve().parents[2]
 
 
+_told: list[str] = []
+
+
 def notice(why: str) -> None:
-    print(f"ssekd: {TWIN} not built ({why}): the hot path runs as plain Python", file=sys.stderr)
+    """One line, once (a failed compile also fails the copy into the checkout after it)."""
+    if not _told:
+        _told.append(why)
+        print(f"ssekd: {TWIN} not built ({why}): the hot path runs as plain Python",
+              file=sys.stderr)
 
 
 def extensions() -> list[Any]:
