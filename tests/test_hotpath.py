@@ -213,6 +213,15 @@ def test_compiled_and_pure_observe_the_same_ages(stamps: list[int], times: int, 
     assert observe(compiled()) == observe(pure)
 
 
+@given(sizes=st.lists(st.integers(120, 5000), max_size=400), bound=st.integers(1, 200_000))
+def test_compiled_and_pure_bound_the_same_records(sizes: list[int], bound: int) -> None:
+    records = [(0, i, None, b"", (), 0, i, size) for i, size in enumerate(sizes)]
+    got = compiled().within_bytes(records, bound)
+    assert got == pure.within_bytes(records, bound)
+    assert got == records or (sum(m[7] for m in got) >= bound and len(got) >= 1
+                              and sum(m[7] for m in got[:-1]) < bound)
+
+
 def test_the_event_pieces_are_the_wire_formats() -> None:
     assert (pure.ID, pure.ID_DATA, pure.END) == (ID, ID_DATA, END)
 

@@ -19,7 +19,7 @@ from ssekd.hotpath import kernels as _pure
 
 #: What the rest of ssekd takes from the implementation.
 _NAMES = ("RECORD_OVERHEAD", "ProgressState", "records_of_batch", "encode_plain",
-          "encode_filtered", "observe_ages")
+          "encode_filtered", "observe_ages", "within_bytes")
 
 
 def _load() -> ModuleType:
@@ -53,6 +53,7 @@ if TYPE_CHECKING:
         encode_plain,
         observe_ages,
         records_of_batch,
+        within_bytes,
     )
 else:
     RECORD_OVERHEAD = IMPL.RECORD_OVERHEAD
@@ -61,6 +62,7 @@ else:
     encode_plain = IMPL.encode_plain
     encode_filtered = IMPL.encode_filtered
     observe_ages = IMPL.observe_ages
+    within_bytes = IMPL.within_bytes
 
 __all__ = ["COMPILED", "IMPL", "RECORD_OVERHEAD", "ProgressState", "encode_filtered",
-           "encode_plain", "observe_ages", "records_of_batch"]
+           "encode_plain", "observe_ages", "records_of_batch", "within_bytes"]

@@ -31,6 +31,7 @@ from __future__ import annotations
 import binascii
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from ssekd.spi.stream import EventBlock
@@ -85,6 +86,32 @@ def records_of_batch(records: Iterable[Any], take_seq: Callable[[], int],
             h = ()
         out.append((partition(r), offset(r), k, v, h, ts if kind else 0, take_seq(), size))
     return out
+
+
+@cython.locals(records=list, total=cython.Py_ssize_t, n=cython.Py_ssize_t, m=tuple,
+               bound=cython.Py_ssize_t)
+def within_bytes(records: list[Any], max_bytes: int) -> list[Any]:
+    """The first `records` whose sizes (field 7 of the tuple) add up to `max_bytes`, but at
+    least one: a catch-up step or a history read is bounded in bytes however small its records
+    are, and never empty while there is a record to give (`ssekd.bindings.kafka.message`).
+
+    Every record a stream catches up on passes through here once: compiled, a C loop over the
+    list; interpreted, a few records that fit are summed in C (`sum` of a `map`)."""
+    if not cython.compiled and len(records) <= 256 \
+            and sum(map(_size, records)) < max_bytes:
+        return records
+    bound = max_bytes
+    total = 0
+    n = 0
+    for m in records:
+        total += m[7]
+        n += 1
+        if total >= bound:
+            return records[:n]
+    return records
+
+
+_size = itemgetter(7)
 
 
 # -- progress tokens ----------------------------------------------------------------------------

@@ -18,9 +18,11 @@ from types import ModuleType
 import pytest
 
 import ssekd.bindings.kafka.cache
+import ssekd.bindings.kafka.history
 import ssekd.bindings.kafka.message
 import ssekd.bindings.kafka.subscription
 import ssekd.bindings.kafka.tail
+import ssekd.bindings.kafka.topic_log
 import ssekd.event_ids
 import ssekd.hotpath
 from ssekd.hotpath import kernels as pure
@@ -55,6 +57,8 @@ _USERS = {
     "encode_plain": [ssekd.hotpath],
     "encode_filtered": [ssekd.hotpath],
     "observe_ages": [ssekd.hotpath],
+    "within_bytes": [ssekd.bindings.kafka.message, ssekd.bindings.kafka.topic_log,
+                     ssekd.bindings.kafka.history, ssekd.hotpath],
 }
 
 

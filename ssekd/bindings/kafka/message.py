@@ -16,12 +16,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from itertools import count
-from operator import itemgetter
 from typing import Any, Final
 
 from confluent_kafka import Message as KafkaRecord
 
 from ssekd.hotpath import RECORD_OVERHEAD, records_of_batch
+
+# The first records of a list that fit a byte bound: part of the hot path (every record a stream
+# catches up on passes through it), compiled when it can be; taken from here by its users.
+from ssekd.hotpath import within_bytes as within_bytes
 
 Headers = tuple[tuple[str, bytes | None], ...]
 
@@ -102,20 +105,3 @@ def from_confluent(record: Any) -> Message:
     ts_type, ts = record.timestamp()
     return new_message(record.partition(), record.offset(), record.key(), record.value(),
                        tuple(raw) if raw else (), ts if ts_type else 0)
-
-
-def within_bytes(records: list[Message], max_bytes: int) -> list[Message]:
-    """The first `records` whose sizes add up to `max_bytes`, but at least one: a catch-up step
-    or a history read is bounded in bytes however small its records are, and never empty while
-    there is a record to give."""
-    if len(records) <= 256 and sum(map(_size, records)) < max_bytes:
-        return records  # a few records that fit (a stream near the tail), summed in C
-    total = 0
-    for n, m in enumerate(records):
-        total += m[SIZE]
-        if total >= max_bytes:
-            return records[:n + 1]
-    return records
-
-
-_size = itemgetter(SIZE)
