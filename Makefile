@@ -103,7 +103,8 @@ $(STAMP): pyproject.toml $(CONSTRAINTS) | $(BIN)/python
 
 setup: $(STAMP) $(HOTPATH)
 
-$(HOTPATH): ssekd/hotpath/kernels.py ssekd/hotpath/build.py $(RUN_STAMP)
+# Listed after the install it needs (Cython) wherever it is a prerequisite.
+$(HOTPATH): ssekd/hotpath/kernels.py ssekd/hotpath/build.py | $(BIN)/python
 	$(BIN)/python ssekd/hotpath/build.py
 	touch $@
 
