@@ -30,6 +30,8 @@ class Histogram(Protocol):
 
     def observe_many(self, value: float, times: int) -> None: ...
 
+    def observe_ages(self, now: float, stamps: list[int], times: int) -> None: ...
+
 
 class _Write:
     """One distinct write of a batch: its bytes, events in it, where it is observed, and how
@@ -87,7 +89,6 @@ class Deliveries:
         oldest = min(stamps)
         for w in writes:  # milliseconds of Kafka timestamps, observed in seconds
             if w.events == len(stamps):
-                for ts in stamps:
-                    w.histogram.observe_many(max(0.0, now - ts) / 1000.0, w.streams)
+                w.histogram.observe_ages(now, stamps, w.streams)
             else:
                 w.histogram.observe_many(max(0.0, now - oldest) / 1000.0, w.streams * w.events)

@@ -38,6 +38,7 @@ from prometheus_client.metrics_core import (
     Metric,
 )
 
+from ssekd import hotpath
 from ssekd.telemetry.delivery import Deliveries
 
 Kind = Literal["counter", "gauge", "histogram"]
@@ -250,6 +251,11 @@ class Histogram:
         """`times` observations of the same value (the streams one write reached)."""
         self.counts[bisect.bisect_left(self.bounds, value)] += times
         self.sum += value * times
+
+    def observe_ages(self, now: float, stamps: list[int], times: int) -> None:
+        """`observe_many` of each of `stamps`' age in seconds at `now` (all in ms): a
+        delivered batch's records, one loop of the hot path (`ssekd.hotpath`) for them all."""
+        self.sum = hotpath.observe_ages(self.counts, self.bounds, now, stamps, times, self.sum)
 
 
 Instrument = Counter | Gauge | Histogram
