@@ -26,7 +26,7 @@ from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from ssekd import __version__, sd_notify
+from ssekd import __version__, hotpath, sd_notify
 from ssekd.catalogs.catalog import Schema
 from ssekd.config.checks import telemetry_problems, unused_vault_problems
 from ssekd.config.compose import RemoteTexts
@@ -62,9 +62,11 @@ _memory_limit = MemoryLimit()
 
 
 def build_figures() -> Iterable[Reading]:
-    """What any ssekd process reports of itself: `ssekd.build.info` and, under a control group
-    with a memory limit, `ssekd.memory.limit`."""
-    yield "ssekd.build.info", {"version": __version__}, 1.0
+    """What any ssekd process reports of itself: `ssekd.build.info` (with whether the hot path's
+    compiled twin runs: a build without a compiler is slower, not broken, so it is said where
+    an operator looks) and, under a control group with a memory limit, `ssekd.memory.limit`."""
+    yield "ssekd.build.info", {"version": __version__,
+                               "hotpath": "compiled" if hotpath.COMPILED else "python"}, 1.0
     limit = _memory_limit()
     if limit is not None:
         yield "ssekd.memory.limit", {}, float(limit)

@@ -246,6 +246,15 @@ def test_this_process_runs_what_the_environment_says() -> None:
     assert ssekd.hotpath.COMPILED is (not pure_wanted and compiled().COMPILED)
 
 
+def test_the_metrics_say_which_path_runs() -> None:
+    """`ssekd_build_info{hotpath=...}`: where an operator sees a build that lacked a compiler."""
+    from ssekd.engine import build_figures
+
+    [(_, labels, value)] = [f for f in build_figures() if f[0] == "ssekd.build.info"]
+    assert value == 1.0
+    assert labels["hotpath"] == ("compiled" if ssekd.hotpath.COMPILED else "python")
+
+
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_a_tombstone_and_headers_alike(fmt: str) -> None:
     """The records the plain path hands to the encoder's own event maker, named one by one."""

@@ -150,8 +150,9 @@ METRICS: Mapping[str, MetricDef] = _defs(
               "reaches a broker, 0 while one reaches none.", across="min"),
     MetricDef("ssekd.ready", "gauge", "1 while readiness answers 200 (bootstrap topics "
               "loaded once, not draining), else 0.", across="min"),
-    MetricDef("ssekd.build.info", "gauge", "Always 1; the label `version` is ssekd's version.",
-              labels=("version",), across="max"),
+    MetricDef("ssekd.build.info", "gauge", "Always 1; the label `version` is ssekd's version, "
+              "`hotpath` says whether the hot path runs compiled (`compiled`) or as plain "
+              "Python (`python`).", labels=("version", "hotpath"), across="max"),
     MetricDef("ssekd.worker.restarts", "counter", "Workers the parent started again after "
               "they died or missed their heartbeats (only with workers)."),
     MetricDef("ssekd.memory.limit", "gauge", "The memory limit of the daemon's control group "
