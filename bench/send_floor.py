@@ -264,13 +264,14 @@ def print_table(result: dict[str, Any]) -> None:
     print(f"\nssekd ({result['daemon']}) beside the bare send loop ({result['cpus']} cpus, "
           f"{result['mode']}); every stream counted, latency over ~100 sampled streams\n")
     print("| clients x ev/s | server | delivered/s | lost | dup | p50 ms | p99 ms "
-          "| CPU us/event | sends/event | bytes/send |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "| CPU us/event | user | system | sends/event | bytes/send | syscalls/event |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in result["rows"]:
         print(f"| {r['clients']:,} x {r['rate']:.0f} | {r['server']} | {r['delivered_per_s']:,} "
               f"| {r['lost']:,} | {r['duplicated']:,} | {r['p50_ms']} | {r['p99_ms']} "
-              f"| {r['cpu_us_per_event']} | {r['syscalls_per_event']} "
-              f"| {r['bytes_per_syscall']} |")
+              f"| {r['cpu_us_per_event']} | {r['user_us_per_event']} "
+              f"| {r['system_us_per_event']} | {r['syscalls_per_event']} "
+              f"| {r['bytes_per_syscall']} | {r['all_syscalls_per_event']} |")
     print()
     for x in result["ratios"]:
         print(f"{x['clients']:,} x {x['rate']:.0f}: ssekd/bare CPU per event {x['cpu_ratio']}, "

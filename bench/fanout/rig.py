@@ -188,7 +188,12 @@ class Server:
         return [self.proc, *self.proc.children(recursive=True)]
 
     def cpu(self) -> float:
-        return sum(t.user + t.system for t in (p.cpu_times() for p in self.processes()))
+        return sum(self.cpu_split())
+
+    def cpu_split(self) -> tuple[float, float]:
+        """User and system CPU seconds: Python's own work apart from the kernel's (sends)."""
+        times = [p.cpu_times() for p in self.processes()]
+        return sum(t.user for t in times), sum(t.system for t in times)
 
     def rss(self) -> int:
         return sum(int(p.memory_info().rss) for p in self.processes())

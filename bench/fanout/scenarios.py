@@ -58,7 +58,8 @@ def fanout(rig: Rig, clients: int, rate: float, seconds: float, procs: int | Non
     rss = server.rss()
     profilers = _profile(server, f"{clients}x{int(rate)}", seconds) if PROFILE else []
     counting = SyscallCount(p.pid for p in server.processes()) if syscalls else None
-    cpu0 = server.cpu()
+    user0, sys0 = server.cpu_split()
+    cpu0 = user0 + sys0
     go.set()
     t0 = time.time()
     sent = rig.produce_at(topic, rate, seconds)
@@ -68,7 +69,8 @@ def fanout(rig: Rig, clients: int, rate: float, seconds: float, procs: int | Non
     # up (ssekd never drops an event for a slow stream; it is late, and shows here as lost)
     deadline.value = time.time() + 10.0 + clients / 500
     results = [out.get(timeout=300) for _ in ps]
-    cpu = server.cpu() - cpu0
+    user1, sys1 = server.cpu_split()
+    cpu = user1 + sys1 - cpu0
     sends = counting.stop() if counting is not None else None
     for p in ps:
         p.join(30)
@@ -100,6 +102,9 @@ def fanout(rig: Rig, clients: int, rate: float, seconds: float, procs: int | Non
         "max_ms": round(max(lat, default=float("nan")) * 1000, 2),
         "daemon_cpu_pct": round(100 * cpu / produce_time, 1),
         "cpu_us_per_event": round(cpu * 1e6 / max(1, delivered), 2),
+        # user (the process's own code) and system (the kernel's: sends) apart
+        "user_us_per_event": round((user1 - user0) * 1e6 / max(1, delivered), 2),
+        "system_us_per_event": round((sys1 - sys0) * 1e6 / max(1, delivered), 2),
         "client_cpu_pct": round(100 * sum(r[2] for r in results) / produce_time, 1),
         "rss_mib": round(rss / 2**20, 1),
         "kib_per_stream": round(max(0, rss - rss0) / len(counts) / 1024, 2),
@@ -111,8 +116,10 @@ def fanout(rig: Rig, clients: int, rate: float, seconds: float, procs: int | Non
 
 def _per_syscall(sends: dict[str, int] | None, delivered: int, received: int) -> dict[str, Any]:
     """Send syscalls per delivered event and bytes per send syscall (None without perf)."""
-    total = sum(sends.values()) if sends else 0
+    total = sum(n for name, n in sends.items() if name != "all") if sends else 0
     return {"sends": sends, "bytes_received": received,
+            "all_syscalls_per_event": round(sends.get("all", 0) / max(1, delivered), 4)
+            if sends else None,
             "syscalls_per_event": round(total / max(1, delivered), 4) if total else None,
             "bytes_per_syscall": round(received / total) if total else None}
 

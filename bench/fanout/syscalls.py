@@ -18,6 +18,8 @@ from pathlib import Path
 
 #: The syscalls a server writes to a socket with (`socket.send` is `sendto`).
 SENDS = ("sendto", "sendmsg", "writev", "write")
+#: The tracepoint names' endings: each of `SENDS`, and any syscall at all.
+ALL = ("", *(f"_{name}" for name in SENDS))
 
 
 class SyscallCount:
@@ -29,13 +31,15 @@ class SyscallCount:
         self.process: subprocess.Popen[bytes] | None = None
         if perf is None:
             return
-        events = ",".join(f"syscalls:sys_enter_{name}" for name in SENDS)
+        events = ",".join([*(f"syscalls:sys_enter_{name}" for name in SENDS),
+                           "raw_syscalls:sys_enter"])
         self.process = subprocess.Popen(
             [perf, "stat", "-x", ",", "-e", events, "-p", ",".join(map(str, pids)),
              "-o", str(self.out)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     def stop(self) -> dict[str, int] | None:
-        """The count of each of `SENDS` since the start (None without perf)."""
+        """The count of each of `SENDS` since the start, and of every syscall (`all`); None
+        without perf."""
         if self.process is None:
             return None
         self.process.send_signal(signal.SIGINT)  # perf writes its counts on SIGINT
@@ -47,9 +51,9 @@ class SyscallCount:
         counts: dict[str, int] = {}
         for line in self.out.read_text().splitlines():
             fields = line.split(",")
-            if len(fields) < 3 or not fields[2].startswith("syscalls:sys_enter_"):
+            if len(fields) < 3 or not fields[2].endswith(tuple(f"sys_enter{n}" for n in ALL)):
                 continue
-            name = fields[2].removeprefix("syscalls:sys_enter_")
+            name = fields[2].rpartition(":")[2].removeprefix("sys_enter").lstrip("_") or "all"
             counts[name] = int(fields[0]) if fields[0].isdigit() else 0
         self.out.unlink(missing_ok=True)
         return counts if counts else None
