@@ -31,7 +31,13 @@ from twisted.web.http_headers import Headers
 from twisted.web.server import Request
 from zope.interface import implementer
 
-from ssekd.bindings.http.stream_writer import RequestWriter, StreamWriter, start_stream
+from ssekd.bindings.http.stream_writer import (
+    ChunkedWriter,
+    RequestWriter,
+    StreamWriter,
+    start_stream,
+    write_each,
+)
 from ssekd.bindings.sse.compression import GzipWriter
 from ssekd.bindings.sse.stats import SseStats
 from ssekd.bindings.sse.wire import CHALLENGE, KEEPALIVE
@@ -169,6 +175,57 @@ class SseStream:
         self.written += len(data)
         server.stats.data_sent.value += len(data)
         self._writer.write(data)
+
+    @staticmethod
+    def write_each(sinks: list[Any], data: bytes) -> None:
+        """`write(data)` to each of `sinks` in turn (`ssekd.spi.stream.write_each`, which says
+        why). The streams of one server, not ended, without gzip and framed by a shared
+        `ChunkedWriter` (HTTP/1.1) are counted here, inline, and their chunks go out in one
+        loop (`stream_writer.write_each`); any other sink (HTTP/2, gzip, another server's
+        stream) gets its own `write`, with the streams before it sent first, so the order of
+        the writes stays that of `sinks`. What every such stream counts alike (the server's
+        bytes sent, the delivery latency) is counted once for them all."""
+        if not data:
+            return
+        server = sinks[0].server
+        if type(data) is EventBlock:
+            events = data.events
+        else:
+            last, events = server.counted
+            if data is not last:
+                events = server.events_in(data)
+        size = len(data)
+        now = server.clock.seconds()
+        writers: list[ChunkedWriter] = []
+        counted = 0
+        for s in sinks:
+            writer = getattr(s, "_writer", None)
+            if (type(writer) is not ChunkedWriter or s.server is not server
+                    or s._gzip is not None):
+                if writers:
+                    write_each(writers, data)
+                    writers = []
+                s.write(data)
+                continue
+            if s.done:
+                continue
+            if events:
+                s.events += events
+                delivered = s._delivered
+                if delivered is not None:
+                    delivered.value += events
+            s.last_write = now
+            s.written += size
+            writers.append(writer)
+            counted += 1
+        if counted:
+            if events:
+                deliveries = server.deliveries
+                if deliveries.active:
+                    deliveries.wrote(data, events, server.stats.latency, counted)
+            server.stats.data_sent.value += size * counted
+        if writers:
+            write_each(writers, data)
 
     def end(self, why: str = "upstream") -> None:
         """Finish the response with a 200 that ends: the browser reconnects with its last id.
