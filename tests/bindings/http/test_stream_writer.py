@@ -200,6 +200,9 @@ def test_write_each_sends_to_each_writer_what_its_write_would_in_order() -> None
         assert _read(pairs[1][1]) == b"queued " + framed
         assert _read(pairs[2][1]) == framed
         assert other.value() == framed
+        assert [w.request.sentLength for w in writers] == [0] * 4, "counted as it ends"
+        for w in writers:
+            w.settle()
         assert [w.request.sentLength for w in writers] == [len(batch)] * 4
         assert stream_writer._FRAMED.pair == (batch, framed), "framed once for the group"
     finally:

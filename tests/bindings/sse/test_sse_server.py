@@ -254,3 +254,7 @@ def test_a_batch_written_to_a_group_at_once_is_what_each_stream_would_have_writt
     assert [(s.events, s.written) for s in sinks_a] == [(s.events, s.written) for s in sinks_b]
     assert sinks_b[0].events == 3
     assert one_by_one.stats.data_sent.value == at_once.stats.data_sent.value > 0
+    for sinks in (sinks_a, sinks_b):
+        sinks[0].end()  # the response's size (http.response.size) is counted as it ends
+    body = sum(len(b) for b in batches)
+    assert sinks_a[0].request.sentLength == sinks_b[0].request.sentLength >= body
