@@ -12,6 +12,9 @@ Twisted's `Request` into the connection for it.
   (the cache hands the *same* bytes object to every stream of a group, one after the other).
   The transport is the one `Request.write` would reach, so its buffer still pauses the stream's
   producer (registered with the request) as before.
+  A group's batch goes to all its HTTP/1.1 streams in one loop (`write_each`, fed by the sse
+  binding's `SseStream.write_each`), each stream's bytes counted on its writer and added to
+  the request's `sentLength` as the stream ends (`settle`).
 * Anything else (`RequestWriter`): `Request.write`. On HTTP/2 that queues the bytes on our
   `BatchingH2Connection`, which frames them and pauses the stream's producer by flow control.
 
