@@ -209,3 +209,30 @@ def test_write_each_sends_to_each_writer_what_its_write_would_in_order() -> None
         for a, b in pairs:
             a.close()
             b.close()
+
+
+def test_write_each_never_overtakes_what_a_partial_send_left_with_twisted() -> None:
+    """A stream whose last send left bytes with Twisted looks into the transport's buffer again:
+    the next batch goes behind them, and straight out once they are gone."""
+    a, b = socket.socketpair()
+    b.setblocking(False)
+    conn = tcp.Connection(a, Protocol(), MemoryReactorClock())
+    conn.connected = 1
+    writer = ChunkedWriter(_Counted(), conn, eager(conn))
+    try:
+        big = bytes(range(256)) * (1 << 16)  # 16 MiB: more than the socket takes at once
+        stream_writer.write_each([writer], big)
+        assert writer.direct is None, "the rest is queued with Twisted"
+        stream_writer.write_each([writer], b"after")
+        got = _read(b)
+        while conn.dataBuffer or conn._tempDataLen:
+            conn.doWrite()
+            got += _read(b)
+        assert got == b"%x\r\n%b\r\n5\r\nafter\r\n" % (len(big), big)
+        stream_writer.write_each([writer], b"then")
+        assert writer.direct is conn.socket and _read(b) == b"4\r\nthen\r\n"
+        writer.write(b"one")  # the single-stream path may queue: the next batch looks again
+        assert writer.direct is None and _read(b) == b"3\r\none\r\n"
+    finally:
+        a.close()
+        b.close()
