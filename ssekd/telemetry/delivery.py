@@ -68,17 +68,19 @@ class Deliveries:
         self._stamps = [t for t in stamps if t > 0]
         self._writes = []
 
-    def wrote(self, data: bytes, events: int, histogram: Histogram) -> None:
-        """A stream wrote `data`, holding `events` events, during the batch."""
+    def wrote(self, data: bytes, events: int, histogram: Histogram, streams: int = 1) -> None:
+        """`streams` streams wrote `data`, holding `events` events, during the batch."""
         if self._stamps is None:
             return
         writes = self._writes
         if writes:
             last = writes[-1]
             if last.data is data and last.histogram is histogram:
-                last.streams += 1
+                last.streams += streams
                 return
-        writes.append(_Write(data, events, histogram))
+        write = _Write(data, events, histogram)
+        write.streams = streams
+        writes.append(write)
 
     def end(self) -> None:
         stamps, self._stamps = self._stamps, None
