@@ -24,9 +24,9 @@ IMAGE_DEBS := podman runc debootstrap
 # Debian programs the tests and benchmarks drive as real clients (and nginx, the real upstream
 # of the http.proxy and http.json.schema examples), and the image's; certutil (libnss3-tools) makes the browser trust
 # the test CA; protoc (protobuf-compiler) encodes Protobuf bodies as the http.kafka.proto.oneway
-# example's test.sh does.
+# example's test.sh does; perf (linux-perf) counts the fan-out benchmark's send syscalls.
 DEBS   := curl openssl wrk nghttp2-client nginx chromium default-jre-headless prometheus haproxy systemd \
-          protobuf-compiler \
+          protobuf-compiler linux-perf \
           libnss3-tools $(IMAGE_DEBS)
 PYTEST_ARGS ?=
 # The official AsyncAPI JSON Schemas (npm `@asyncapi/specs`), which the generated AsyncAPI
