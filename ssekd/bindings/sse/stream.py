@@ -31,6 +31,7 @@ from twisted.web.http_headers import Headers
 from twisted.web.server import Request
 from zope.interface import implementer
 
+from ssekd.bindings.http.request_end import when_over
 from ssekd.bindings.http.stream_writer import RequestWriter, StreamWriter, start_stream
 from ssekd.bindings.sse.compression import GzipWriter
 from ssekd.bindings.sse.stats import SseStats
@@ -131,7 +132,7 @@ class SseStream:
         self._delivered = getattr(handle, "delivered", None)
         self._gzip = gzip
         self.request.registerProducer(self, True)
-        self.request.notifyFinish().addBoth(self._finished)
+        when_over(self.request, self)
         if gzip is not None:  # the gzip header goes with the response's headers
             first = gzip.write(first)
         self._writer = start_stream(self.request, first, shared=gzip is None)
@@ -208,7 +209,7 @@ class SseStream:
         """The request, for events: method and path."""
         return f"{self.request.method.decode('latin-1')} {self.request.path.decode('latin-1')}"
 
-    def _finished(self, result: Any) -> None:
+    def request_over(self, request: Any, result: Any) -> None:
         """The response is over: finished by `end` (already closed), or the connection went
         away - the client's doing, unless it failed for another reason than a lost
         connection."""
@@ -309,13 +310,21 @@ class SseStream:
 
 
 def _forget_headers(request: Any) -> None:
-    """Drop the request's and the response's header tables once the response has started.
+    """Drop the request's and the response's header tables, and the request's body, once the
+    response has started.
 
     Everything that reads a stream's request headers (routing, CORS, credentials, the last
     event id, metrics) has read them by now, and the response's went out with the first write,
     but Twisted keeps both for the life of the request: about 1 KB per stream for the benchmark's
     bare client, more for a browser's dozen headers and cookies - an eighth of what an idle stream
-    costs. They are public attributes of the request; empty tables take their place."""
+    costs. They are public attributes of the request; empty tables take their place. So is
+    `content`, the request's body (empty for a GET): a BytesIO Twisted would close at the end."""
     if getattr(request, "startedWriting", False):
         request.requestHeaders = Headers()
         request.responseHeaders = Headers()
+        # the (empty) body a GET came with: Twisted keeps its BytesIO to the end of the request
+        # and closes it only if it is still there, so None is what it expects of one gone
+        content = getattr(request, "content", None)
+        if content is not None:
+            content.close()
+            request.content = None
