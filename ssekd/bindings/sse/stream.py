@@ -34,6 +34,7 @@ from zope.interface import implementer
 from ssekd.bindings.http.request_end import when_over
 from ssekd.bindings.http.stream_writer import RequestWriter, StreamWriter, start_stream
 from ssekd.bindings.sse.compression import GzipWriter
+from ssekd.bindings.sse.keepalive import Entry, KeepaliveTimers
 from ssekd.bindings.sse.stats import SseStats
 from ssekd.bindings.sse.wire import CHALLENGE, KEEPALIVE
 from ssekd.spi.guard import Lease
@@ -47,6 +48,8 @@ class StreamOwner(Protocol):
 
     clock: Any  # an IReactorTime
     max_idle: float
+    #: every stream's keepalive, on one reactor timer
+    keepalives: KeepaliveTimers
     stats: SseStats
     deliveries: Deliveries
     #: seconds a stream may stay paused before it is ended
@@ -82,7 +85,7 @@ class SseStream:
         "_gzip",
         "_lease",
         "_stall",
-        "_timer",
+        "_keepalive",
         "_writer",
         "done",
         "events",
@@ -111,7 +114,8 @@ class SseStream:
         self._delivered: Counter | None = None
         #: Why the stream ended, once it has (see `StreamOwner.ended`).
         self.why: str | None = None
-        self._timer: Any = None
+        #: This stream's entry in the binding's keepalive timers (`keepalive.py`), once armed.
+        self._keepalive: Entry | None = None
         #: Ends the stream if it stays paused for max-lag (armed while paused).
         self._stall: Any = None
         #: Where the body goes: `Request.write` until the headers are sent, then the writer
@@ -238,9 +242,9 @@ class SseStream:
         self.done = True
         self.why = why
         self.server.stats.closed(why in ("client", "error"))  # the connection went away
-        if self._timer is not None and self._timer.active():
-            self._timer.cancel()
-        self._timer = None
+        if self._keepalive is not None:
+            self.server.keepalives.disarm(self._keepalive)
+            self._keepalive = None
         self._cancel_lease_timers()
         if self._lease is not None:
             self._lease.release()
@@ -251,11 +255,12 @@ class SseStream:
         self.server.ended(self, why)
 
     def _arm(self, delay: float) -> None:
-        self._timer = self.server.clock.callLater(delay, self._keepalive)
+        self._keepalive = self.server.keepalives.arm(self, delay)
 
-    def _keepalive(self) -> None:
-        """Write `:` when idle for max-idle-time; writes in between just move the deadline."""
-        self._timer = None
+    def keepalive_due(self) -> None:
+        """Write `:` when idle for max-idle-time; writes in between just move the deadline
+        (called by the binding's `KeepaliveTimers`)."""
+        self._keepalive = None
         if self.done:
             return
         idle = self.server.clock.seconds() - self.last_write
