@@ -25,6 +25,7 @@ import json
 import multiprocessing as mp
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -34,10 +35,10 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from bench.common import table, write_result
-from bench.fanout.rig import config, hold_idle
+from bench.fanout.rig import config
 from ssekd.dev.broker import free_port, port_open, start_broker
 from tests.support import zilla_config as zc
 
@@ -115,6 +116,22 @@ class Daemon:
             self.process.kill()
 
 
+def hold_idle(port: int, path: str, n: int, ready: Any, done: Any) -> None:
+    """The fan-out rig's idle client, with time for a traced daemon on a loaded machine to
+    answer (tracemalloc slows every allocation)."""
+    socks = []
+    for _ in range(n):
+        s = socket.create_connection(("127.0.0.1", port), timeout=300)
+        s.sendall(f"GET {path} HTTP/1.1\r\nHost: b\r\n\r\n".encode())
+        socks.append(s)
+    for s in socks:  # wait for every response's headers
+        s.recv(4096)
+    ready.set()
+    done.wait()
+    for s in socks:
+        s.close()
+
+
 def hold(port: int, path: str, n: int) -> tuple[Any, list[Any]]:
     """Open `n` idle streams from load client processes (2,500 each); return the event that
     closes them and the processes, once every stream has its response's headers."""
@@ -164,7 +181,7 @@ def measure(tmp: Path, bootstrap: str, topic: str, root: Path, n: int,
                 "rss_per_stream_kib": round((after - before) / n / 1024, 2)}
     assert isinstance(before, tracemalloc.Snapshot) and isinstance(after, tracemalloc.Snapshot)
     result = breakdown(before, after, n)
-    result["objects"] = objects(*daemon.types, n)
+    result["objects"] = objects(daemon.types[0], daemon.types[1], n)
     return result
 
 
@@ -233,6 +250,7 @@ def main() -> dict[str, Any]:
                         help="the checkout whose daemon runs (default: this one)")
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--no-rss", action="store_true", help="the tracemalloc run only")
+    parser.add_argument("--rss-only", action="store_true", help="the RSS run only")
     args = parser.parse_args(sys.argv[1:])
     n = args.streams or (2000 if args.quick else 10_000)
     root = args.daemon_root.resolve()
@@ -242,8 +260,9 @@ def main() -> dict[str, Any]:
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})
         topic = f"idle-{time.monotonic_ns()}"
         admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(10)
-        traced = measure(tmp, broker.bootstrap, topic, root, n, FRAMES)
-        rss = {} if args.no_rss else measure(tmp, broker.bootstrap, topic, root, n, 0)
+        traced: dict[str, Any] = {"tracemalloc_bytes_per_stream": float("nan"), "sites": [], "objects": []} \
+            if args.rss_only else measure(tmp, broker.bootstrap, topic, root, n, FRAMES)
+        rss: dict[str, Any] = {} if args.no_rss else measure(tmp, broker.bootstrap, topic, root, n, 0)
     finally:
         broker.stop()
     sites = traced["sites"]

@@ -19,11 +19,11 @@ from bench.common import RESULTS
 
 #: In the order they run. Each module has `main() -> dict`.
 BENCHES = ["static", "fanout", "filtered", "slow_clients", "tls", "spark_snapshot", "jwt_guard",
-           "relay", "models", "workers", "first_event", "write_path", "compression", "cache_gc",
-           "soak"]
+           "relay", "models", "workers", "idle_memory", "first_event", "write_path",
+           "compression", "cache_gc", "soak"]
 #: The benchmarks that take `--quick`. (relay runs short unless FULL=1 is in the environment.)
-QUICK = {"fanout", "filtered", "jwt_guard", "relay", "models", "workers", "write_path",
-         "compression", "cache_gc", "soak"}
+QUICK = {"fanout", "filtered", "jwt_guard", "relay", "models", "workers", "idle_memory",
+         "write_path", "compression", "cache_gc", "soak"}
 #: What `--quick` runs: those, and the ones that are short unless FULL=1 says otherwise.
 SHORT = QUICK | {"slow_clients", "first_event"}
 
