@@ -36,9 +36,6 @@ def census() -> dict[str, list[int]]:
         entry = found.setdefault(name, [0, 0])
         entry[0] += 1
         entry[1] += size
-        if entry[0] == 1 and os.environ.get("TRACED_DAEMON_NAMES") and \
-                hasattr(obj, "__dict__") and not isinstance(obj, type):
-            print("names", name, len(vars(obj)), sorted(vars(obj)), flush=True)
     return found
 
 
