@@ -13,15 +13,20 @@ CONSTRAINTS := constraints.txt
 SUM        := $(shell cat pyproject.toml $(CONSTRAINTS) | cksum | cut -d' ' -f1)
 RUN_STAMP  := $(VENV)/.installed-run-$(SUM)
 STAMP      := $(VENV)/.installed-full-$(SUM)
-FULL_EXTRAS := dev,spark,bench
+FULL_EXTRAS := dev,spark,bench,compile
+RUN_EXTRAS  := demo,compile
+# The hot path's compiled twin (ssekd/hotpath/build.py), built beside its source whenever that
+# changes: the editable install reaches the checkout, so a wheel's build would not do. Without
+# Cython or a C compiler it prints one line and the daemon runs the same code as plain Python.
+HOTPATH := $(VENV)/.hotpath-built
 # What builds and runs the container image (`make image` installs these alone).
 IMAGE_DEBS := podman runc debootstrap
 # Debian programs the tests and benchmarks drive as real clients (and nginx, the real upstream
 # of the http.proxy and http.json.schema examples), and the image's; certutil (libnss3-tools) makes the browser trust
 # the test CA; protoc (protobuf-compiler) encodes Protobuf bodies as the http.kafka.proto.oneway
-# example's test.sh does.
+# example's test.sh does; perf (linux-perf) counts the fan-out benchmark's send syscalls.
 DEBS   := curl openssl wrk nghttp2-client nginx chromium default-jre-headless prometheus haproxy systemd \
-          protobuf-compiler \
+          protobuf-compiler linux-perf \
           libnss3-tools $(IMAGE_DEBS)
 PYTEST_ARGS ?=
 # The official AsyncAPI JSON Schemas (npm `@asyncapi/specs`), which the generated AsyncAPI
@@ -86,7 +91,7 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 $(RUN_STAMP): pyproject.toml $(CONSTRAINTS) | $(BIN)/python
-	$(call install,$(BIN)/python,demo,$(CONSTRAINTS))
+	$(call install,$(BIN)/python,$(RUN_EXTRAS),$(CONSTRAINTS))
 	rm -f $(VENV)/.installed-run-*
 	touch $@
 
@@ -96,7 +101,12 @@ $(STAMP): pyproject.toml $(CONSTRAINTS) | $(BIN)/python
 	rm -f $(VENV)/.installed-*
 	touch $@ $(RUN_STAMP)
 
-setup: $(STAMP)
+setup: $(STAMP) $(HOTPATH)
+
+# Listed after the install it needs (Cython) wherever it is a prerequisite.
+$(HOTPATH): ssekd/hotpath/kernels.py ssekd/hotpath/build.py | $(BIN)/python
+	$(BIN)/python ssekd/hotpath/build.py
+	touch $@
 
 # A fresh resolution of pyproject.toml (every extra, and the wheel build's own setuptools and
 # wheel) into constraints.txt. Run it to take newer releases, then `make test`.
@@ -149,7 +159,7 @@ client-size: setup $(ESBUILD)
 	ESBUILD=$(ESBUILD) $(BIN)/python -m bench.client_size
 
 # Serve etc/zilla.yaml in the foreground: dev TLS key, dev broker and demo producer as needed.
-run: $(RUN_STAMP)
+run: $(RUN_STAMP) $(HOTPATH)
 	$(BIN)/python -m ssekd.dev --dev-broker --dev-tokens --config $(CONFIG)
 
 # Two processes: most tests wait on sockets, brokers and subprocesses, so two share the machine's
@@ -182,6 +192,7 @@ $(COMPAT_STAMP): pyproject.toml $(CONSTRAINTS) | $(COMPAT)/bin/python
 # one run drop the marker but keep that file (-m alone cannot).
 test-compat: $(COMPAT_STAMP) system-deps asyncapi-specs
 	@$(COMPAT)/bin/python -c 'import twisted; print("Twisted", twisted.__version__)'
+	$(COMPAT)/bin/python ssekd/hotpath/build.py
 	SPARK_LOCAL_IP=127.0.0.1 $(COMPAT)/bin/python -m pytest -q -p no:cacheprovider \
 	  -k 'not spark or test_serving' $(PYTEST_ARGS)
 
@@ -196,7 +207,7 @@ bench: setup system-deps
 image: image-deps | $(BIN)/python
 	PODMAN="$(PODMAN)" PIP=$(BIN)/pip deploy/container/build-image.sh $(IMAGE)
 
-check: $(RUN_STAMP)
+check: $(RUN_STAMP) $(HOTPATH)
 	$(BIN)/ssekd check --config $(CONFIG)
 
 # docs/config-reference.md is generated from the config schemas; a test fails when it is stale.
@@ -208,4 +219,5 @@ lint: setup
 	$(BIN)/ruff check ssekd tests bench
 
 clean:
-	rm -rf $(VENV) $(COMPAT) build *.egg-info bench/results .pytest_cache .mypy_cache
+	rm -rf $(VENV) $(COMPAT) build *.egg-info bench/results .pytest_cache .mypy_cache \
+	  ssekd/hotpath/_kernels_c.*.so

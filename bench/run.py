@@ -19,11 +19,12 @@ from bench.common import RESULTS
 
 #: In the order they run. Each module has `main() -> dict`.
 BENCHES = ["static", "fanout", "filtered", "slow_clients", "tls", "spark_snapshot", "jwt_guard",
-           "relay", "models", "workers", "idle_memory", "first_event", "write_path",
-           "compression", "cache_gc", "soak"]
+           "relay", "models", "workers", "many_streams", "first_event", "write_path", "compression",
+           "cache_gc", "soak", "hot_path", "send_floor", "idle_memory", "limits"]
 #: The benchmarks that take `--quick`. (relay runs short unless FULL=1 is in the environment.)
-QUICK = {"fanout", "filtered", "jwt_guard", "relay", "models", "workers", "idle_memory",
-         "write_path", "compression", "cache_gc", "soak"}
+QUICK = {"fanout", "filtered", "jwt_guard", "relay", "models", "workers", "many_streams",
+         "write_path", "compression", "cache_gc", "soak", "hot_path", "send_floor", "idle_memory",
+         "limits"}
 #: What `--quick` runs: those, and the ones that are short unless FULL=1 says otherwise.
 SHORT = QUICK | {"slow_clients", "first_event"}
 

@@ -26,7 +26,7 @@ from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from ssekd import __version__, sd_notify
+from ssekd import __version__, hotpath, sd_notify
 from ssekd.catalogs.catalog import Schema
 from ssekd.config.checks import telemetry_problems, unused_vault_problems
 from ssekd.config.compose import RemoteTexts
@@ -42,7 +42,7 @@ from ssekd.telemetry import otlp_spec, prometheus
 from ssekd.telemetry.events import EventLog, stdout_stream
 from ssekd.telemetry.memory_limit import MemoryLimit
 from ssekd.telemetry.metrics import Metrics, Reading
-from ssekd.workers.sockets import family_of, listening_socket, port_taken
+from ssekd.workers.sockets import bound_accepts, family_of, listening_socket, port_taken
 
 if TYPE_CHECKING:  # the SDK is imported where an otlp exporter is made
     from ssekd.telemetry.otlp import OtlpExporter
@@ -62,9 +62,11 @@ _memory_limit = MemoryLimit()
 
 
 def build_figures() -> Iterable[Reading]:
-    """What any ssekd process reports of itself: `ssekd.build.info` and, under a control group
-    with a memory limit, `ssekd.memory.limit`."""
-    yield "ssekd.build.info", {"version": __version__}, 1.0
+    """What any ssekd process reports of itself: `ssekd.build.info` (with whether the hot path's
+    compiled twin runs: a build without a compiler is slower, not broken, so it is said where
+    an operator looks) and, under a control group with a memory limit, `ssekd.memory.limit`."""
+    yield "ssekd.build.info", {"version": __version__,
+                               "hotpath": "compiled" if hotpath.COMPILED else "python"}, 1.0
     limit = _memory_limit()
     if limit is not None:
         yield "ssekd.memory.limit", {}, float(limit)
@@ -293,6 +295,7 @@ class Engine(MultiService):
                     continue
                 switch = SwitchFactory(spec.factory)
                 port = self._open(key, switch)
+                bound_accepts(port)
                 self._ports[key] = (port, switch)
                 opened.append(key)
                 self.events.emit(ENGINE, "ENGINE_LISTENING", f"{spec.host}:{spec.port}")

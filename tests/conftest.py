@@ -17,6 +17,7 @@ import pytest
 from ssekd.dev.broker import Broker, free_port, start_broker
 from tests.support.broker import Kafka
 from tests.support.daemon import Daemon, start_daemon
+from tests.support.hotpath import hot_path  # noqa: F401 - a fixture
 from tests.support.pki import ENV, Pki, make_pki, tls_config
 from tests.support.static_site import write_site
 from tests.support.streamd import Streamd, run_streamd

@@ -22,6 +22,9 @@ from ssekd.event_ids import (
 )
 from tests.support.data import event_id_vectors
 
+#: Every test against the pure hot path and its compiled twin (tests/support/hotpath.py).
+pytestmark = pytest.mark.usefixtures("hot_path")
+
 VECTORS = event_id_vectors()
 
 

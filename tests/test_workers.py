@@ -11,13 +11,14 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from twisted.internet import protocol, tcp
 from twisted.internet.error import ProcessDone, ProcessTerminated
-from twisted.internet.testing import MemoryReactorClock
+from twisted.internet.testing import MemoryReactor, MemoryReactorClock
 from twisted.python.failure import Failure
 
 from ssekd.config.model import EngineOptions, Telemetry
 from ssekd.telemetry.events import EventLog
-from ssekd.workers.sockets import family_of, listening_socket
+from ssekd.workers.sockets import ACCEPTS_PER_TURN, bound_accepts, family_of, listening_socket
 from ssekd.workers.supervisor import (
     Supervisor,
     describe_exit,
@@ -59,6 +60,39 @@ def test_sockets_on_one_port_share_it_with_reuse_port() -> None:
     finally:
         first.close()
         second.close()
+
+
+class Counting(protocol.ServerFactory):
+    def __init__(self) -> None:
+        self.built = 0
+
+    def buildProtocol(self, addr: Any) -> protocol.Protocol:  # noqa: N802 - Twisted's name
+        self.built += 1
+        return protocol.Protocol()
+
+
+def test_a_storm_of_connections_is_accepted_a_bounded_number_per_turn() -> None:
+    """Twisted's port accepts 20 more per turn each time it could, without bound; a port of
+    the daemon accepts at most ACCEPTS_PER_TURN per turn however many wait, and takes them
+    all over the turns."""
+    factory = Counting()
+    port = tcp.Port(0, factory, backlog=1024, interface="127.0.0.1", reactor=MemoryReactor())
+    port.startListening()
+    bound_accepts(port)
+    clients = [socket.create_connection(("127.0.0.1", port.getHost().port), timeout=5)
+               for _ in range(4 * ACCEPTS_PER_TURN + 10)]
+    try:
+        turns = []
+        while factory.built < len(clients) and len(turns) < 100:
+            before = factory.built
+            port.doRead()
+            turns.append(factory.built - before)
+        assert max(turns) == ACCEPTS_PER_TURN
+        assert factory.built == len(clients)
+    finally:
+        for c in clients:
+            c.close()
+        port.connectionLost(None)
 
 
 class FakeProcess:

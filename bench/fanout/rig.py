@@ -58,6 +58,8 @@ class Reader:
         self.socks = socks
         self.sampled = sampled
         self.counts = [0] * len(socks)
+        #: Bytes read over all the streams (bytes per send syscall, bench/send_floor.py).
+        self.bytes = 0
         self.latencies: list[float] = []
         self._tails = [b""] * len(socks)  # last 2 bytes of each stream's previous read
         self._text = [b""] * len(socks)  # unparsed end of a sampled stream's previous read
@@ -88,6 +90,7 @@ class Reader:
                     self._poll.unregister(fd)
                     self.open -= 1
                     continue
+                self.bytes += n
                 head = bytes(view[:2])
                 counts[i] += buf.count(b"id:", 0, n) + (tails[i] + head).count(b"id:")
                 tails[i] = bytes(view[max(0, n - 2):n])
@@ -144,7 +147,7 @@ def run_clients(port: int, path: str, n: int, sample: int, ready: Any, go: Any, 
 
     reader.run(done)
     out.put((reader.counts, reader.latencies, time.process_time() - cpu0, time.time() - t0,
-             on_time[0] if on_time else sum(reader.counts)))
+             on_time[0] if on_time else sum(reader.counts), reader.bytes))
     for s in socks:
         s.close()
 
@@ -185,7 +188,12 @@ class Server:
         return [self.proc, *self.proc.children(recursive=True)]
 
     def cpu(self) -> float:
-        return sum(t.user + t.system for t in (p.cpu_times() for p in self.processes()))
+        return sum(self.cpu_split())
+
+    def cpu_split(self) -> tuple[float, float]:
+        """User and system CPU seconds: Python's own work apart from the kernel's (sends)."""
+        times = [p.cpu_times() for p in self.processes()]
+        return sum(t.user for t in times), sum(t.system for t in times)
 
     def rss(self) -> int:
         return sum(int(p.memory_info().rss) for p in self.processes())

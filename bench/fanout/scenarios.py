@@ -19,16 +19,20 @@ from confluent_kafka import Consumer, TopicPartition
 
 from bench.fanout.report import plot, print_table
 from bench.fanout.rig import ROOT, Reader, Rig, Server, hold_idle, percentile, run_clients
+from bench.fanout.syscalls import SyscallCount
 
 
 def fanout(rig: Rig, clients: int, rate: float, seconds: float, procs: int | None = None,
-           sample: int = 100, query: str = "", server: Server | None = None) -> dict[str, Any]:
+           sample: int = 100, query: str = "", server: Server | None = None,
+           syscalls: bool = False) -> dict[str, Any]:
     """`clients` streams of one topic while `rate` events/s are produced for `seconds`.
 
     Every stream is drained and counted (a stream that misses or repeats an event shows in
     `complete`, `lost` and `duplicated`); latency is taken on `sample` streams spread over the
     clients. `query` is added to each stream's path (e.g. `?access_token=...` for guarded
-    streams, `bench/jwt_guard.py`). `server` is ssekd unless given (the baseline).
+    streams, `bench/jwt_guard.py`). `server` is ssekd unless given (the baseline). `syscalls`:
+    count the server's send syscalls meanwhile (`syscalls.SyscallCount`) and the bytes the
+    streams got, for syscalls per event and bytes per syscall.
     """
     server = server or rig.ssekd
     if procs is None:  # readers enough that they are not what is measured
@@ -53,7 +57,9 @@ def fanout(rig: Rig, clients: int, rate: float, seconds: float, procs: int | Non
     time.sleep(1.0)
     rss = server.rss()
     profilers = _profile(server, f"{clients}x{int(rate)}", seconds) if PROFILE else []
-    cpu0 = server.cpu()
+    counting = SyscallCount(p.pid for p in server.processes()) if syscalls else None
+    user0, sys0 = server.cpu_split()
+    cpu0 = user0 + sys0
     go.set()
     t0 = time.time()
     sent = rig.produce_at(topic, rate, seconds)
@@ -63,7 +69,9 @@ def fanout(rig: Rig, clients: int, rate: float, seconds: float, procs: int | Non
     # up (ssekd never drops an event for a slow stream; it is late, and shows here as lost)
     deadline.value = time.time() + 10.0 + clients / 500
     results = [out.get(timeout=300) for _ in ps]
-    cpu = server.cpu() - cpu0
+    user1, sys1 = server.cpu_split()
+    cpu = user1 + sys1 - cpu0
+    sends = counting.stop() if counting is not None else None
     for p in ps:
         p.join(30)
     for profiler in profilers:
@@ -94,12 +102,26 @@ def fanout(rig: Rig, clients: int, rate: float, seconds: float, procs: int | Non
         "max_ms": round(max(lat, default=float("nan")) * 1000, 2),
         "daemon_cpu_pct": round(100 * cpu / produce_time, 1),
         "cpu_us_per_event": round(cpu * 1e6 / max(1, delivered), 2),
+        # user (the process's own code) and system (the kernel's: sends) apart
+        "user_us_per_event": round((user1 - user0) * 1e6 / max(1, delivered), 2),
+        "system_us_per_event": round((sys1 - sys0) * 1e6 / max(1, delivered), 2),
         "client_cpu_pct": round(100 * sum(r[2] for r in results) / produce_time, 1),
         "rss_mib": round(rss / 2**20, 1),
         "kib_per_stream": round(max(0, rss - rss0) / len(counts) / 1024, 2),
         "load_avg": round(os.getloadavg()[0], 2),
         **({"top_costs": costs} if costs is not None else {}),
+        **(_per_syscall(sends, delivered, sum(r[5] for r in results)) if syscalls else {}),
     }
+
+
+def _per_syscall(sends: dict[str, int] | None, delivered: int, received: int) -> dict[str, Any]:
+    """Send syscalls per delivered event and bytes per send syscall (None without perf)."""
+    total = sum(n for name, n in sends.items() if name != "all") if sends else 0
+    return {"sends": sends, "bytes_received": received,
+            "all_syscalls_per_event": round(sends.get("all", 0) / max(1, delivered), 4)
+            if sends else None,
+            "syscalls_per_event": round(total / max(1, delivered), 4) if total else None,
+            "bytes_per_syscall": round(received / total) if total else None}
 
 
 #: `--profile`: sample the server with py-spy during each fan-out scenario and each phase of the

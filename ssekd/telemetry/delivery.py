@@ -30,6 +30,8 @@ class Histogram(Protocol):
 
     def observe_many(self, value: float, times: int) -> None: ...
 
+    def observe_ages(self, now: float, stamps: list[int], times: int) -> None: ...
+
 
 class _Write:
     """One distinct write of a batch: its bytes, events in it, where it is observed, and how
@@ -66,17 +68,19 @@ class Deliveries:
         self._stamps = [t for t in stamps if t > 0]
         self._writes = []
 
-    def wrote(self, data: bytes, events: int, histogram: Histogram) -> None:
-        """A stream wrote `data`, holding `events` events, during the batch."""
+    def wrote(self, data: bytes, events: int, histogram: Histogram, streams: int = 1) -> None:
+        """`streams` streams wrote `data`, holding `events` events, during the batch."""
         if self._stamps is None:
             return
         writes = self._writes
         if writes:
             last = writes[-1]
             if last.data is data and last.histogram is histogram:
-                last.streams += 1
+                last.streams += streams
                 return
-        writes.append(_Write(data, events, histogram))
+        write = _Write(data, events, histogram)
+        write.streams = streams
+        writes.append(write)
 
     def end(self) -> None:
         stamps, self._stamps = self._stamps, None
@@ -87,7 +91,6 @@ class Deliveries:
         oldest = min(stamps)
         for w in writes:  # milliseconds of Kafka timestamps, observed in seconds
             if w.events == len(stamps):
-                for ts in stamps:
-                    w.histogram.observe_many(max(0.0, now - ts) / 1000.0, w.streams)
+                w.histogram.observe_ages(now, stamps, w.streams)
             else:
                 w.histogram.observe_many(max(0.0, now - oldest) / 1000.0, w.streams * w.events)

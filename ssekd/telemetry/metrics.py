@@ -38,6 +38,7 @@ from prometheus_client.metrics_core import (
     Metric,
 )
 
+from ssekd import hotpath
 from ssekd.telemetry.delivery import Deliveries
 
 Kind = Literal["counter", "gauge", "histogram"]
@@ -149,8 +150,9 @@ METRICS: Mapping[str, MetricDef] = _defs(
               "reaches a broker, 0 while one reaches none.", across="min"),
     MetricDef("ssekd.ready", "gauge", "1 while readiness answers 200 (bootstrap topics "
               "loaded once, not draining), else 0.", across="min"),
-    MetricDef("ssekd.build.info", "gauge", "Always 1; the label `version` is ssekd's version.",
-              labels=("version",), across="max"),
+    MetricDef("ssekd.build.info", "gauge", "Always 1; the label `version` is ssekd's version, "
+              "`hotpath` says whether the hot path runs compiled (`compiled`) or as plain "
+              "Python (`python`).", labels=("version", "hotpath"), across="max"),
     MetricDef("ssekd.worker.restarts", "counter", "Workers the parent started again after "
               "they died or missed their heartbeats (only with workers)."),
     MetricDef("ssekd.memory.limit", "gauge", "The memory limit of the daemon's control group "
@@ -250,6 +252,11 @@ class Histogram:
         """`times` observations of the same value (the streams one write reached)."""
         self.counts[bisect.bisect_left(self.bounds, value)] += times
         self.sum += value * times
+
+    def observe_ages(self, now: float, stamps: list[int], times: int) -> None:
+        """`observe_many` of each of `stamps`' age in seconds at `now` (all in ms): a
+        delivered batch's records, one loop of the hot path (`ssekd.hotpath`) for them all."""
+        self.sum = hotpath.observe_ages(self.counts, self.bounds, now, stamps, times, self.sum)
 
 
 Instrument = Counter | Gauge | Histogram

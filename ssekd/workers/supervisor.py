@@ -49,7 +49,7 @@ from ssekd import sd_notify
 from ssekd.daemon_secret import daemon_secret
 from ssekd.engine import ENGINE, Engine, build_figures
 from ssekd.graph import watched_sources
-from ssekd.heartbeats import Heartbeats
+from ssekd.heartbeats import Heartbeats, main_thread_cpu
 from ssekd.telemetry import prometheus
 from ssekd.telemetry.metrics import Metrics
 from ssekd.telemetry.prometheus import ExporterSite
@@ -148,7 +148,8 @@ class Supervisor(Service):
         self.restarts = self.metrics.counter("ssekd.worker.restarts", ENGINE)
         self.metrics.reader(ENGINE, "build", build_figures)
         self.heartbeats = Heartbeats(self.reactor, self._metrics_path,
-                                     config.engine.heartbeat_timeout, self._stuck, self._answered)
+                                     config.engine.heartbeat_timeout, self._stuck, self._answered,
+                                     reactor_cpu=self._reactor_cpu)
         #: READY=1 was sent to systemd (once every worker answered a heartbeat).
         self.announced = False
 
@@ -266,6 +267,12 @@ class Supervisor(Service):
                 all(self.heartbeats.last.get(i) is not None for i in range(1, self.count + 1)):
             self.announced = True
             sd_notify.ready()
+
+    def _reactor_cpu(self, index: int) -> float | None:
+        """CPU seconds worker `index`'s reactor thread has used (a busy worker from a stuck
+        one: `ssekd.heartbeats`)."""
+        worker = self.workers.get(index)
+        return None if worker is None or worker.pid is None else main_thread_cpu(worker.pid)
 
     def _stuck(self, index: int, silent: float) -> None:
         """A worker missed its heartbeats for the timeout: kill it; `ended` starts another."""

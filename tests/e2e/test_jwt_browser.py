@@ -96,10 +96,12 @@ def test_without_renewal_the_page_shows_expired(kafka_broker: Broker, tmp_path: 
     daemon = start_daemon(write_config(tmp_path, port, kafka_broker.bootstrap, jwks.url,
                                        challenge=2), wait_ports=[port])
     browser = Browser(f"http://127.0.0.1:{port}/www/index.html?stream=/events/none"
-                      f"&token={key.token(ttl=4)}")
+                      f"&token={key.token(ttl=10)}")
     try:
-        _wait(browser, "window.ssekd && window.ssekd.challenges", 1, timeout=10)
-        _wait(browser, "document.getElementById('state').textContent", "expired", timeout=10)
+        # The challenge comes 2 s before `exp`: the token lives long enough for a browser
+        # started on a loaded machine (seen taking over 4 s) to be streaming by then.
+        _wait(browser, "window.ssekd && window.ssekd.challenges", 1, timeout=20)
+        _wait(browser, "document.getElementById('state').textContent", "expired", timeout=20)
     finally:
         browser.close()
         daemon.stop()

@@ -30,6 +30,7 @@ class CuttingRelay:
     port: int = field(default_factory=free_port)
     sent: bytearray = field(default_factory=bytearray)  # every byte clients sent, in order
     cuts: int = 0  # answers dropped
+    doomed: int = 0  # requests marked to lose their answer (a cut may reset one before it)
     _marker: bytes | None = None
     _left: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -76,6 +77,7 @@ class CuttingRelay:
                     self.sent += chunk
                     if self._left and self._marker is not None and self._marker in chunk:
                         self._left -= 1
+                        self.doomed += 1
                         pair.doomed = True  # before the daemon can answer it
                 pair.upstream.sendall(chunk)
         except OSError:

@@ -75,12 +75,14 @@ class Daemon:
 
 
 def start_daemon(config: Path, env: Mapping[str, str] | None = None,
-                 wait_ports: list[int] | None = None, timeout: float = 20.0,
+                 wait_ports: list[int] | None = None, timeout: float = 60.0,
                  extra_args: list[str] | None = None, nofile: int | None = None,
                  wait_output: str | None = None) -> Daemon:
     """Start the daemon on `config` and wait until `wait_ports` accept connections, and until
     its output holds `wait_output` (when a probe connection would disturb what a test counts).
-    With `nofile`, the daemon runs under `ulimit -n nofile`."""
+    With `nofile`, the daemon runs under `ulimit -n nofile`. `timeout` is how long a start may
+    take, not a measure of it: a quiet machine starts the daemon in about a second, one shared
+    with other test runs (a CI host, load average 15) took over 20 s."""
 
     def limit_fds() -> None:
         if nofile is not None:

@@ -16,10 +16,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from itertools import count
-from operator import itemgetter
 from typing import Any, Final
 
 from confluent_kafka import Message as KafkaRecord
+
+from ssekd.hotpath import RECORD_OVERHEAD, records_of_batch
+
+# The first records of a list that fit a byte bound: part of the hot path (every record a stream
+# catches up on passes through it), compiled when it can be; taken from here by its users.
+from ssekd.hotpath import within_bytes as within_bytes
 
 Headers = tuple[tuple[str, bytes | None], ...]
 
@@ -39,7 +44,8 @@ SEQ: Final = 6
 #: What the record costs the cache's byte bound: key, value, headers and `_OVERHEAD`.
 SIZE: Final = 7
 
-_OVERHEAD = 120  # bytes of object overhead counted per message against the cache's byte bound
+#: Bytes of object overhead counted per message against the cache's byte bound.
+_OVERHEAD: Final = RECORD_OVERHEAD
 #: The smallest `size` a record has (no key, value or headers).
 SMALLEST: Final = _OVERHEAD
 
@@ -84,32 +90,13 @@ def describe(m: Message) -> str:
 def from_confluent_batch(records: Iterable[Any]) -> list[Message]:
     """Convert a batch of error-free confluent_kafka.Messages (called on the consumer thread).
 
-    The same as `from_confluent` per record, with the accessors looked up once for the batch:
-    this loop holds the GIL the reactor needs, and a cold topic passes through it a record at a
-    time, so it is kept to the calls it cannot do without."""
-    r: Any  # the accessors are C methods called unbound: no bound method per call
-    partition: Any = KafkaRecord.partition
-    offset: Any = KafkaRecord.offset
-    key: Any = KafkaRecord.key
-    value: Any = KafkaRecord.value
-    headers: Any = KafkaRecord.headers
-    timestamp: Any = KafkaRecord.timestamp
-    take = _seqs.__next__
-    out: list[Message] = []
-    append = out.append
-    for r in records:
-        k = key(r)
-        v = value(r)
-        h = headers(r)
-        kind, ts = timestamp(r)
-        size = _OVERHEAD + (len(k) if k else 0) + (len(v) if v else 0)
-        if h:  # most records have none: skip the generator
-            h = tuple(h)
-            size += sum(len(n) + (len(hv) if hv else 0) for n, hv in h)
-        else:
-            h = ()
-        append((partition(r), offset(r), k, v, h, ts if kind else 0, take(), size))
-    return out
+    The same as `from_confluent` per record. This loop holds the GIL the reactor needs, and a
+    cold topic passes through it a record at a time: it is part of the hot path, compiled when
+    it can be (`ssekd.hotpath.records_of_batch`). The accessors are passed unbound: a C call
+    each, no bound method made per record."""
+    return records_of_batch(records, _seqs.__next__, KafkaRecord.partition, KafkaRecord.offset,
+                            KafkaRecord.key, KafkaRecord.value, KafkaRecord.headers,
+                            KafkaRecord.timestamp)
 
 
 def from_confluent(record: Any) -> Message:
@@ -118,20 +105,3 @@ def from_confluent(record: Any) -> Message:
     ts_type, ts = record.timestamp()
     return new_message(record.partition(), record.offset(), record.key(), record.value(),
                        tuple(raw) if raw else (), ts if ts_type else 0)
-
-
-def within_bytes(records: list[Message], max_bytes: int) -> list[Message]:
-    """The first `records` whose sizes add up to `max_bytes`, but at least one: a catch-up step
-    or a history read is bounded in bytes however small its records are, and never empty while
-    there is a record to give."""
-    if len(records) <= 256 and sum(map(_size, records)) < max_bytes:
-        return records  # a few records that fit (a stream near the tail), summed in C
-    total = 0
-    for n, m in enumerate(records):
-        total += m[SIZE]
-        if total >= max_bytes:
-            return records[:n + 1]
-    return records
-
-
-_size = itemgetter(SIZE)

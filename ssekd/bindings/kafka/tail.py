@@ -42,6 +42,7 @@ from ssekd.bindings.kafka.message import HEADERS, KEY, OFFSET, PARTITION, VALUE,
 from ssekd.bindings.kafka.topic_log import TopicLog
 from ssekd.bindings.kafka.value_path import NOT_JSON, UNPARSED, ParsedValue, ValuePath
 from ssekd.event_ids import ProgressState
+from ssekd.spi.stream import write_each
 
 if TYPE_CHECKING:
     from ssekd.bindings.kafka.subscription import EventEncoder, Subscription
@@ -370,8 +371,8 @@ class TailRouter:
                 data = out[0] if len(out) == 1 else b"".join(out)
                 g.out = None
                 del self._unwritten[g]
-                for s in list(g.members):
-                    s.write(data)
+                # each member's sink, as `Subscription.write` would, in one call for all
+                write_each([s.sink for s in g.members], data)
         finally:
             for g in self._unwritten:
                 g.out = None

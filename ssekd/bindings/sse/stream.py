@@ -22,6 +22,7 @@ EventSource treats the reset like any dropped connection and reconnects with its
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any, Protocol
 
 from twisted.internet.error import ConnectionDone, ConnectionLost
@@ -32,7 +33,13 @@ from twisted.web.server import Request
 from zope.interface import implementer
 
 from ssekd.bindings.http.request_end import when_over
-from ssekd.bindings.http.stream_writer import RequestWriter, StreamWriter, start_stream
+from ssekd.bindings.http.stream_writer import (
+    ChunkedWriter,
+    RequestWriter,
+    StreamWriter,
+    start_stream,
+    write_each,
+)
 from ssekd.bindings.sse.compression import GzipWriter
 from ssekd.bindings.sse.keepalive import Entry, KeepaliveTimers
 from ssekd.bindings.sse.stats import SseStats
@@ -175,6 +182,33 @@ class SseStream:
         server.stats.data_sent.value += len(data)
         self._writer.write(data)
 
+    @staticmethod
+    def write_each(sinks: list[Any], data: bytes) -> None:
+        """`write(data)` to each of `sinks` in turn (`ssekd.spi.stream.write_each`, which says
+        why). The streams of one server, not ended, without gzip and framed by a shared
+        `ChunkedWriter` (HTTP/1.1) are counted as they come (`_counted_writers`) and sent to at
+        once in one loop (`stream_writer.write_each`); any other sink (HTTP/2, gzip, another
+        server's stream) gets its own `write` in its turn. What every such stream counts alike
+        (the server's bytes sent, the delivery latency) is counted once for them all."""
+        if not data:
+            return
+        server = sinks[0].server
+        if type(data) is EventBlock:
+            events = data.events
+        else:
+            last, events = server.counted
+            if data is not last:
+                events = server.events_in(data)
+        tally = [0]
+        write_each(_counted_writers(sinks, data, server, events, tally), data)
+        counted = tally[0]
+        if counted:
+            if events:
+                deliveries = server.deliveries
+                if deliveries.active:
+                    deliveries.wrote(data, events, server.stats.latency, counted)
+            server.stats.data_sent.value += len(data) * counted
+
     def end(self, why: str = "upstream") -> None:
         """Finish the response with a 200 that ends: the browser reconnects with its last id.
         `why`: the source ended it (`upstream`), or the server stops (`drain`)."""
@@ -239,6 +273,9 @@ class SseStream:
     def _close(self, why: str) -> None:
         if self.done:
             return
+        # before the request's end is told (finish, or the connection's loss: Twisted stops
+        # the transport's producers, this stream among them, before the request hears of it)
+        self._writer.settle()
         self.done = True
         self.why = why
         self.server.stats.closed(why in ("client", "error"))  # the connection went away
@@ -312,6 +349,34 @@ class SseStream:
         except RuntimeError:
             pass
         self._writer.reset()
+
+
+def _counted_writers(sinks: list[Any], data: bytes, server: StreamOwner, events: int,
+                     tally: list[int]) -> Iterator[ChunkedWriter]:
+    """For `SseStream.write_each`: the writer of each stream that takes the one loop, counted
+    as `SseStream.write` counts (`tally[0]`: how many); any other sink written on its own. A
+    generator, so that each stream is counted and sent to in a row: at a thousand streams
+    a second loop over them found every stream's objects out of the CPU's caches again (the
+    kernel's send had been through its own meanwhile), and that showed in the profile more
+    than the loop itself."""
+    size = len(data)
+    now = server.clock.seconds()
+    for s in sinks:
+        writer = getattr(s, "_writer", None)
+        if type(writer) is not ChunkedWriter or s.server is not server or s._gzip is not None:
+            s.write(data)
+            continue
+        if s.done:
+            continue
+        if events:
+            s.events += events
+            delivered = s._delivered
+            if delivered is not None:
+                delivered.value += events
+        s.last_write = now
+        s.written += size
+        tally[0] += 1
+        yield writer
 
 
 def _forget_headers(request: Any) -> None:

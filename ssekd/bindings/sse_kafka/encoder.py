@@ -11,13 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
+from ssekd import hotpath
 from ssekd.bindings.kafka.log_index import Term
-from ssekd.bindings.kafka.message import HEADERS, KEY, OFFSET, PARTITION, VALUE, Message, header
+from ssekd.bindings.kafka.message import HEADERS, KEY, VALUE, Message, header
 from ssekd.bindings.kafka.subscription import CatchUp
 from ssekd.bindings.kafka.value_path import UNPARSED, ParsedValue, ValuePath
-from ssekd.bindings.sse.wire import CR, END, ID, ID_DATA, LF, event_bytes, id_data_event
+from ssekd.bindings.sse.wire import CR, LF, event_bytes, id_data_event
 from ssekd.event_ids import (
     ETAG_FORMAT,
     MAX_ID_LENGTH,
@@ -26,7 +28,6 @@ from ssekd.event_ids import (
     clean_etag,
     format_event_id,
 )
-from ssekd.spi.stream import event_block
 from ssekd.telemetry.metrics import Counter
 
 
@@ -74,12 +75,15 @@ class Filter:
 class KafkaEventEncoder:
     """Encodes records as `id:`/`event:`/`data:` events, advancing a stream's progress."""
 
-    __slots__ = ("__weakref__", "_json", "_key", "_terms", "filtered", "filters", "id_format",
-                 "not_json", "topic")
+    __slots__ = ("__weakref__", "_hot", "_json", "_key", "_terms", "filtered", "filters",
+                 "id_format", "not_json", "topic")
 
     def __init__(self, topic: str, filters: tuple[Filter, ...] = (),
                  id_format: str = ETAG_FORMAT, filtered: Counter | None = None,
-                 not_json: Counter | None = None) -> None:
+                 not_json: Counter | None = None, hot: ModuleType | None = None) -> None:
+        #: The hot path's implementation (`ssekd.hotpath.IMPL`); tests pass the pure module
+        #: and the compiled twin in turn, each with its own `ProgressState`.
+        self._hot = hot if hot is not None else hotpath.IMPL
         self.topic = topic
         self.filters = filters
         self.id_format = id_format
@@ -132,59 +136,20 @@ class KafkaEventEncoder:
 
     def encode(self, records: Sequence[Message], progress: ProgressState,
                catch_up: CatchUp | None) -> bytes:
+        """The events of `records` for a stream at `progress` (moved past them). Its loops
+        run a record at a time, every record of a topic read from its start passing through
+        them: they are part of the hot path (`ssekd.hotpath`), compiled when they can be."""
         if catch_up is not None and not catch_up.active():
             catch_up = None
+        hot = self._hot
         if self.filters or catch_up is not None or self.id_format != ETAG_FORMAT:
-            return self._encode_filtered(records, progress, catch_up)
-        # The path every unfiltered stream takes, at the tail and catching up: per record one
-        # token (`advance`) and the pieces of its event appended to one list, joined once.
-        out: list[bytes] = []
-        append = out.append
-        get = progress.offsets.get
-        advance = progress.advance
-        whole = 0  # events appended whole, not in the five pieces of a plain one
-        for m in records:
-            p, offset, _key, value, headers, _ts, _seq, _size = m  # one step, no lookups
-            pos = get(p)
-            if pos is not None and offset < pos:
-                continue  # already passed: never twice
-            if headers or value is None or LF in value or CR in value:
-                progress.set(p, offset + 1)
-                append(self._event(m, progress))
-                whole += 1
-                continue
-            append(ID)
-            append(advance(p, offset + 1))
-            append(ID_DATA)
-            append(value)
-            append(END)
-        if not out:
-            return b""
-        return event_block(b"".join(out), (len(out) - whole) // 5 + whole)
-
-    def _encode_filtered(self, records: Sequence[Message], progress: ProgressState,
-                         catch_up: CatchUp | None) -> bytes:
-        """Routes with filters or the key id format, and streams still catching up."""
-        out: list[bytes] = []
-        offsets = progress.offsets
-        plain_ids = self.id_format == ETAG_FORMAT
-        for m in records:
-            p = m[PARTITION]
-            pos = offsets.get(p)
-            if pos is not None and m[OFFSET] < pos:
-                continue  # already passed: never twice
-            progress.set(p, m[OFFSET] + 1)
-            if self.filters and not self.matches(m):
-                continue
-            if catch_up is not None and not catch_up.admits(m):
-                continue
-            value = m[VALUE]
-            if plain_ids and not m[HEADERS] and value is not None \
-                    and LF not in value and CR not in value:
-                out.append(id_data_event(progress.token_bytes(), value))
-                continue
-            out.append(self._event(m, progress))
-        return event_block(b"".join(out), len(out)) if out else b""
+            # routes with filters or the key id format, and streams still catching up
+            return hot.encode_filtered(  # type: ignore[no-any-return]
+                records, progress, self.matches if self.filters else None,
+                catch_up.admits if catch_up is not None else None,
+                self.id_format == ETAG_FORMAT, self._event)
+        # the path every unfiltered stream takes, at the tail and catching up
+        return hot.encode_plain(records, progress, self._event)  # type: ignore[no-any-return]
 
     def _event(self, m: Message, progress: ProgressState) -> bytes:
         return self._event_at(m, progress.token())

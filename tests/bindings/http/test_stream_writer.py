@@ -166,3 +166,74 @@ def test_http2_writes_are_data_frames_and_reset_is_rst_stream() -> None:
     assert peer.of(h2.events.StreamReset, first), "RST_STREAM for that stream"
     assert not peer.of(h2.events.StreamReset, second) and peer.goaway() is None, \
         "the connection and its other streams go on"
+
+
+class _Counted:
+    """What a `ChunkedWriter` needs of its request: the count `Request.write` would keep."""
+
+    sentLength = 0
+
+
+def test_write_each_sends_to_each_writer_what_its_write_would_in_order() -> None:
+    """`write_each` (a group's batch in one loop) against `write` stream by stream: the same
+    bytes on each connection, the same counts, and never ahead of what Twisted still holds for
+    a connection (its bytes then queue behind them); a transport that is not plain TCP gets
+    Twisted's write."""
+    pairs = [socket.socketpair() for _ in range(3)]
+    reactor = MemoryReactorClock()
+    conns = []
+    for a, b in pairs:
+        b.setblocking(False)
+        conn = tcp.Connection(a, Protocol(), reactor)
+        conn.connected = 1
+        conns.append(conn)
+    other = StringTransport()
+    writers = [ChunkedWriter(_Counted(), t, eager(t)) for t in (*conns, other)]
+    try:
+        conns[1].write(b"queued ")  # waits for the reactor: the batch must not overtake it
+        batch = b"id:1\ndata:x\n\n"
+        stream_writer.write_each(writers, batch)
+        framed = b"%x\r\n%b\r\n" % (len(batch), batch)
+        assert _read(pairs[0][1]) == framed, "sent at once"
+        assert _read(pairs[1][1]) == b"", "behind the queued bytes"
+        conns[1].doWrite()
+        assert _read(pairs[1][1]) == b"queued " + framed
+        assert _read(pairs[2][1]) == framed
+        assert other.value() == framed
+        assert [w.request.sentLength for w in writers] == [0] * 4, "counted as it ends"
+        for w in writers:
+            w.settle()
+        assert [w.request.sentLength for w in writers] == [len(batch)] * 4
+        assert stream_writer._FRAMED.pair == (batch, framed), "framed once for the group"
+    finally:
+        for a, b in pairs:
+            a.close()
+            b.close()
+
+
+def test_write_each_never_overtakes_what_a_partial_send_left_with_twisted() -> None:
+    """A stream whose last send left bytes with Twisted looks into the transport's buffer again:
+    the next batch goes behind them, and straight out once they are gone."""
+    a, b = socket.socketpair()
+    b.setblocking(False)
+    conn = tcp.Connection(a, Protocol(), MemoryReactorClock())
+    conn.connected = 1
+    writer = ChunkedWriter(_Counted(), conn, eager(conn))
+    try:
+        big = bytes(range(256)) * (1 << 16)  # 16 MiB: more than the socket takes at once
+        stream_writer.write_each([writer], big)
+        assert writer.direct is None, "the rest is queued with Twisted"
+        stream_writer.write_each([writer], b"after")
+        expected = b"%x\r\n%b\r\n5\r\nafter\r\n" % (len(big), big)
+        got = _read(b)
+        while len(got) < len(expected):
+            conn.doWrite()
+            got += _read(b)
+        assert got == expected
+        stream_writer.write_each([writer], b"then")
+        assert writer.direct is conn.socket and _read(b) == b"4\r\nthen\r\n"
+        writer.write(b"one")  # the single-stream path may queue: the next batch looks again
+        assert writer.direct is None and _read(b) == b"3\r\none\r\n"
+    finally:
+        a.close()
+        b.close()

@@ -8,6 +8,7 @@ import gc
 import sys
 from typing import Any
 
+import pytest
 from twisted.internet.testing import MemoryReactorClock
 
 from ssekd.bindings.kafka.cache import CacheServer, TopicCache
@@ -20,6 +21,9 @@ from ssekd.event_ids import ProgressId
 from ssekd.telemetry.events import EventLog
 from ssekd.telemetry.metrics import Counter
 from tests.support.subscriptions import Sink
+
+#: Every test against the pure hot path and its compiled twin (tests/support/hotpath.py).
+pytestmark = pytest.mark.usefixtures("hot_path")
 
 EMPTY = {"groups": 0, "keys": 0, "headers": 0, "header_names": 0, "values": 0, "pointers": 0,
          "anything": 0,

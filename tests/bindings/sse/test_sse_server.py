@@ -190,3 +190,71 @@ def test_a_guarded_route_admits_only_sessions_with_its_roles() -> None:
     admitted = HttpContext("http", sessions={"jwt0": _Session("alice", "proxy:stream")})  # type: ignore[dict-item]
     assert answer(admitted).responseCode == 200
     assert len(source.requests) == 1
+
+
+class _Sinks:
+    """A source that keeps the sink of each stream it opens."""
+
+    def __init__(self) -> None:
+        self.sinks: list[Any] = []
+
+    def open(self, request: Any, sink: Any) -> Any:
+        self.sinks.append(sink)
+        return FakeHandle()
+
+
+class _Recording:
+    """A sink that is not an SSE stream (e.g. one topic of a multi-topic stream)."""
+
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(data)
+
+
+def test_a_batch_written_to_a_group_at_once_is_what_each_stream_would_have_written() -> None:
+    """`write_each` (the tail's fan-out of one batch) against `write` stream by stream: the same
+    bytes on every connection, the same counts per stream and per server, ended streams
+    skipped, and a sink of another kind written in its turn."""
+    from ssekd.bindings.http.stream_writer import ChunkedWriter
+    from ssekd.bindings.sse.stream import SseStream
+    from ssekd.spi.stream import event_block, write_each
+    from tests.support.http_fakes import http11, http_site
+
+    def opened(n: int) -> tuple[SseServer, list[Any], list[Any]]:
+        clock = MemoryReactorClock()
+        source = _Sinks()
+        sse = _server(source, clock)  # type: ignore[arg-type]
+        site = http_site(clock, sse)
+        transports = []
+        for _ in range(n):
+            proto, transport = http11(site)
+            proto.dataReceived(b"GET /events HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            transports.append(transport)
+        for t in transports:
+            t.clear()
+        return sse, source.sinks, transports
+
+    batches = [b"id:1\ndata:a\n\nid:2\ndata:b\n\n", event_block(b"id:3\ndata:c\n\n", 1)]
+    one_by_one, sinks_a, transports_a = opened(3)
+    at_once, sinks_b, transports_b = opened(3)
+    assert all(type(s) is SseStream for s in sinks_a + sinks_b)
+    assert all(type(s._writer) is ChunkedWriter for s in sinks_b), "HTTP/1.1: the one loop"
+    for sinks in (sinks_a, sinks_b):
+        sinks[2].stopProducing()  # ended: written to no more
+    other_a, other_b = _Recording(), _Recording()
+    for data in batches:
+        for s in (sinks_a[0], other_a, *sinks_a[1:]):
+            s.write(data)
+        write_each([sinks_b[0], other_b, *sinks_b[1:]], data)
+    assert [t.value() for t in transports_a] == [t.value() for t in transports_b]
+    assert transports_b[0].value() and not transports_b[2].value()
+    assert other_a.writes == other_b.writes == batches
+    assert [(s.events, s.written) for s in sinks_a] == [(s.events, s.written) for s in sinks_b]
+    assert sinks_b[0].events == 3
+    assert one_by_one.stats.data_sent.value == at_once.stats.data_sent.value > 0
+    for sinks in (sinks_a, sinks_b):
+        sinks[0].end()  # the response's size (http.response.size) is counted as it ends
+    body = sum(len(b) for b in batches)
+    assert sinks_a[0].request.sentLength == sinks_b[0].request.sentLength >= body

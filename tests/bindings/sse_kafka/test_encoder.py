@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -12,6 +13,9 @@ from ssekd.bindings.sse_kafka.encoder import Filter, KafkaEventEncoder
 from ssekd.event_ids import ETAG_FORMAT, KEY_ETAG_FORMAT, KEY_TEXT_FORMAT, ProgressState
 from ssekd.spi.stream import EventBlock
 from tests.support.data import event_id_vectors
+
+#: Every test against the pure hot path and its compiled twin (tests/support/hotpath.py).
+pytestmark = pytest.mark.usefixtures("hot_path")
 
 VECTORS = event_id_vectors()
 

@@ -131,10 +131,12 @@ def commands_with_key(broker: Broker, key: str) -> int:
 
 def test_a_write_whose_answer_is_lost_is_written_once(tmp_path: Path) -> None:
     with writes_demo(tmp_path) as s:
-        # Two answers lost: Chromium itself sends a request again, once, when a connection it
+        # Three answers lost. Chromium itself sends a request again when a connection it
         # reused is reset before any answer (it takes that for a server closing an idle
-        # connection); the second loss, on a fresh connection, is the page's network error.
-        s.relay.cut(b"lost answer one", times=2)
+        # connection), up to twice when it finds another pooled connection to reuse: so it may
+        # absorb two losses, and the third then reaches the page as a network error, which the
+        # writer must send again with the same key.
+        s.relay.cut(b"lost answer one", times=3)
         answer = run(s.page, """
           const t = writes.writer("/", {retry: {min: 100, max: 1000},
                                         token: async () => "token-of-the-page"});
@@ -145,11 +147,14 @@ def test_a_write_whose_answer_is_lost_is_written_once(tmp_path: Path) -> None:
         assert answer["attempts"] >= 2, f"the writer sent it again: {answer}"
         assert s.relay.cuts >= 1, "the relay lost an answer"
         key = answer["key"]
+        # Every send, the page's and Chromium's, carried the same key: the three that lost
+        # their answer and the one answered.
+        assert s.relay.doomed == 3
         assert s.relay.sent.lower().count(f"idempotency-key: {key}".encode()) == \
-            s.relay.cuts + 1, "every send (the page's and Chromium's) carried the same key"
+            s.relay.doomed + 1, "every send (the page's and Chromium's) carried the same key"
         assert answer["location"].endswith(f"/tasks/{key}")
         assert s.relay.sent.lower().count(b"authorization: bearer token-of-the-page") == \
-            s.relay.cuts + 1, "the token went with every send"
+            s.relay.doomed + 1, "the token went with every send"
         assert commands_with_key(s.broker, key) == 1, "written once"
         assert [r.value for r in read_topic(s.broker.bootstrap, "task-commands")] == \
             [b'{"title":"lost answer one"}'], "and no other record"
@@ -162,7 +167,7 @@ def test_a_write_whose_answer_is_lost_is_written_once(tmp_path: Path) -> None:
 
         # The control: the same loss, retried with a new key per attempt, is written twice,
         # so the count above would see a duplicate.
-        s.relay.cut(b"lost answer two", times=2)
+        s.relay.cut(b"lost answer two", times=3)
         keys = run(s.page, """
           const keys = [];
           for (;;) {
@@ -174,8 +179,9 @@ def test_a_write_whose_answer_is_lost_is_written_once(tmp_path: Path) -> None:
               return keys;
             } catch (e) { /* a network error: send it again */ }
           }""")
-        assert len(keys) == 2, keys
-        assert sum(commands_with_key(s.broker, k) for k in keys) == 2
+        assert len(keys) >= 2, keys  # at least one loss reached the page (see above)
+        assert sum(commands_with_key(s.broker, k) for k in keys) == len(keys), \
+            "each key written once, so the one write is in Kafka once per attempt"
 
 
 def test_a_stale_etag_is_a_conflict_with_the_current_value(tmp_path: Path) -> None:
