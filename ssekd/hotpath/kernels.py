@@ -181,8 +181,17 @@ def _pair(partition: int, next_offset: int) -> bytes:
 
 
 def _prefix(partitions: int) -> bytes:
-    """The token's version and partition count (the count's zigzag varint: twice the count)."""
-    return bytes((VERSION,)) + uvarint(partitions << 1)
+    """The token's version and partition count (the count's zigzag varint: twice the count):
+    one bytes object per count, shared by every stream (each holds one while it is open)."""
+    while len(_PREFIXES) <= partitions:
+        _PREFIXES.append(bytes((VERSION,)) + uvarint(len(_PREFIXES) << 1))
+    return _PREFIXES[partitions]  # type: ignore[no-any-return, unused-ignore]
+
+
+_PREFIXES: list[bytes] = []
+#: `_quads` until a partition is hot: one empty list for all (never changed in place: a hot
+#: partition's row of `_LOW_PAIRS` replaces it).
+_NO_QUADS: list[bytes] = []
 
 
 @cython.final
@@ -223,8 +232,10 @@ class ProgressState:
     _order: list[int]
     _prefix: bytes
     _token: object  # the token's bytes, or None until asked for again
-    #: Partitions `move`d whose pair in `_chunks` is not made yet.
-    _stale: set[int]
+    #: Partitions `move`d whose pair in `_chunks` is not made yet; None until the first `move`
+    #: (a filtered stream's): an empty set is 216 bytes, and every open stream, idle or not,
+    #: holds one of these (bench/idle_memory.py).
+    _stale: set[int] | None
     _hot: cython.longlong
     _last: cython.longlong
     _high: cython.longlong
@@ -240,10 +251,10 @@ class ProgressState:
         self._order = sorted(self._offsets)
         self._prefix = _prefix(len(self._offsets))
         self._token = None
-        self._stale = set()
+        self._stale = None
         self._hot = self._last = -1  # none yet; partitions are never negative
         self._left = self._right = self._before = self._after = b""
-        self._quads = []
+        self._quads = _NO_QUADS
         self._high = -1
 
     @property
@@ -255,7 +266,7 @@ class ProgressState:
         self._cool()
         self._make_stale()
         other: ProgressState = ProgressState.__new__(ProgressState)
-        other._stale = set()
+        other._stale = None
         other._offsets = dict(self._offsets)
         other._chunks = dict(self._chunks)
         other._order = list(self._order)
@@ -263,7 +274,7 @@ class ProgressState:
         other._token = self._token
         other._hot = other._last = -1
         other._left = other._right = other._before = other._after = b""
-        other._quads = []
+        other._quads = _NO_QUADS
         other._high = -1
         return other
 
@@ -291,7 +302,10 @@ class ProgressState:
         if old == next_offset:
             return
         self._offsets[partition] = next_offset
-        self._stale.add(partition)
+        stale = self._stale
+        if stale is None:
+            stale = self._stale = set()
+        stale.add(partition)
         self._token = None
         if old is None:
             self._reorder()
@@ -299,12 +313,13 @@ class ProgressState:
     @cython.ccall
     def _make_stale(self) -> None:
         """Make the pairs of the partitions `move`d since the last token."""
-        if self._stale:
+        stale = self._stale
+        if stale:
             offsets, chunks = self._offsets, self._chunks
-            for p in self._stale:
+            for p in stale:
                 if p in offsets:
                     chunks[p] = _pair(p, offsets[p])
-            self._stale.clear()
+            stale.clear()
 
     def drop(self, partition: int) -> None:
         if self._offsets.pop(partition, None) is not None:

@@ -22,6 +22,7 @@ from typing import Any
 
 from twisted.internet import defer
 from twisted.internet.interfaces import IProtocol
+from twisted.logger import Logger
 from twisted.web import http
 from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET, Request, Site
@@ -40,6 +41,7 @@ from ssekd.bindings.http.channel import BodyCountingRequest, LimitedHTTPChannel,
 from ssekd.bindings.http.cors import AccessControl
 from ssekd.bindings.http.h2c import SwitchingChannelProtocol, connection_sessions
 from ssekd.bindings.http.health import HealthPaths
+from ssekd.bindings.http.request_end import RequestWatcher, when_over
 from ssekd.bindings.http.roles import HttpBinding, HttpContext, RedactsPaths, TemporaryRefusals
 from ssekd.bindings.http.routing import Condition, head_headers, match_any, request_headers
 from ssekd.bindings.http.validation import Refused, Requests, refusal_body, retry_after, settle
@@ -64,17 +66,75 @@ class HttpRoute:
 #: What routing decided for a request: the exit, the captures and the `guarded` roles of the
 #: first route that matches; None when none does and there is no default exit (`404`).
 Routed = tuple[HttpBinding, dict[str, str], Mapping[str, tuple[str, ...]]] | None
+_log = Logger()
+
 #: A request's `http_route` until routing has decided it.
 NOT_ROUTED: Any = object()
 
 
-class SsekdRequest(BodyCountingRequest):
-    """No default `Content-Type`: an empty 404 or 304 should not claim to be HTML."""
+#: Attributes of a request held in slots rather than in its `__dict__`: ours, and the public
+#: ones Twisted sets on every request that streams. CPython shares one key table among the
+#: instances of a class while, over all of them, at most 30 attribute names are set; a request
+#: that streams set 31 (Twisted's, ours and Componentized's), so the 31st (`chunked`, set at
+#: the first write) gave every request a private dict: 1.7 KB of an idle stream's 8.6 KB,
+#: measured with tracemalloc (bench/idle_memory.py). In slots they leave a dozen names to the
+#: dict, room for the rarer ones (sessions, HEAD, TLS) to stay shared. None of them is one
+#: Twisted deletes (`content`, `channel`): a deleted slot would not fall back to the class's
+#: default as a deleted dict entry does.
+_SLOTTED = ("answered_by", "sse_stream", "http_route", "access_began", "body_dropped",
+            "end_watchers", "http_began",
+            "producer", "streamingProducer", "finished", "code", "code_message", "clientproto",
+            "uri", "method", "startedWriting", "chunked", "sentLength", "queued", "notifications",
+            "cookies", "received_cookies", "etag", "lastModified", "args")
 
+
+class SsekdRequest(BodyCountingRequest):
+    """No default `Content-Type`: an empty 404 or 304 should not claim to be HTML.
+
+    `http_route`: the route decided when the request's head came in (`HttpRoot.takes_body`),
+    carried to `HttpRoot.render` so that a request is matched against the routes once."""
+
+    __slots__ = _SLOTTED
     defaultContentType = None
-    #: The route decided when the request's head came in (`HttpRoot.takes_body`), carried to
-    #: `HttpRoot.render` so that a request is matched against the routes once.
-    http_route: Routed = NOT_ROUTED
+    end_watchers: tuple[RequestWatcher, ...]
+    http_began: float
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # a slot shadows the class attribute Twisted reads as the default: set it here
+        for name, value in _SLOT_DEFAULTS:
+            setattr(self, name, value)
+        super().__init__(*args, **kwargs)
+
+    # -- request_end: watchers told where Twisted fires notifyFinish's Deferreds -------------
+
+    def watch_end(self, watcher: RequestWatcher) -> None:
+        """See `request_end.when_over`."""
+        self.end_watchers = (*self.end_watchers, watcher)
+
+    def finish(self) -> None:
+        super().finish()
+        # Twisted fires the Deferreds of notifyFinish in `finish` once the request is done
+        # with (not queued: HTTP/1.1 requests have not been since Twisted 16.3)
+        if self.finished and not self.queued:
+            self._over(None)
+
+    def connectionLost(self, reason: Any) -> None:
+        super().connectionLost(reason)
+        self._over(reason)
+
+    def _over(self, result: Any) -> None:
+        watchers, self.end_watchers = self.end_watchers, ()
+        for watcher in watchers:
+            try:
+                watcher.request_over(self, result)
+            except Exception:  # as an error in a Deferred's callback: said, not raised
+                _log.failure("a request's end watcher failed")
+
+
+#: Each slotted name's default: Twisted's class attribute, or ours.
+_SLOT_DEFAULTS = tuple((name, getattr(BodyCountingRequest, name)) for name in _SLOTTED
+                       if hasattr(BodyCountingRequest, name)) + (("http_route", NOT_ROUTED),
+                                                                  ("end_watchers", ()))
 
 
 class HttpStats:
@@ -103,7 +163,8 @@ class HttpStats:
         if self.attributes is None:
             self.active.value += 1
             self.request_size.observe(size)
-            req.notifyFinish().addBoth(self._finished, req, self.clock.seconds())
+            req.http_began = self.clock.seconds()
+            when_over(req, self)
             return
         labels = self.attributes.of_request(req)
         active = self.metrics.gauge("http.active.requests", self.binding, attributes=labels)
@@ -112,11 +173,12 @@ class HttpStats:
         req.notifyFinish().addBoth(self._finished_labelled, req, self.clock.seconds(), labels,
                                    active)
 
-    def _finished(self, _: object, request: Any, began: float) -> None:
-        """Finished or cut off: either way the request is over (the failure is not ours)."""
+    def request_over(self, request: Any, result: object) -> None:
+        """Finished or cut off: either way the request is over (the failure is not ours). The
+        request carries when it began (`http_began`): no closure or Deferred per request."""
         self.active.value -= 1
         self.response_size.observe(float(request.sentLength))
-        self.duration.observe((self.clock.seconds() - began) * 1000.0)
+        self.duration.observe((self.clock.seconds() - request.http_began) * 1000.0)
 
     def _finished_labelled(self, _: object, request: Any, began: float,
                            labels: dict[str, str], active: Gauge) -> None:

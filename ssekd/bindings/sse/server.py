@@ -30,6 +30,7 @@ from twisted.web.server import NOT_DONE_YET, Request
 
 from ssekd.bindings.http.roles import HttpContext
 from ssekd.bindings.sse.compression import Compression, accepts_gzip
+from ssekd.bindings.sse.keepalive import KeepaliveTimers
 from ssekd.bindings.sse.roles import StreamRequest, StreamSource, TryLater, refuse_unauthorized
 from ssekd.bindings.sse.stats import SseStats
 from ssekd.bindings.sse.stream import SseStream
@@ -137,6 +138,8 @@ class SseServer(Service):
         self.events = events
         self.retry = retry
         self.max_idle = max_idle
+        #: Every stream's keepalive, on one reactor timer (keepalive.py).
+        self.keepalives = KeepaliveTimers(clock)
         self.max_streams = max_streams
         self.max_lag = max_lag
         #: gzip for the clients that ask (None: never; `compression`).

@@ -32,6 +32,7 @@ from twisted.web.http_headers import Headers
 from twisted.web.server import Request
 from zope.interface import implementer
 
+from ssekd.bindings.http.request_end import when_over
 from ssekd.bindings.http.stream_writer import (
     ChunkedWriter,
     RequestWriter,
@@ -40,6 +41,7 @@ from ssekd.bindings.http.stream_writer import (
     write_each,
 )
 from ssekd.bindings.sse.compression import GzipWriter
+from ssekd.bindings.sse.keepalive import Entry, KeepaliveTimers
 from ssekd.bindings.sse.stats import SseStats
 from ssekd.bindings.sse.wire import CHALLENGE, KEEPALIVE
 from ssekd.spi.guard import Lease
@@ -53,6 +55,8 @@ class StreamOwner(Protocol):
 
     clock: Any  # an IReactorTime
     max_idle: float
+    #: every stream's keepalive, on one reactor timer
+    keepalives: KeepaliveTimers
     stats: SseStats
     deliveries: Deliveries
     #: seconds a stream may stay paused before it is ended
@@ -88,7 +92,7 @@ class SseStream:
         "_gzip",
         "_lease",
         "_stall",
-        "_timer",
+        "_keepalive",
         "_writer",
         "done",
         "events",
@@ -117,7 +121,8 @@ class SseStream:
         self._delivered: Counter | None = None
         #: Why the stream ended, once it has (see `StreamOwner.ended`).
         self.why: str | None = None
-        self._timer: Any = None
+        #: This stream's entry in the binding's keepalive timers (`keepalive.py`), once armed.
+        self._keepalive: Entry | None = None
         #: Ends the stream if it stays paused for max-lag (armed while paused).
         self._stall: Any = None
         #: Where the body goes: `Request.write` until the headers are sent, then the writer
@@ -138,7 +143,7 @@ class SseStream:
         self._delivered = getattr(handle, "delivered", None)
         self._gzip = gzip
         self.request.registerProducer(self, True)
-        self.request.notifyFinish().addBoth(self._finished)
+        when_over(self.request, self)
         if gzip is not None:  # the gzip header goes with the response's headers
             first = gzip.write(first)
         self._writer = start_stream(self.request, first, shared=gzip is None)
@@ -242,7 +247,7 @@ class SseStream:
         """The request, for events: method and path."""
         return f"{self.request.method.decode('latin-1')} {self.request.path.decode('latin-1')}"
 
-    def _finished(self, result: Any) -> None:
+    def request_over(self, request: Any, result: Any) -> None:
         """The response is over: finished by `end` (already closed), or the connection went
         away - the client's doing, unless it failed for another reason than a lost
         connection."""
@@ -274,9 +279,9 @@ class SseStream:
         self.done = True
         self.why = why
         self.server.stats.closed(why in ("client", "error"))  # the connection went away
-        if self._timer is not None and self._timer.active():
-            self._timer.cancel()
-        self._timer = None
+        if self._keepalive is not None:
+            self.server.keepalives.disarm(self._keepalive)
+            self._keepalive = None
         self._cancel_lease_timers()
         if self._lease is not None:
             self._lease.release()
@@ -287,11 +292,12 @@ class SseStream:
         self.server.ended(self, why)
 
     def _arm(self, delay: float) -> None:
-        self._timer = self.server.clock.callLater(delay, self._keepalive)
+        self._keepalive = self.server.keepalives.arm(self, delay)
 
-    def _keepalive(self) -> None:
-        """Write `:` when idle for max-idle-time; writes in between just move the deadline."""
-        self._timer = None
+    def keepalive_due(self) -> None:
+        """Write `:` when idle for max-idle-time; writes in between just move the deadline
+        (called by the binding's `KeepaliveTimers`)."""
+        self._keepalive = None
         if self.done:
             return
         idle = self.server.clock.seconds() - self.last_write
@@ -374,13 +380,21 @@ def _counted_writers(sinks: list[Any], data: bytes, server: StreamOwner, events:
 
 
 def _forget_headers(request: Any) -> None:
-    """Drop the request's and the response's header tables once the response has started.
+    """Drop the request's and the response's header tables, and the request's body, once the
+    response has started.
 
     Everything that reads a stream's request headers (routing, CORS, credentials, the last
     event id, metrics) has read them by now, and the response's went out with the first write,
     but Twisted keeps both for the life of the request: about 1 KB per stream for the benchmark's
     bare client, more for a browser's dozen headers and cookies - an eighth of what an idle stream
-    costs. They are public attributes of the request; empty tables take their place."""
+    costs. They are public attributes of the request; empty tables take their place. So is
+    `content`, the request's body (empty for a GET): a BytesIO Twisted would close at the end."""
     if getattr(request, "startedWriting", False):
         request.requestHeaders = Headers()
         request.responseHeaders = Headers()
+        # the (empty) body a GET came with: Twisted keeps its BytesIO to the end of the request
+        # and closes it only if it is still there, so None is what it expects of one gone
+        content = getattr(request, "content", None)
+        if content is not None:
+            content.close()
+            request.content = None
