@@ -184,8 +184,8 @@ def summary(parts: dict[str, dict[str, dict[str, Any]]], bridge_rows: list[dict[
                           f"{idle_was.get('rss_per_stream_kib', '-')}",
                 "now": f"{idle_now.get('tracemalloc_kib_per_stream', '-')} / "
                        f"{idle_now.get('rss_per_stream_kib', '-')}",
-                "target": "<= 6",
-                "met": (idle_now.get("rss_per_stream_kib") or 99) <= 6})
+                "target": "<= 6 (tracemalloc)",
+                "met": (idle_now.get("tracemalloc_kib_per_stream") or 99) <= 6})
     many_now = parts.get("many_streams", {}).get("now", {})
     many_was = parts.get("many_streams", {}).get("before", {})
 
