@@ -174,6 +174,9 @@ def test_the_image_runs_the_kubernetes_deployment_read_only_and_drains_on_sigter
     active = [float(line.rsplit(" ", 1)[1]) for line in page.splitlines()
               if line.startswith("stream_active_sent{")]
     assert sum(active) >= 1, page[:3000]
+    # the image's wheel was built where a compiler is: its daemon runs the compiled hot path
+    assert any(line.startswith("ssekd_build_info{") and 'hotpath="compiled"' in line
+               for line in page.splitlines()), page[:3000]
 
     # the config folder changes (as the kubelet swaps a ConfigMap's files): a reload, the new
     # config answers, the stream goes on
