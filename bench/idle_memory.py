@@ -25,7 +25,6 @@ import json
 import multiprocessing as mp
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -38,7 +37,7 @@ import psutil
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from bench.common import table, write_result
-from bench.fanout.rig import config
+from bench.fanout.rig import config, hold_idle
 from ssekd.dev.broker import free_port, port_open, start_broker
 from tests.support import zilla_config as zc
 
@@ -116,22 +115,6 @@ class Daemon:
             self.process.kill()
 
 
-def hold_idle(port: int, path: str, n: int, ready: Any, done: Any) -> None:
-    """The fan-out rig's idle client, with time for a traced daemon on a loaded machine to
-    answer (tracemalloc slows every allocation)."""
-    socks = []
-    for _ in range(n):
-        s = socket.create_connection(("127.0.0.1", port), timeout=300)
-        s.sendall(f"GET {path} HTTP/1.1\r\nHost: b\r\n\r\n".encode())
-        socks.append(s)
-    for s in socks:  # wait for every response's headers
-        s.recv(4096)
-    ready.set()
-    done.wait()
-    for s in socks:
-        s.close()
-
-
 def hold(port: int, path: str, n: int) -> tuple[Any, list[Any]]:
     """Open `n` idle streams from load client processes (2,500 each); return the event that
     closes them and the processes, once every stream has its response's headers."""
@@ -140,7 +123,8 @@ def hold(port: int, path: str, n: int) -> tuple[Any, list[Any]]:
     procs = max(1, -(-n // 2500))
     ready = [ctx.Event() for _ in range(procs)]
     shares = [n // procs + (1 if i < n % procs else 0) for i in range(procs)]
-    ps = [ctx.Process(target=hold_idle, args=(port, path, shares[i], ready[i], done))
+    # tracemalloc slows every allocation: time for a traced daemon on a loaded machine to answer
+    ps = [ctx.Process(target=hold_idle, args=(port, path, shares[i], ready[i], done, 300))
           for i in range(procs)]
     for p in ps:
         p.start()

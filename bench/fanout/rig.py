@@ -152,14 +152,16 @@ def run_clients(port: int, path: str, n: int, sample: int, ready: Any, go: Any, 
         s.close()
 
 
-def hold_idle(port: int, path: str, n: int, ready: Any, done: Any) -> None:
+def hold_idle(port: int, path: str, n: int, ready: Any, done: Any, wait: float = 30) -> None:
+    """`n` idle streams held until `done`; `ready` once every response's headers came, each
+    within `wait` seconds (longer for a daemon slowed down on purpose, bench/idle_memory.py)."""
     socks = []
     for _ in range(n):
-        s = socket.create_connection(("127.0.0.1", port))
+        s = socket.create_connection(("127.0.0.1", port), timeout=wait)
         s.sendall(f"GET {path} HTTP/1.1\r\nHost: b\r\n\r\n".encode())
         socks.append(s)
     for s in socks:  # wait for every response's headers
-        s.settimeout(30)
+        s.settimeout(wait)
         s.recv(4096)
     ready.set()
     done.wait()
