@@ -1,0 +1,97 @@
+"""Connection migration over HTTP/3: a client that changes its local address mid-stream keeps
+receiving on the same connection, with nothing lost or twice.
+
+What a phone does when it leaves Wi-Fi for mobile data: its packets suddenly come from another
+address, and the old one is gone. The client here (`tests.support.h3client`) holds several SSE
+streams of a one-partition topic on one QUIC connection to the real daemon, while a producer
+writes to the real broker all along; mid-stream it moves to a new UDP socket and closes the old
+one at once, twice: once switching to a fresh connection id as RFC 9000 asks of a migrating
+client, once keeping it (what a NAT rebinding looks like to the server). The streams must go on
+without a new handshake, a new request or a Last-Event-ID resume, and end up with every
+produced record exactly once, in order. With two workers the datagrams from the new address
+must still reach the worker that holds the connection (the daemon steers by connection id).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from ssekd.dev.broker import Broker
+from tests.support.broker import Kafka
+from tests.support.h3client import H3SseClient
+from tests.support.h3stack import H3Daemon, Producer, start_h3_daemon
+from tests.support.pki import Pki
+
+pytestmark = [pytest.mark.daemon, pytest.mark.broker]
+
+STREAMS = 6
+#: Events each stream must receive after a move before the next: the connection carries on.
+AFTER_MOVE = 40
+
+
+@pytest.fixture(scope="module", params=[None, 2], ids=["one-process", "two-workers"])
+def h3d(request: pytest.FixtureRequest, kafka_broker: Broker, pki: Pki,
+        tmp_path_factory: pytest.TempPathFactory) -> Iterator[H3Daemon]:
+    daemon = start_h3_daemon(tmp_path_factory.mktemp("h3migration"), pki,
+                             kafka_broker.bootstrap, workers=request.param)
+    yield daemon
+    daemon.stop()
+
+
+def _all_have(client: H3SseClient, ids: list[int], n: int) -> Callable[[], bool]:
+    return lambda: all(client.streams[i].count >= n for i in ids)
+
+
+def _counts(client: H3SseClient, ids: list[int]) -> list[int]:
+    return [client.streams[i].count for i in ids]
+
+
+def test_streams_survive_two_address_changes_on_the_same_connection(
+        h3d: H3Daemon, kafka: Kafka) -> None:
+    topic = kafka.topic(1)
+    with h3d.client() as client:
+        ids = client.open_many([f"/{topic}"] * STREAMS)
+        assert client.wait(lambda: all(client.streams[i].status for i in ids), 10)
+        for i in ids:
+            assert client.streams[i].status == 200, client.streams[i].headers
+            assert client.streams[i].headers["content-type"] == "text/event-stream"
+        first_address = client.local_address
+        producer = Producer(kafka, topic).start()
+        try:
+            assert client.wait(_all_have(client, ids, AFTER_MOVE), 20), _counts(client, ids)
+            moves = []
+            for change_connection_id in (True, False):
+                cids_before = list(client.stats.peer_cids)
+                produced_before = producer.count()
+                old, new = client.migrate(change_connection_id=change_connection_id)
+                moves.append((old, new))
+                assert new != old
+                # records produced after the move arrive, and on the new socket only
+                assert client.wait(_all_have(client, ids, produced_before + AFTER_MOVE), 20), \
+                    (_counts(client, ids), produced_before, client.stats)
+                assert client.stats.received_on[new] > 0
+                # the daemon validated the new path before moving its side over (no
+                # amplification towards an address it has not heard back from)
+                assert client.stats.path_challenges[new] >= 1, client.stats
+                if change_connection_id:
+                    assert client.stats.peer_cids[-1] not in cids_before, client.stats.peer_cids
+                else:
+                    assert client.stats.peer_cids[-1] == cids_before[-1]
+        finally:
+            produced = producer.stop()
+        assert client.wait(_all_have(client, ids, len(produced)), 20), \
+            (_counts(client, ids), len(produced))
+        received_on = dict(client.stats.received_on)
+        assert client.same_connection, (client.stats, client.terminated)
+
+    assert client.stats.handshakes == 1
+    assert client.stats.local_addresses == [first_address, moves[0][1], moves[1][1]]
+    assert all(received_on.get(address, 0) > 0 for address in client.stats.local_addresses)
+    assert len(client.streams) == STREAMS  # no request was made again
+    for i in ids:
+        stream = client.streams[i]
+        assert stream.data == produced  # every record once, in order, on every stream
+        assert len(set(stream.ids)) == len(produced)
+        assert stream.reset is None and not stream.ended
