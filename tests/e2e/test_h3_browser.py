@@ -119,9 +119,13 @@ def _start(config: Path, port: int) -> Daemon:
     return daemon
 
 
-def _wait(browser: Browser, expr: str, want: Any, timeout: float = 30.0) -> None:
+def _wait(browser: Browser, daemon: Daemon, expr: str, want: Any, timeout: float = 30.0) -> None:
+    """Wait until `expr` is `want` in the page; a failure tells where the page is (a QUIC
+    connection that failed leaves it at `chrome-error://`) and what the daemon said."""
     wait_until(lambda: browser.evaluate(expr) == want, timeout, interval=0.1,
-               what=lambda: f"{expr} = {browser.evaluate(expr)!r}, wanted {want!r}")
+               what=lambda: f"{expr} = {browser.evaluate(expr)!r}, wanted {want!r}; page at "
+                            f"{browser.evaluate('location.href')!r}; daemon output:\n"
+                            f"{daemon.output()[-4000:]}")
 
 
 @pytest.mark.timeout(240)
@@ -146,11 +150,14 @@ def test_twelve_event_sources_over_h3_survive_a_daemon_restart(
     def total() -> int:
         return sum(len(s["got"]) for s in received().values())
 
+    def counts() -> dict[str, tuple[int, int, int]]:
+        return {t: (len(s["got"]), s["opens"], s["errors"]) for t, s in received().items()}
+
     def wait_all(timeout: float = 30.0) -> None:
         want = sum(len(v) for v in produced.values())
         wait_until(lambda: total() >= want, timeout, interval=0.1,
-                   what=lambda: f"{total()} of {want} events: "
-                                f"{ {t: len(s['got']) for t, s in received().items()} }")
+                   what=lambda: f"{total()} of {want} events; (received, opens, errors) by "
+                                f"topic: {counts()}\ndaemon output:\n{daemon.output()[-4000:]}")
 
     produce(10)
     daemon = _start(config, port)
@@ -159,10 +166,10 @@ def test_twelve_event_sources_over_h3_survive_a_daemon_restart(
                       env=trust_ca(tmp_path / "home", tmp_path / "ca.pem"),
                       quic_origins=[origin])
     try:
-        _wait(browser, "document.readyState + ' ' + document.getElementById('state').textContent",
+        _wait(browser, daemon, "document.readyState + ' ' + document.getElementById('state').textContent",
               "complete started")
         # every stream is open at once: over HTTP/1.1 Chromium would hold six of them back
-        _wait(browser, "Object.values(window.streams).filter(s => s.opens === 1).length",
+        _wait(browser, daemon, "Object.values(window.streams).filter(s => s.opens === 1).length",
               STREAMS)
         wait_all()
         produce(5)  # live records, to the streams now open
