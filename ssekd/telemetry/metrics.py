@@ -141,6 +141,10 @@ METRICS: Mapping[str, MetricDef] = _defs(
               labels=("limit",)),
     MetricDef("tls.handshakes", "counter", "TLS handshakes by outcome (ok, failed) and "
               "negotiated protocol (h2, http/1.1, none).", labels=("outcome", "protocol")),
+    MetricDef("quic.connections", "gauge", "QUIC connections open (a quic binding's; their "
+              "handshakes count in tls.handshakes, protocol h3)."),
+    MetricDef("quic.migrations", "counter", "QUIC connections that moved to a new client "
+              "address and went on (connection migration)."),
     MetricDef("sse.kafka.delivered", "counter", "Events written to streams per sse-kafka "
               "route (one per event per stream, history included).", labels=("route",)),
     MetricDef("sse.delivery.latency", "histogram", "Time from a record's Kafka timestamp to "
