@@ -425,8 +425,10 @@ class H3Session:
                 self._schedule_pull()
 
     def sent(self) -> None:
-        """Acknowledgements came: recount, and resume what waited for room."""
-        if self._unsent or self._over or self._whole_held:
+        """Acknowledgements came: recount when something waits on the count (paused
+        producers, answers written whole held in the process's count); else the next count
+        comes with the writes (`send_data`), not with every packet the client sends."""
+        if self._over or self._whole_held:
             self._count_unsent()
 
     def pull(self, stream: H3Stream) -> None:

@@ -38,7 +38,6 @@ from typing import Any
 from aioquic.buffer import Buffer  # type: ignore[attr-defined]
 from aioquic.h3.connection import ErrorCode
 from aioquic.quic.configuration import QuicConfiguration
-from aioquic.quic.connection import QuicConnectionState
 from aioquic.quic.events import (
     ConnectionIdIssued,
     ConnectionIdRetired,
@@ -390,9 +389,8 @@ class QuicPeer:
             server.send(data, addr)
             if addr != self.peer:
                 self._migrated(addr)
-        self._events()
-        if self._quic._state == QuicConnectionState.TERMINATED:  # noqa: SLF001
-            self._over("closed")
+        self._events()  # a ConnectionTerminated among them ends it (`_over`)
+        if self._closed:
             return
         when = self._quic.get_timer()
         if when is None:
