@@ -429,6 +429,7 @@ def fanout(rig: H3Rig, protocol: str, streams: int, connections: int, rate: floa
            seconds: float, processes: int, profile: bool = False) -> dict[str, Any]:
     """One row: a fresh daemon, `streams` streams over `connections` connections of
     `protocol`, `rate` events/s for `seconds` (module docstring)."""
+    load_before = os.getloadavg()[0]
     server = rig.restart()
     topic = rig.topic(f"h3-{protocol}-{streams}-{int(rate)}-{time.monotonic_ns()}")
     time.sleep(1.0)  # the daemon settles (its first metadata, its timers)
@@ -458,6 +459,7 @@ def fanout(rig: H3Rig, protocol: str, streams: int, connections: int, rate: floa
         profilers = _profile(server, f"{protocol}-{streams}x{int(rate)}", seconds) \
             if profile else []
         user0, sys0 = server.cpu_split()
+        waited0 = waited(server.proc.pid)
         for c in clients:
             _say(c, "GO")
         t0 = time.time()
@@ -471,6 +473,7 @@ def fanout(rig: H3Rig, protocol: str, streams: int, connections: int, rate: floa
             out, _ = c.communicate(timeout=until - time.time() + 60)
             results.append(json.loads(out.strip().splitlines()[-1]))
         user1, sys1 = server.cpu_split()
+        waited1 = waited(server.proc.pid)
     finally:
         for c in clients:
             if c.poll() is None:
@@ -503,6 +506,9 @@ def fanout(rig: H3Rig, protocol: str, streams: int, connections: int, rate: floa
         "max_ms": round(max(lat, default=float("nan")) * 1000, 2),
         "daemon_cpu_s": round(cpu, 2),
         "daemon_cpu_pct": round(100 * cpu / elapsed, 1),
+        # runnable but not running meanwhile: the share of the window the daemon waited for a
+        # core (the clients, the broker and whatever else the machine runs had them)
+        "daemon_waited_pct": round(100 * (waited1 - waited0) / elapsed, 1),
         # CPU seconds per 1,000 deliveries, in ms (= µs per delivery)
         "cpu_ms_per_1k": round(cpu * 1e6 / max(1, delivered), 2),
         "user_ms_per_1k": round((user1 - user0) * 1e6 / max(1, delivered), 2),
@@ -510,9 +516,21 @@ def fanout(rig: H3Rig, protocol: str, streams: int, connections: int, rate: floa
         "rss_before_mib": round(rss0 / 2**20, 1), "rss_mib": round(rss / 2**20, 1),
         "kib_per_stream": round(max(0, rss - rss0) / max(1, len(counts)) / 1024, 2),
         "client_cpu_pct": round(100 * sum(r["cpu"] for r in results) / elapsed, 1),
-        "load_avg": round(os.getloadavg()[0], 2),
+        "load_before": round(load_before, 2), "load_avg": round(os.getloadavg()[0], 2),
         **({"top_costs": costs} if costs is not None else {}),
     }
+
+
+def waited(pid: int) -> float:
+    """Seconds the process's threads have spent runnable but not running (waiting on a run
+    queue, /proc/<pid>/task/*/schedstat): what the machine's other work took from it."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[1])
+        except (OSError, IndexError, ValueError):
+            pass  # a thread that ended meanwhile
+    return total / 1e9
 
 
 def _say(client: subprocess.Popen[str], line: str) -> None:
@@ -526,12 +544,13 @@ def print_table(result: dict[str, Any]) -> None:
                 f"every stream counted, latency over every {SAMPLE_EVERY}th stream",
                 ["protocol", "streams x ev/s", "conns / client procs", "delivered/s", "lost",
                  "dup", "p50 ms", "p99 ms", "p999 ms", "daemon CPU ms per 1k", "user/sys",
-                 "daemon CPU %", "KiB per stream", "client CPU %"],
+                 "daemon CPU %", "daemon waited %", "KiB per stream", "client CPU %", "load before"],
                 [[r["protocol"], f"{r['streams']:,} x {r['rate']:g}",
                   f"{r['connections']} / {r['client_processes']}", r["delivered_per_s"],
                   r["lost"], r["duplicated"], r["p50_ms"], r["p99_ms"], r["p999_ms"],
                   r["cpu_ms_per_1k"], f"{r['user_ms_per_1k']}/{r['system_ms_per_1k']}",
-                  r["daemon_cpu_pct"], r["kib_per_stream"], r["client_cpu_pct"]]
+                  r["daemon_cpu_pct"], r["daemon_waited_pct"], r["kib_per_stream"],
+                  r["client_cpu_pct"], r["load_before"]]
                  for r in result["rows"]]))
     for r in result["rows"]:
         for name, share in r.get("top_costs", []):

@@ -18,11 +18,11 @@ import traceback
 from bench.common import RESULTS
 
 #: In the order they run. Each module has `main() -> dict`.
-BENCHES = ["static", "fanout", "filtered", "slow_clients", "tls", "spark_snapshot", "jwt_guard",
+BENCHES = ["static", "fanout", "filtered", "slow_clients", "tls", "h3", "spark_snapshot", "jwt_guard",
            "relay", "models", "workers", "many_streams", "first_event", "write_path", "compression",
            "cache_gc", "soak", "hot_path", "send_floor", "idle_memory", "limits"]
 #: The benchmarks that take `--quick`. (relay runs short unless FULL=1 is in the environment.)
-QUICK = {"fanout", "filtered", "jwt_guard", "relay", "models", "workers", "many_streams",
+QUICK = {"fanout", "filtered", "h3", "jwt_guard", "relay", "models", "workers", "many_streams",
          "write_path", "compression", "cache_gc", "soak", "hot_path", "send_floor", "idle_memory",
          "limits"}
 #: What `--quick` runs: those, and the ones that are short unless FULL=1 says otherwise.
