@@ -30,7 +30,7 @@ thread, and a process's threads share one core).
 
     .venv/bin/python -m bench.h3 [--quick] [--streams N] [--connections N] [--rate R]
                                  [--seconds S] [--processes N] [--rounds N] [--only h2|h3]
-                                 [--profile]
+                                 [--profile] [--daemon-root PATH]
 
 `--profile` samples the daemon with py-spy during each HTTP/3 row (bench/results/
 profile-h3-*.svg and the raw stacks beside it) and prints the functions that cost most.
@@ -95,7 +95,9 @@ class H3Rig(Rig):
     """`bench.fanout`'s rig (its broker, topics, producer) with a daemon that listens on TLS
     (TCP) and QUIC (UDP), started afresh for each row by `restart`."""
 
-    def __init__(self) -> None:  # noqa: D107 - Rig's own start is not this daemon's
+    def __init__(self, daemon_root: Path | None = None) -> None:
+        #: Another checkout whose ssekd the daemon runs (first on its PYTHONPATH), or None.
+        self.daemon_root = daemon_root
         self.tmp = Path(tempfile.mkdtemp(prefix="ssekd-bench-h3-"))
         ca = make_ca()
         write_store(self.tmp / "localhost.p12", "localhost", issue(ca, ["localhost", "127.0.0.1"]),
@@ -120,9 +122,14 @@ class H3Rig(Rig):
         self.runs += 1
         log_path = self.tmp / f"daemon-{self.runs}.log"
         log = open(log_path, "wb")  # noqa: SIM115 - the daemon's, as long as it runs
+        env = dict(os.environ)
+        if self.daemon_root is not None:
+            env["PYTHONPATH"] = os.pathsep.join(
+                [str(self.daemon_root.resolve()),
+                 *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))])
         process = subprocess.Popen([TWISTD, "-n", "--pidfile=", "ssekd", "--config",
                                     str(self.config)],
-                                   stdout=log, stderr=subprocess.STDOUT, cwd=self.tmp)
+                                   stdout=log, stderr=subprocess.STDOUT, cwd=self.tmp, env=env)
         log.close()
         try:
             self.ssekd = Server("ssekd", process, self.port, log_path)
@@ -540,7 +547,8 @@ def _say(client: subprocess.Popen[str], line: str) -> None:
 
 
 def print_table(result: dict[str, Any]) -> None:
-    print(table(f"SSE fan-out, HTTP/3 beside HTTP/2 ({result['cpus']} cpus, {result['mode']}); "
+    print(table(f"SSE fan-out, HTTP/3 beside HTTP/2 (ssekd {result['daemon']}, {result['cpus']} "
+                f"cpus, {result['mode']}); "
                 f"every stream counted, latency over every {SAMPLE_EVERY}th stream",
                 ["protocol", "streams x ev/s", "conns / client procs", "delivered/s", "lost",
                  "dup", "p50 ms", "p99 ms", "p999 ms", "daemon CPU ms per 1k", "user/sys",
@@ -570,6 +578,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--only", choices=PROTOCOLS)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--daemon-root", type=Path,
+                        help="run ssekd from this checkout (first on its PYTHONPATH), e.g. the "
+                             "commit before a change; the clients are this checkout's")
     args = parser.parse_args(argv)
     streams = args.streams or (200 if args.quick else 1000)
     seconds = args.seconds or (5 if args.quick else 10)
@@ -577,7 +588,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     streams = connections * PER_CONNECTION
     processes = args.processes or min(10, connections)
     protocols = [args.only] if args.only else list(PROTOCOLS)
-    rig = H3Rig()
+    rig = H3Rig(args.daemon_root)
     rows: list[dict[str, Any]] = []
     try:
         for n in range(args.rounds):
@@ -591,12 +602,21 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                       f"per stream, clients {row['client_cpu_pct']}%", flush=True)
     finally:
         rig.close()
-    result = {"mode": "quick" if args.quick else "full", "cpus": os.cpu_count(), "rows": rows}
+    result = {"mode": "quick" if args.quick else "full", "cpus": os.cpu_count(),
+              "daemon": _commit(args.daemon_root or ROOT), "rows": rows}
     print()
     print_table(result)
     path = write_result("h3", result)
     print(f"\nwritten {path}")
     return result
+
+
+def _commit(root: Path) -> str:
+    try:
+        return subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
 
 
 def _client_main(argv: list[str]) -> None:
