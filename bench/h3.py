@@ -30,7 +30,7 @@ thread, and a process's threads share one core).
 
     .venv/bin/python -m bench.h3 [--quick] [--streams N] [--connections N] [--rate R]
                                  [--seconds S] [--processes N] [--rounds N] [--only h2|h3]
-                                 [--profile] [--daemon-root PATH]
+                                 [--profile] [--pin] [--daemon-root PATH]
 
 `--profile` samples the daemon with py-spy during each HTTP/3 row (bench/results/
 profile-h3-*.svg and the raw stacks beside it) and prints the functions that cost most.
@@ -95,9 +95,11 @@ class H3Rig(Rig):
     """`bench.fanout`'s rig (its broker, topics, producer) with a daemon that listens on TLS
     (TCP) and QUIC (UDP), started afresh for each row by `restart`."""
 
-    def __init__(self, daemon_root: Path | None = None) -> None:
+    def __init__(self, daemon_root: Path | None = None, daemon_cpu: int | None = None) -> None:
         #: Another checkout whose ssekd the daemon runs (first on its PYTHONPATH), or None.
         self.daemon_root = daemon_root
+        #: The one CPU the daemon runs on (`--pin`), or None: any.
+        self.daemon_cpu = daemon_cpu
         self.tmp = Path(tempfile.mkdtemp(prefix="ssekd-bench-h3-"))
         ca = make_ca()
         write_store(self.tmp / "localhost.p12", "localhost", issue(ca, ["localhost", "127.0.0.1"]),
@@ -127,9 +129,12 @@ class H3Rig(Rig):
             env["PYTHONPATH"] = os.pathsep.join(
                 [str(self.daemon_root.resolve()),
                  *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))])
+        cpu = self.daemon_cpu
         process = subprocess.Popen([TWISTD, "-n", "--pidfile=", "ssekd", "--config",
                                     str(self.config)],
-                                   stdout=log, stderr=subprocess.STDOUT, cwd=self.tmp, env=env)
+                                   stdout=log, stderr=subprocess.STDOUT, cwd=self.tmp, env=env,
+                                   preexec_fn=None if cpu is None
+                                   else lambda: os.sched_setaffinity(0, {cpu}))
         log.close()
         try:
             self.ssekd = Server("ssekd", process, self.port, log_path)
@@ -547,8 +552,9 @@ def _say(client: subprocess.Popen[str], line: str) -> None:
 
 
 def print_table(result: dict[str, Any]) -> None:
+    pinned = ", the daemon alone on a CPU" if result["pinned"] else ""
     print(table(f"SSE fan-out, HTTP/3 beside HTTP/2 (ssekd {result['daemon']}, {result['cpus']} "
-                f"cpus, {result['mode']}); "
+                f"cpus{pinned}, {result['mode']}); "
                 f"every stream counted, latency over every {SAMPLE_EVERY}th stream",
                 ["protocol", "streams x ev/s", "conns / client procs", "delivered/s", "lost",
                  "dup", "p50 ms", "p99 ms", "p999 ms", "daemon CPU ms per 1k", "user/sys",
@@ -578,6 +584,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--only", choices=PROTOCOLS)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--pin", action="store_true",
+                        help="the daemon alone on the last CPU, the clients, broker and "
+                             "producer on the others")
     parser.add_argument("--daemon-root", type=Path,
                         help="run ssekd from this checkout (first on its PYTHONPATH), e.g. the "
                              "commit before a change; the clients are this checkout's")
@@ -588,7 +597,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     streams = connections * PER_CONNECTION
     processes = args.processes or min(10, connections)
     protocols = [args.only] if args.only else list(PROTOCOLS)
-    rig = H3Rig(args.daemon_root)
+    daemon_cpu = None
+    if args.pin:
+        cpus = sorted(os.sched_getaffinity(0))
+        if len(cpus) < 2:
+            raise SystemExit("--pin needs two CPUs")
+        daemon_cpu = cpus[-1]
+        os.sched_setaffinity(0, set(cpus[:-1]))  # inherited by the broker and the clients
+    rig = H3Rig(args.daemon_root, daemon_cpu)
     rows: list[dict[str, Any]] = []
     try:
         for n in range(args.rounds):
@@ -603,6 +619,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     finally:
         rig.close()
     result = {"mode": "quick" if args.quick else "full", "cpus": os.cpu_count(),
+              "pinned": daemon_cpu is not None,
               "daemon": _commit(args.daemon_root or ROOT), "rows": rows}
     print()
     print_table(result)
