@@ -23,6 +23,7 @@ from tests.support.broker import Kafka
 from tests.support.h3client import H3SseClient
 from tests.support.h3stack import H3Daemon, Producer, start_h3_daemon
 from tests.support.pki import Pki
+from tests.support.wait import wait_until
 
 pytestmark = [pytest.mark.daemon, pytest.mark.broker]
 
@@ -51,6 +52,14 @@ def _counts(client: H3SseClient, ids: list[int]) -> list[int]:
 def test_streams_survive_two_address_changes_on_the_same_connection(
         h3d: H3Daemon, kafka: Kafka) -> None:
     topic = kafka.topic(1)
+
+    def migrations() -> float:
+        return h3d.metric("quic_migrations_total")
+
+    def handshakes() -> float:
+        return h3d.metric("tls_handshakes_total", outcome="ok", protocol="h3")
+
+    migrations_before, handshakes_before = migrations(), handshakes()
     with h3d.client() as client:
         ids = client.open_many([f"/{topic}"] * STREAMS)
         assert client.wait(lambda: all(client.streams[i].status for i in ids), 10)
@@ -85,6 +94,15 @@ def test_streams_survive_two_address_changes_on_the_same_connection(
             (_counts(client, ids), len(produced))
         received_on = dict(client.stats.received_on)
         assert client.same_connection, (client.stats, client.terminated)
+        # the daemon saw both moves, as its metric and its events say
+        wait_until(lambda: migrations() - migrations_before >= 2, 5,
+                   what=lambda: f"quic_migrations_total from {migrations_before} to "
+                                f"{migrations()}")
+        assert migrations() - migrations_before == 2
+        assert handshakes() - handshakes_before == 1  # this client's, and no other
+        for old, new in moves:
+            h3d.daemon.wait_output(
+                f"BINDING_QUIC_MIGRATED {old[0]}:{old[1]} -> {new[0]}:{new[1]}")
 
     assert client.stats.handshakes == 1
     assert client.stats.local_addresses == [first_address, moves[0][1], moves[1][1]]

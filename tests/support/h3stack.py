@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,12 +35,20 @@ class H3Daemon:
         """A connected HTTP/3 client of the daemon (the test's CA verifies its key)."""
         return H3SseClient(options.pop("port", self.quic_port), ca=self.ca, **options).connect()
 
-    def metrics(self) -> str:
-        import urllib.request
-
+    def metric(self, name: str, **labels: str) -> float:
+        """The sum of a metric's samples that carry `labels`, over their other labels (and over
+        the workers: the parent's scrape sums them), from the Prometheus endpoint; 0 if none."""
+        wanted = [f'{key}="{value}"' for key, value in labels.items()]
         with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics",
                                     timeout=10) as answer:
-            return str(answer.read().decode())
+            text = answer.read().decode()
+        total = 0.0
+        for line in text.splitlines():
+            sample, _, value = line.rpartition(" ")
+            if (sample == name or sample.startswith(name + "{")) and all(
+                    label in sample for label in wanted):
+                total += float(value)
+        return total
 
     def stop(self) -> None:
         self.daemon.stop()
