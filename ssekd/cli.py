@@ -19,7 +19,7 @@ from ssekd.config import ConfigError
 from ssekd.config.load import load_config
 from ssekd.config.model import Config
 from ssekd.config.schema import full_schema
-from ssekd.spi.connection import ListenerBinding
+from ssekd.spi.connection import DatagramListenerBinding, ListenerBinding
 from ssekd.spi.plugins import Registry, discover
 
 
@@ -73,7 +73,7 @@ def graph_lines(config: Config, registry: Registry) -> list[str]:
             return
 
     for name, b in config.bindings.items():
-        if registry.kind(b).role is ListenerBinding:
+        if registry.kind(b).role in (ListenerBinding, DatagramListenerBinding):
             chain(name, "", "")
     for name in config.bindings:
         if name not in shown:

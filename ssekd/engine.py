@@ -33,6 +33,7 @@ from ssekd.config.compose import RemoteTexts
 from ssekd.config.errors import ConfigError, ConfigIssue
 from ssekd.config.load import load_config
 from ssekd.config.model import Config
+from ssekd.datagrams import DatagramPorts
 from ssekd.graph import Graph, GraphBuilder, watched_sources
 from ssekd.health import Health
 from ssekd.spi.connection import ConnectionFactory, ListenSpec
@@ -94,6 +95,8 @@ class Engine(MultiService):
                  guard_types: GuardTypes | None = None,
                  events: EventLog | None = None, print_events: bool = True,
                  inherited: Mapping[tuple[str, int], int] | None = None,
+                 inherited_udp: Mapping[tuple[str, int], tuple[int, tuple[int, int]]]
+                 | None = None,
                  worker: int | None = None, siblings: Siblings | None = None,
                  texts: RemoteTexts | None = None) -> None:
         """`inherited`, `worker` and `siblings` are for a worker process (see `ssekd.workers.supervisor`):
@@ -120,6 +123,9 @@ class Engine(MultiService):
         self.guard_types = guard_types or discover_guards()
         self.graph: Graph | None = None
         self._ports: dict[tuple[str, int], tuple[IListeningPort, SwitchFactory]] = {}
+        #: The UDP sockets of datagram listeners (quic servers), by configured (host, port);
+        #: a worker's come from its parent with its shard of the connection ids.
+        self.datagrams = DatagramPorts(reactor, dict(inherited_udp or {}), worker is not None)
         self.events = events or EventLog("ssekd")
         self.print_events = print_events
         # Summaries of event floods are written when their second is over, not at the next
@@ -304,6 +310,15 @@ class Engine(MultiService):
                 port, _ = self._ports.pop(key)
                 port.stopListening()
             raise
+        try:
+            udp = self.datagrams.listen(graph.datagram_specs())
+        except Exception:
+            for key in opened:
+                port, _ = self._ports.pop(key)
+                port.stopListening()
+            raise
+        for host, port_number in udp:
+            self.events.emit(ENGINE, "ENGINE_LISTENING", f"udp {host}:{port_number}")
         for key in [k for k in self._ports if k not in wanted]:
             port, _ = self._ports.pop(key)
             port.stopListening()
@@ -342,6 +357,8 @@ class Engine(MultiService):
         ports = [p for p, _ in self._ports.values()]
         self._ports.clear()
         stops = [defer.maybeDeferred(p.stopListening) for p in ports]
+        # the QUIC connections' CONNECTION_CLOSE goes out as their sockets close
+        stops += [d for d in self.datagrams.close_all() if isinstance(d, defer.Deferred)]
         d: defer.Deferred[Any] = defer.DeferredList(stops)
         d.addCallback(lambda _: super(Engine, self).stopService())
         d.addCallback(lambda _: self.events.emit(ENGINE, "ENGINE_STOPPED", "-"))

@@ -22,7 +22,12 @@ from ssekd.config.errors import ConfigError, ConfigIssue
 from ssekd.config.model import Binding, Config
 from ssekd.health import Check, Health
 from ssekd.spi.binding import Dependencies, R, Reactor, ReadinessSource, role_name
-from ssekd.spi.connection import ListenerBinding, ListenSpec
+from ssekd.spi.connection import (
+    DatagramListenerBinding,
+    DatagramSpec,
+    ListenerBinding,
+    ListenSpec,
+)
 from ssekd.spi.guard import CredentialSource, Guard, GuardRuntime
 from ssekd.spi.plugins import GuardTypes, Registry
 from ssekd.spi.workers import Siblings
@@ -364,6 +369,11 @@ class Graph:
             if isinstance(runtime, ListenerBinding):
                 specs.extend(runtime.listen_specs())
         return specs
+
+    def datagram_specs(self) -> list[DatagramSpec]:
+        return [spec for runtime in self.runtimes.values()
+                if isinstance(runtime, DatagramListenerBinding)
+                for spec in runtime.datagram_specs()]
 
     def services(self) -> dict[str, IService]:
         """Bindings and guards that run (timers, threads), by binding name or `guards.name`."""

@@ -30,7 +30,12 @@ from ssekd.telemetry.events import EventLog, stdout_stream
 from ssekd.telemetry.twistd_log import observer_for
 from ssekd.workers import siblings
 from ssekd.workers.sockets import port_in_use, port_taken
-from ssekd.workers.supervisor import Supervisor, parse_inherited, resolve_count
+from ssekd.workers.supervisor import (
+    Supervisor,
+    parse_inherited,
+    parse_inherited_udp,
+    resolve_count,
+)
 
 DEFAULT_CONFIG = "etc/zilla.yaml"
 
@@ -65,6 +70,8 @@ class Options(usage.Options):
         # Set by the parent on the workers it starts (ssekd.workers.supervisor), not by users.
         ["worker", None, None, "(internal) this process is worker number N"],
         ["inherit", None, "", "(internal) host:port=fd,... sockets opened by the parent"],
+        ["inherit-udp", None, "", "(internal) host:port=fd/index/count,... UDP sockets opened "
+                                  "by the parent, with this worker's shard of their ids"],
         ["metrics-socket", None, None, "(internal) Unix socket of this worker's metrics page"],
     ]
     optFlags = [
@@ -335,6 +342,8 @@ def makeService(options: Options | dict[str, Any], reactor: Any = None,
     try:
         engine = Engine(config_path, reactor=reactor,
                         inherited=parse_inherited(str(options.get("inherit") or "")),
+                        inherited_udp=parse_inherited_udp(
+                            str(options.get("inherit-udp") or "")),
                         worker=int(worker) if worker is not None else None,
                         siblings=siblings.UnixSiblings(reactor, str(own_socket))
                         if worker is not None and own_socket else None)

@@ -140,7 +140,12 @@ METRICS: Mapping[str, MetricDef] = _defs(
     MetricDef("sse.limit.ends", "counter", "Streams ended by a limit, by limit.",
               labels=("limit",)),
     MetricDef("tls.handshakes", "counter", "TLS handshakes by outcome (ok, failed) and "
-              "negotiated protocol (h2, http/1.1, none).", labels=("outcome", "protocol")),
+              "negotiated protocol (h2, http/1.1, none; h3 for a quic binding's).",
+              labels=("outcome", "protocol")),
+    MetricDef("quic.connections", "gauge", "QUIC connections open (a quic binding's; their "
+              "handshakes count in tls.handshakes, protocol h3)."),
+    MetricDef("quic.migrations", "counter", "QUIC connections that moved to a new client "
+              "address and went on (connection migration)."),
     MetricDef("sse.kafka.delivered", "counter", "Events written to streams per sse-kafka "
               "route (one per event per stream, history included).", labels=("route",)),
     MetricDef("sse.delivery.latency", "histogram", "Time from a record's Kafka timestamp to "

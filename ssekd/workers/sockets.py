@@ -101,3 +101,66 @@ def port_in_use(host: str, port: int) -> bool:
         except OSError as e:
             return e.errno == errno.EADDRINUSE
     return False
+
+
+def datagram_socket(host: str, port: int, reuse_port: bool = False) -> socket.socket:
+    """A non-blocking UDP socket bound to (host, port), plus SO_REUSEPORT when several
+    processes each hold one on the same port (`steer_by_connection_id` says which gets what)."""
+    family, kind, proto, _, address = socket.getaddrinfo(
+        host or None, port, type=socket.SOCK_DGRAM, flags=socket.AI_PASSIVE)[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        if reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind(address)
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+#: `SO_ATTACH_REUSEPORT_CBPF` (linux/asm-generic/socket.h); Python's socket module lacks it.
+SO_ATTACH_REUSEPORT_CBPF = 51
+
+
+def steering_program(count: int) -> list[tuple[int, int, int, int]]:
+    """The classic BPF program that picks, for each datagram of a QUIC port shared by `count`
+    workers, the socket of the worker that holds its connection: the first byte of the
+    destination connection id modulo `count` (byte 1 of a short header packet, byte 6 of a long
+    one). Each worker makes its own connection ids so that this lands on itself
+    (`ssekd.bindings.quic.ids`), so a connection's datagrams reach its worker whatever address
+    they come from: a client that moves to another network (QUIC's connection migration)
+    would otherwise be spread by the kernel's hash of its new address, to a worker that does
+    not know it. A client's first packets carry an id it chose at random: they all carry the
+    same one, so they all reach the same worker, which answers with an id of its own. A packet
+    too short for the load ends the program with 0 (the first socket), and the kernel falls back
+    to its hash for any index past the group's sockets."""
+    ld_b_abs, jset_k, ja, mod_k, ret_a = 0x30, 0x45, 0x05, 0x94, 0x16
+    return [
+        (ld_b_abs, 0, 0, 0),     # A = first byte (the header form)
+        (jset_k, 0, 2, 0x80),    # long header? next : skip to the short header's load
+        (ld_b_abs, 0, 0, 6),     # long: A = the first byte of the destination id
+        (ja, 0, 0, 1),
+        (ld_b_abs, 0, 0, 1),     # short: A = the first byte of the destination id
+        (mod_k, 0, 0, count),
+        (ret_a, 0, 0, 0),
+    ]
+
+
+def steer_by_connection_id(sock: socket.socket, count: int) -> None:
+    """Attach `steering_program(count)` to the SO_REUSEPORT group `sock` is in (every socket of
+    it bound, in worker order: the kernel numbers them in the order they joined)."""
+    import ctypes
+
+    class Filter(ctypes.Structure):
+        _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8),
+                    ("k", ctypes.c_uint32)]
+
+    class Program(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_uint16), ("filter", ctypes.POINTER(Filter))]
+
+    code = steering_program(count)
+    filters = (Filter * len(code))(*[Filter(*c) for c in code])
+    program = Program(len(code), ctypes.cast(filters, ctypes.POINTER(Filter)))
+    sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF, bytes(program))

@@ -53,7 +53,12 @@ from ssekd.heartbeats import Heartbeats, main_thread_cpu
 from ssekd.telemetry import prometheus
 from ssekd.telemetry.metrics import Metrics
 from ssekd.telemetry.prometheus import ExporterSite
-from ssekd.workers.sockets import BACKLOG, listening_socket
+from ssekd.workers.sockets import (
+    BACKLOG,
+    datagram_socket,
+    listening_socket,
+    steer_by_connection_id,
+)
 from ssekd.workers.summed_metrics import SummedPage
 
 #: Seconds before a worker that died is started again; doubled while it keeps dying young.
@@ -97,6 +102,21 @@ def parse_inherited(text: str) -> dict[tuple[str, int], int]:
     return found
 
 
+def format_inherited_udp(fds: Mapping[tuple[str, int], tuple[int, tuple[int, int]]]) -> str:
+    """`host:port=fd/index/count,...`, the `--inherit-udp` argument of a worker."""
+    return ",".join(f"{h}:{p}={fd}/{i}/{n}" for (h, p), (fd, (i, n)) in fds.items())
+
+
+def parse_inherited_udp(text: str) -> dict[tuple[str, int], tuple[int, tuple[int, int]]]:
+    found: dict[tuple[str, int], tuple[int, tuple[int, int]]] = {}
+    for item in filter(None, text.split(",")):
+        address, _, value = item.rpartition("=")
+        host, _, port = address.rpartition(":")
+        fd, index, count = (int(v) for v in value.split("/"))
+        found[(host, int(port))] = (fd, (index, count))
+    return found
+
+
 class WorkerProcess(protocol.ProcessProtocol):
     """One worker as the parent sees it: it reports when the process has ended."""
 
@@ -125,6 +145,11 @@ class Supervisor(Service):
         self.worker_args = worker_args
         #: Per configured (host, port), one socket per worker (index 1 at 0).
         self.sockets: dict[tuple[str, int], list[socket.socket]] = {}
+        #: The same for the UDP ports of quic servers: one socket per worker in one
+        #: SO_REUSEPORT group, the kernel steering each datagram to the worker that holds its
+        #: connection (`steer_by_connection_id`). Kept for a dead worker: its replacement
+        #: adopts the same socket, so the group's numbering (the steering's) never changes.
+        self.udp: dict[tuple[str, int], list[socket.socket]] = {}
         self.exporters: dict[tuple[str, int], IListeningPort] = {}
         self.workers: dict[int, WorkerProcess] = {}
         self.processes: dict[int, Any] = {}
@@ -173,6 +198,19 @@ class Supervisor(Service):
                                      for _ in range(self.count)]
                 probe.close()
                 self.events.emit(ENGINE, "ENGINE_LISTENING", f"{spec.host}:{spec.port}")
+        for udp_spec in graph.datagram_specs():
+            key = (udp_spec.host, udp_spec.port)
+            if key not in self.udp:
+                probe = datagram_socket(udp_spec.host, udp_spec.port, reuse_port=True)
+                bound = probe.getsockname()[1]
+                socks = [datagram_socket(spec.host, bound, reuse_port=True)
+                         for _ in range(self.count)]
+                probe.close()
+                if self.count > 1:
+                    steer_by_connection_id(socks[0], self.count)
+                self.udp[key] = socks
+                self.events.emit(ENGINE, "ENGINE_LISTENING",
+                                 f"udp {udp_spec.host}:{udp_spec.port}")
         self._serve_exporters(graph.config)
         # Twisted installs its SIGTERM handler only once the reactor runs; a SIGTERM before
         # that would kill the parent at once and leave its workers running
@@ -236,14 +274,17 @@ class Supervisor(Service):
         fds = {key: socks[index - 1].fileno() for key, socks in self.sockets.items()}
         for socks in self.sockets.values():  # shut down while its previous worker was dead
             socks[index - 1].listen(BACKLOG)
+        udp = {key: (socks[index - 1].fileno(), (index - 1, self.count))
+               for key, socks in self.udp.items()}
         path = self._metrics_path(index)
         if os.path.exists(path):
             os.unlink(path)
         args = [sys.executable, "-c", TWISTD, "-n", "--pidfile=", "ssekd", *self.worker_args,
                 "--worker", str(index), "--inherit", format_inherited(fds),
-                "--metrics-socket", path]
+                "--inherit-udp", format_inherited_udp(udp), "--metrics-socket", path]
         child_fds: dict[int, int | str] = {0: 0, 1: 1, 2: 2}
         child_fds.update({fd: fd for fd in fds.values()})
+        child_fds.update({fd: fd for fd, _ in udp.values()})
         worker = WorkerProcess(self, index)
         self.workers[index] = worker
         # The worker starts with SIGHUP ignored (an ignored signal stays ignored across exec)
@@ -381,6 +422,11 @@ class Supervisor(Service):
                 for s in self.sockets.pop(key):
                     s.close()
                 self.events.emit(ENGINE, "ENGINE_CLOSED", f"{key[0]}:{key[1]}")
+            wanted_udp = {(s.host, s.port) for s in graph.datagram_specs()}
+            for key in [k for k in self.udp if k not in wanted_udp]:
+                for s in self.udp.pop(key):
+                    s.close()
+                self.events.emit(ENGINE, "ENGINE_CLOSED", f"udp {key[0]}:{key[1]}")
             try:
                 self._serve_exporters(graph.config)
             except Exception as e:
@@ -418,10 +464,11 @@ class Supervisor(Service):
             process.signalProcess("KILL")
 
     def _cleanup(self) -> None:
-        for socks in self.sockets.values():
+        for socks in (*self.sockets.values(), *self.udp.values()):
             for s in socks:
                 s.close()
         self.sockets.clear()
+        self.udp.clear()
         shutil.rmtree(self.rundir, ignore_errors=True)
 
 

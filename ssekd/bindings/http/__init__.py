@@ -16,7 +16,7 @@ from ssekd.bindings.http.client import HttpClient
 from ssekd.bindings.http.cors import AccessControl
 from ssekd.bindings.http.health import SCHEMA as HEALTH_SCHEMA
 from ssekd.bindings.http.health import HealthPaths
-from ssekd.bindings.http.roles import HttpBinding, HttpClientBinding
+from ssekd.bindings.http.roles import HttpBinding, HttpClientBinding, HttpServerBinding
 from ssekd.bindings.http.routing import Condition, HeaderPattern
 from ssekd.bindings.http.server import HttpRoot, HttpRoute, HttpServer, HttpSite, HttpStats
 from ssekd.bindings.http.validation import (
@@ -29,11 +29,13 @@ from ssekd.bindings.http.validation import (
 from ssekd.config import ConfigError
 from ssekd.config.model import Binding
 from ssekd.spi.binding import BindingType, BuildContext, Dependencies, Exit, KindSpec
-from ssekd.spi.connection import Connector, StreamBinding
+from ssekd.spi.connection import Connector
 from ssekd.spi.guard import CertificateGuard
 from ssekd.telemetry.attributes import BindingAttributes, compile_attributes
 
 DEFAULT_VERSIONS = ("http/1.1", "h2")
+#: `alt-svc.max-age` by default: a day, as common servers advertise HTTP/3.
+DEFAULT_ALT_SVC_AGE = 86400
 #: An http client's `versions` when the config gives none (Zilla's default).
 CLIENT_VERSIONS = ("http/1.1", "h2")
 
@@ -70,6 +72,10 @@ def _build(ctx: BuildContext, binding: Binding) -> HttpServer:
                               _attributes(ctx, binding, authorization)),
                     HealthPaths.from_options(options.get("health"), ctx.health), ctx.siblings,
                     ctx.reactor, build_for(ctx, binding, responses=False))
+    alt_svc = options.get("alt-svc")
+    if alt_svc is not None:
+        root.alt_svc = b'h3=":%d"; ma=%d' % (int(alt_svc["h3"]),
+                                             int(alt_svc.get("max-age", DEFAULT_ALT_SVC_AGE)))
     site = HttpSite(root, limits, ctx.reactor)
     versions = tuple(options.get("versions", DEFAULT_VERSIONS))
     return HttpServer(binding.name, site, versions)
@@ -208,6 +214,19 @@ OPTIONS = {"type": "object", "additionalProperties": False,
                        "route; a `POST` with `Content-Type: application/x-challenge-response` "
                        "and a fresh token renews the streams it opened (`204`)."},
     "limits": LIMITS_SCHEMA,
+    "alt-svc": {
+        "type": "object", "additionalProperties": False, "required": ["h3"],
+        "x-ssekd-addition": True, "x-ssekd-default": "not sent",
+        "description": "Advertise HTTP/3 (`Alt-Svc: h3=\":port\"; ma=max-age`) on every "
+                       "response, so browsers move to a quic binding serving these routes. "
+                       "Off by default: a client told to try a UDP port its network blocks "
+                       "falls back to TCP, but only after a delay.",
+        "properties": {
+            "h3": {"type": "integer", "minimum": 1, "maximum": 65535,
+                   "description": "The UDP port clients reach the quic binding on (behind a "
+                                  "balancer or NAT, the outside one)."},
+            "max-age": {"type": "integer", "minimum": 0, "default": DEFAULT_ALT_SVC_AGE,
+                        "description": "Seconds a browser remembers the advertisement."}}},
     "health": HEALTH_SCHEMA,
     "asyncapi": ASYNCAPI_SCHEMA,
     "requests": REQUESTS_SCHEMA,
@@ -265,7 +284,7 @@ def client_depends(options: Mapping[str, Any]) -> Dependencies:
 
 
 BINDING = BindingType("http", {
-    "server": KindSpec(role=StreamBinding, build=_build, exit=Exit.REQUIRED,
+    "server": KindSpec(role=HttpServerBinding, build=_build, exit=Exit.REQUIRED,
                        exit_roles=(HttpBinding,), depends=server_depends,
                        options=OPTIONS, when=WHEN),
     "client": KindSpec(role=HttpClientBinding, build=_build_client, exit=Exit.REQUIRED,

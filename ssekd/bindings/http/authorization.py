@@ -121,16 +121,18 @@ def is_renewal(request: Request) -> bool:
 class Origin:
     """Where a request came from, as renewal matching needs it."""
 
-    #: The client's address and port: one TCP connection (HTTP/1.1 or HTTP/2).
+    #: The client's address and port: one TCP connection (HTTP/1.1 or HTTP/2), or one QUIC
+    #: connection (HTTP/3: the address it began from, which stays its name if it migrates).
     connection: tuple[str, int]
-    #: Whether that connection multiplexes (HTTP/2): then only it may renew its streams.
+    #: Whether that connection multiplexes (HTTP/2, HTTP/3): then only it may renew its
+    #: streams.
     multiplexed: bool
 
     @classmethod
     def of(cls, request: Request) -> Origin:
         peer: Any = request.getClientAddress()
         host, port = str(getattr(peer, "host", "")), int(getattr(peer, "port", 0) or 0)
-        return cls((host, port), request.clientproto == b"HTTP/2")
+        return cls((host, port), request.clientproto in (b"HTTP/2", b"HTTP/3"))
 
     @classmethod
     def sibling(cls, host: str) -> Origin:

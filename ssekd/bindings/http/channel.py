@@ -58,6 +58,7 @@ class Limits:
     h2_resets: int = DEFAULT_H2_RESETS
     h2_control_frames: int = DEFAULT_H2_CONTROL_FRAMES
     h2_unsent_bytes: int = DEFAULT_H2_UNSENT_BYTES
+    h3_unsent_bytes: int = DEFAULT_H2_UNSENT_BYTES
     process_unsent_bytes: int = DEFAULT_PROCESS_UNSENT_BYTES
 
     @classmethod
@@ -74,6 +75,7 @@ class Limits:
             h2_resets=int(o.get("h2-resets", DEFAULT_H2_RESETS)),
             h2_control_frames=int(o.get("h2-control-frames", DEFAULT_H2_CONTROL_FRAMES)),
             h2_unsent_bytes=int(o.get("h2-unsent-bytes", DEFAULT_H2_UNSENT_BYTES)),
+            h3_unsent_bytes=int(o.get("h3-unsent-bytes", DEFAULT_H2_UNSENT_BYTES)),
             process_unsent_bytes=int(o.get("process-unsent-bytes",
                                            DEFAULT_PROCESS_UNSENT_BYTES)),
         )
@@ -149,6 +151,12 @@ LIMITS_SCHEMA: Mapping[str, Any] = {
                            f"has gone, and a response written whole (an http-kafka answer) "
                            f"that would pass it is refused before it starts: `503` with "
                            f"`Retry-After`, unless the connection holds nothing else."},
+        "h3-unsent-bytes": {
+            "type": "integer", "minimum": 65536, "default": DEFAULT_H2_UNSENT_BYTES,
+            "x-ssekd-addition": True,
+            "description": f"As `h2-unsent-bytes`, for an HTTP/3 connection (a quic binding's): "
+                           f"response bytes its client has not acknowledged yet, "
+                           f"{DEFAULT_H2_UNSENT_BYTES // _MIB} MiB by default."},
         "process-unsent-bytes": {
             "type": "integer", "minimum": 65536, "default": DEFAULT_PROCESS_UNSENT_BYTES,
             "x-ssekd-addition": True,

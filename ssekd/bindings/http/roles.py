@@ -1,6 +1,7 @@
 """The roles the http binding offers: `HttpBinding`, what an http server's exit provides (it is
-handed each routed request with its `HttpContext`), and `HttpClientBinding`, what an http
-client provides the bindings that send requests upstream.
+handed each routed request with its `HttpContext`), `HttpClientBinding`, what an http
+client provides the bindings that send requests upstream, and `HttpServerBinding`, the http
+server itself: behind a tcp or tls server (HTTP/1.1, HTTP/2) and behind a quic server (HTTP/3).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from twisted.internet.defer import Deferred
 from twisted.web.iweb import IResponse
 from twisted.web.server import Request
 
+from ssekd.spi.connection import QuicSessionBinding, StreamBinding
 from ssekd.spi.guard import Lease, Refusal, Session
 
 
@@ -107,3 +109,9 @@ class HttpClientBinding(HttpBinding, Protocol):
         """`GET target` (path and query) upstream with `headers` (after the binding's own
         `overrides`). Fires with Twisted's `IResponse` once the response headers are in, or
         fails; cancelling it before then aborts the connection."""
+
+
+@runtime_checkable
+class HttpServerBinding(StreamBinding, QuicSessionBinding, Protocol):
+    """An http server: it takes connections a tcp or tls server accepted, and QUIC connections
+    a quic server accepted, into the same routes."""

@@ -46,7 +46,7 @@ from ssekd.bindings.http.roles import HttpBinding, HttpContext, RedactsPaths, Te
 from ssekd.bindings.http.routing import Condition, head_headers, match_any, request_headers
 from ssekd.bindings.http.validation import Refused, Requests, refusal_body, retry_after, settle
 from ssekd.deferred_answer import answer_later
-from ssekd.spi.connection import ConnectionInfo
+from ssekd.spi.connection import ConnectionInfo, QuicSession, QuicTransport
 from ssekd.spi.guard import CertificateGuard, Refusal, Renewal, Session
 from ssekd.spi.workers import Siblings
 from ssekd.telemetry.attributes import BindingAttributes
@@ -225,8 +225,13 @@ class HttpRoot(Resource):
         if stats is not None and stats.attributes is not None:
             stats.attributes.redact = self.logged  # a path label shows no more than a log line
 
+    #: `options.alt-svc` as the header's value (`h3=":7443"; ma=86400`), or None: not sent.
+    alt_svc: bytes | None = None
+
     def render(self, request: Request) -> bytes | int:
         request.setHeader(b"server", SERVER_NAME)
+        if self.alt_svc is not None:
+            request.setHeader(b"alt-svc", self.alt_svc)
         if self.health is not None:
             probe = self.health.answer(request)
             if probe is not None:
@@ -482,6 +487,13 @@ class HttpServer:
     def build_protocol(self, conn: ConnectionInfo) -> IProtocol | None:
         """HTTP/1.1 or HTTP/2 as TLS negotiated, or as the first bytes say in cleartext."""
         return h2c.protocol_for(self.site, self.versions, conn)
+
+    def quic_session(self, conn: ConnectionInfo, transport: QuicTransport) -> QuicSession:
+        """HTTP/3 over a connection a quic server accepted (`h3.H3Session`): the same site,
+        routes and limits as the connections `build_protocol` takes. Imported here: a daemon
+        without a quic binding never loads aioquic."""
+        from ssekd.bindings.http.h3 import H3Session
+        return H3Session(self.site, self.site.limits, conn, transport, routes=self.site.root)
 
     def renew_for_sibling(self, host: str, tokens: Mapping[str, str]
                           ) -> defer.Deferred[dict[str, Renewal]]:
