@@ -201,11 +201,13 @@ class Supervisor(Service):
         for udp_spec in graph.datagram_specs():
             key = (udp_spec.host, udp_spec.port)
             if key not in self.udp:
-                probe = datagram_socket(udp_spec.host, udp_spec.port, reuse_port=True)
-                bound = probe.getsockname()[1]
-                socks = [datagram_socket(spec.host, bound, reuse_port=True)
-                         for _ in range(self.count)]
-                probe.close()
+                # the first worker's socket picks the port (configured 0) and the others join
+                # it: the kernel numbers a SO_REUSEPORT group's sockets in the order they
+                # joined, and a socket that left would renumber the rest under the steering
+                first = datagram_socket(udp_spec.host, udp_spec.port, reuse_port=True)
+                bound = first.getsockname()[1]
+                socks = [first, *(datagram_socket(udp_spec.host, bound, reuse_port=True)
+                                  for _ in range(self.count - 1))]
                 if self.count > 1:
                     steer_by_connection_id(socks[0], self.count)
                 self.udp[key] = socks

@@ -1,8 +1,17 @@
 """Headless Chromium driven over `--remote-debugging-pipe` (CDP as NUL-terminated JSON on fds 3
-and 4), which needs no websocket client. Chromium is installed by `make test`."""
+and 4), which needs no websocket client. Chromium is installed by `make test`.
+
+QUIC is off (`--disable-quic`) unless a test names the origins to reach over HTTP/3
+(`quic_origins`). Chromium only speaks HTTP/3 to a test origin when told to: it learns of h3
+from an `Alt-Svc` header only on connections whose certificate chains to a public root, never
+to a test CA (checked with Chromium 156: the page stays on TCP), so a test forces QUIC with
+`--origin-to-force-quic-on`, after which every request to that origin, the page's own
+included, goes over QUIC with no fallback to TCP."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import os
 import shutil
@@ -12,15 +21,37 @@ import time
 from pathlib import Path
 from typing import Any
 
+from cryptography import x509
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 
 
 class Browser:
     """Chromium with CDP over a pipe."""
 
-    def __init__(self, url: str, env: dict[str, str] | None = None) -> None:
+    def __init__(self, url: str, env: dict[str, str] | None = None, *,
+                 quic_origins: list[str] | None = None, spki: list[str] | None = None,
+                 host_rules: str | None = None) -> None:
         """`env` adds to the environment: `HOME` picks the NSS database of trusted CAs
-        (`~/.pki/nssdb`, see `trust_ca`)."""
+        (`~/.pki/nssdb`, see `trust_ca`).
+
+        `quic_origins` (`host:port`, the UDP port) are reached over QUIC/HTTP/3 only. Their
+        certificate must verify: signed by a CA that `trust_ca` made trusted, or with its
+        public key among `spki` (`spki_pin`), which skips verification for that key alone.
+        `host_rules` are Chromium's `--host-resolver-rules`; with `quic_origins` they default to
+        `MAP localhost 127.0.0.1`, because Chromium tries `::1` first for `localhost` and
+        QUIC, unlike TCP, does not fall back to the next address: a server on 127.0.0.1 alone
+        is then never reached (`ERR_QUIC_HANDSHAKE_FAILED`)."""
+        network = ["--disable-quic"]
+        if quic_origins:
+            network = [f"--origin-to-force-quic-on={','.join(quic_origins)}"]
+            if host_rules is None:
+                host_rules = "MAP localhost 127.0.0.1"
+        if spki:
+            network.append(f"--ignore-certificate-errors-spki-list={','.join(spki)}")
+        if host_rules:
+            network.append(f"--host-resolver-rules={host_rules}")
         self.profile = tempfile.mkdtemp(prefix="ssekd-chromium-")
         to_chrome_r, self._to_chrome = os.pipe()
         self._from_chrome, from_chrome_w = os.pipe()
@@ -31,7 +62,7 @@ class Browser:
             os.dup2(b, 4)
 
         self.proc = subprocess.Popen(
-            [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+            [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", *network,
              "--no-first-run", "--disable-background-networking", "--disable-component-update",
              "--disable-sync", f"--user-data-dir={self.profile}", "--remote-debugging-pipe",
              url],
@@ -122,3 +153,11 @@ def trust_ca(home: Path, ca_pem: Path) -> dict[str, str]:
     subprocess.run([certutil, "-A", "-d", f"sql:{db}", "-t", "C,,", "-n", "ssekd test CA",
                     "-i", str(ca_pem)], check=True, capture_output=True, timeout=30)
     return {"HOME": str(home)}
+
+
+def spki_pin(cert_pem: bytes) -> str:
+    """The base64 SHA-256 of the certificate's public key (its SubjectPublicKeyInfo), as
+    Chromium's `--ignore-certificate-errors-spki-list` takes it (`Browser(spki=...)`)."""
+    der = x509.load_pem_x509_certificate(cert_pem).public_key().public_bytes(
+        Encoding.DER, PublicFormat.SubjectPublicKeyInfo)
+    return base64.b64encode(hashlib.sha256(der).digest()).decode()
