@@ -215,11 +215,17 @@ class H3Session:
         if isinstance(event, StreamReset | StopSendingReceived):
             stream = self.streams.get(event.stream_id)
             if stream is not None:
+                # the client gave up on the request (a closed EventSource): our side of the
+                # stream is reset too, so the stream ends and its credit goes back to the client
                 self.forget(stream)
+                if not stream.ended:
+                    try:
+                        self.transport.quic.reset_stream(event.stream_id,
+                                                         ErrorCode.H3_REQUEST_CANCELLED)
+                    except (ValueError, AssertionError):
+                        pass  # already reset
+                    self.transport.transmit()
                 stream.lost("stream reset by the client")
-                if isinstance(event, StopSendingReceived) and not stream.ended:
-                    self.transport.quic.reset_stream(event.stream_id,
-                                                     ErrorCode.H3_REQUEST_CANCELLED)
         try:
             h3_events = self.h3.handle_event(event)
         except H3Error as e:
