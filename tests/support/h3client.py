@@ -251,6 +251,10 @@ class _WatchLogger(QuicLogger):
     def start_trace(self, is_client: bool, odcid: bytes) -> QuicLoggerTrace:
         return self._watch
 
+    def end_trace(self, trace: QuicLoggerTrace) -> None:
+        """The connection ended: the watch keeps what it saw (QuicLogger's own would raise, as
+        the watch is not among its traces, and kill the I/O thread before `terminated` is set)."""
+
 
 class H3SseClient:
     """One QUIC connection to `host:port` speaking HTTP/3, for SSE streams.

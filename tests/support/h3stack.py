@@ -55,9 +55,10 @@ class H3Daemon:
 
 
 def h3_config(folder: Path, pki: Pki, bootstrap: str, *, quic: zc.Node | None = None,
-              ) -> tuple[Path, int, int, int]:
+              **stack: Any) -> tuple[Path, int, int, int]:
     """Write the config; returns (path, tls port, quic port, metrics port). `quic` adds to the
-    quic binding's options (`limits`, `retry` ...)."""
+    quic binding's options (`limits`, `retry` ...); `stack` goes to `zc.sse_stack` (`engine`,
+    `sse`, `http` ...)."""
     tls_port, quic_port, metrics_port = free_port(), free_udp_port(), free_port()
     quic_binding: zc.Node = {
         "type": "quic", "kind": "server", "vault": "server",
@@ -69,7 +70,7 @@ def h3_config(folder: Path, pki: Pki, bootstrap: str, *, quic: zc.Node | None = 
         tls=zc.tls_server("server", alpn=["h2", "http/1.1"]),
         vaults={"server": zc.keys_vault(pki.keys, "${{env.KEYSTORE_PASSWORD}}")},
         telemetry=zc.stdout_telemetry("out", prometheus_port=metrics_port),
-        extra={"quic": quic_binding})
+        extra={"quic": quic_binding}, **stack)
     return zc.write(folder / f"h3-{quic_port}.yaml", config), tls_port, quic_port, metrics_port
 
 
