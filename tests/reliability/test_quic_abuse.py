@@ -85,10 +85,7 @@ def _answers(sock: socket.socket, wait: float) -> list[bytes]:
 
 
 def _open_connections(h3d: H3Daemon) -> float:
-    for line in h3d.metrics().splitlines():
-        if line.startswith("quic_connections{"):
-            return float(line.rsplit(" ", 1)[1])
-    raise AssertionError("no quic_connections in the metrics page")
+    return h3d.metric("quic_connections")
 
 
 def _clean(h3d: H3Daemon) -> None:
