@@ -459,6 +459,9 @@ class QuicPeer:
 
     def _handshake_too_slow(self) -> None:
         if not self._quic._handshake_complete and not self._closed:  # noqa: SLF001
+            # counted as the tls binding counts its handshakes that time out
+            self.server.metrics.counter("tls.handshakes", self.server.binding,
+                                        outcome="failed", protocol="none").inc()
             self.server.events.emit(self.server.binding, "BINDING_QUIC_HANDSHAKE_FAILED",
                                     f"{self.peer[0]}: no handshake within "
                                     f"{self.server.limits.handshake_timeout:g} s")
