@@ -74,6 +74,9 @@ class H3Stream:
         self.paused = False
         #: The response went out as a `503` instead (module docstring): writes are dropped.
         self.refused = False
+        #: Bytes of an announced length `writeHeaders` let through: no bound cuts them
+        #: (`room_for` would count the response's own headers, queued just before).
+        self.admitted = 0
         self.ended = False
         #: Body bytes may still come, and are read (a route that takes a body).
         self.body_left: int | None = None
@@ -103,16 +106,24 @@ class H3Stream:
                 self.refused = True
                 code, pairs = b"503", refusal_headers(pairs)
                 replaced_by_refusal(self.request)
+            else:
+                self.admitted = size
         self.session.send_headers(self.stream_id, [(b":status", code[:3]), *pairs])
 
     def write(self, data: bytes) -> None:
         if self.refused or self.ended or not data:
             return
         session = self.session
-        if self.producer is None and not session.room_for(len(data)):
-            # a response written whole, of no announced length, past a bound: cut it
-            self.abortConnection()
-            return
+        if self.producer is None:
+            if len(data) <= self.admitted:
+                self.admitted -= len(data)
+            elif not session.room_for(len(data)):
+                # a response written whole, of no announced length, past a bound: cut it.
+                # Its writer is mid-write and finishes it as usual, so the request is not
+                # told its connection was lost (`finish` would raise): the rest is dropped.
+                self.ended = True
+                session.reset_stream(self, ErrorCode.H3_REQUEST_CANCELLED)
+                return
         session.send_data(self.stream_id, data, whole=self.producer is None)
 
     def writeSequence(self, data: Iterable[bytes]) -> None:  # noqa: N802

@@ -330,11 +330,15 @@ class QuicPeer:
 
     def unsent(self) -> int:
         """Bytes queued on the request streams and not yet acknowledged: what each stream's
-        sender still holds (aioquic keeps a stream's data until the peer acknowledges it)."""
+        sender still holds (aioquic keeps a stream's data until the peer acknowledges it).
+        Only the request streams (client-initiated, bidirectional): the HTTP/3 control and
+        QPACK streams carry no response, and their few bytes queued after each request head
+        would make a connection that holds no answer look as if it held one."""
         total = 0
-        for stream in self._quic._streams.values():  # noqa: SLF001 - ids.py says why
-            sender = stream.sender
-            total += sender._buffer_stop - sender._buffer_start  # noqa: SLF001
+        for stream_id, stream in self._quic._streams.items():  # noqa: SLF001 - ids.py says why
+            if stream_id % 4 == 0:
+                sender = stream.sender
+                total += sender._buffer_stop - sender._buffer_start  # noqa: SLF001
         return total
 
     def close(self, error_code: int, reason: str) -> None:
