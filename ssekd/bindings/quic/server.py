@@ -111,7 +111,7 @@ class QuicServer(Service):
         self.binding = name
         self.host = host
         self.port = port
-        self.choose = choose
+        self._keys = choose
         self.sni = None if sni is None else {s.lower() for s in sni}
         self.alpn = list(alpn)
         self.routes = list(routes)
@@ -280,9 +280,20 @@ class QuicServer(Service):
 
     # -- what a connection asks of its server --------------------------------------------------
 
+    def authority(self, requested: str | None) -> str | None:
+        """The server name the client asked for when `sni` accepts it (no `sni`: any name),
+        else None: a name not accepted counts as none, for the key and the routes alike (as
+        the tls binding)."""
+        if requested is not None and self.sni is not None and requested not in self.sni:
+            return None
+        return requested
+
+    def choose(self, requested: str | None) -> tuple[Any, list[Any], Any]:
+        """The key for the server name the client asked for (`KeyChooser`)."""
+        return self._keys(self.authority(requested))
+
     def route(self, authority: str | None) -> QuicSessionBinding | None:
-        if authority is not None and self.sni is not None and authority not in self.sni:
-            authority = None  # a name not accepted counts as none (as the tls binding)
+        """The exit for an accepted server name (`authority`)."""
         for route in self.routes:
             if route.matches(authority):
                 return route.exit
@@ -447,12 +458,13 @@ class QuicPeer:
 
     def _negotiated(self, alpn: str | None) -> None:
         server = self.server
-        name = self._quic.server_name
+        requested = self._quic.server_name
+        name = server.authority(requested)
         target = server.route(name)
         if target is None:
             server.events.emit(server.binding, "BINDING_QUIC_NO_ROUTE",
-                               f"{self.peer[0]}: server name {name or '(none)'}: no route takes "
-                               f"it, closed")
+                               f"{self.peer[0]}: server name {requested or '(none)'}: no route "
+                               f"takes it, closed")
             self._quic.close(error_code=ErrorCode.H3_NO_ERROR, reason_phrase="no route")
             return
         conn = ConnectionInfo(local=server.local(), peer=_address(self.peer), secure=True,
