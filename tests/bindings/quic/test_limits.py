@@ -4,12 +4,13 @@ and how long a handshake may take. All on a clock."""
 
 from __future__ import annotations
 
+from aioquic.h3.connection import ErrorCode
 from aioquic.quic.events import ConnectionTerminated, HandshakeCompleted
 from aioquic.quic.packet import QuicErrorCode
 
 from ssekd.bindings.connection_limits import OpenConnections
 from tests.bindings.quic.wire import Held, Wire, clock, http_server, quic_server
-from tests.support.http_fakes import GetOnly
+from tests.support.http_fakes import GetOnly, Upload
 
 
 def _refusals(wire: Wire) -> list[str]:
@@ -97,6 +98,44 @@ def test_a_connection_makes_more_requests_in_its_life_than_streams_holds_at_once
         stream = client.request(path=f"/{n}")
         wire.run(0.1)
         assert client.status(stream) == b"200", n
+
+
+def test_requests_the_client_gives_up_on_give_their_credit_back() -> None:
+    """A closed EventSource: the client stops reading (STOP_SENDING, with or without a
+    RESET_STREAM of its side, which its GET already ended); the request ends in the exit and
+    the stream's credit comes back."""
+    c = clock()
+    exit = Held()
+    wire = Wire(quic_server(c, http_server(c, exit), streams=2), c)
+    client = wire.connect()
+    for n in range(6):
+        stream = client.request(path=f"/{n}")
+        wire.run(0.1)
+        assert len(exit.held) == n + 1, n
+        client.quic.stop_stream(stream, ErrorCode.H3_REQUEST_CANCELLED)
+        if n % 2:
+            client.quic.reset_stream(stream, ErrorCode.H3_REQUEST_CANCELLED)
+        wire.run(0.1)
+        assert len(exit.lost) == n + 1
+    assert len(wire.server.peers) == 1
+
+
+def test_uploads_the_client_breaks_off_give_their_credit_back() -> None:
+    """A body the client stops sending (RESET_STREAM) before its end: the server ends its side
+    of the stream too, so the stream is over and its credit comes back."""
+    c = clock()
+    exit = Upload()
+    wire = Wire(quic_server(c, http_server(c, exit), streams=2), c)
+    client = wire.connect()
+    for n in range(6):
+        stream = client.request("POST", body=b"part of it", end=False)
+        wire.run(0.1)
+        client.quic.reset_stream(stream, ErrorCode.H3_REQUEST_CANCELLED)
+        wire.run(0.1)
+        assert client.reset(stream) == ErrorCode.H3_REQUEST_CANCELLED, n
+    done = client.request("POST", body=b"whole")
+    wire.run(0.1)
+    assert client.status(done) == b"200" and exit.bodies == [b"whole"]
 
 
 def test_a_client_that_ignores_its_stream_credit_loses_the_connection() -> None:
