@@ -36,6 +36,7 @@ from aioquic.h3.connection import (
     ErrorCode,
     FrameType,
     H3Connection,
+    HeadersState,
     MessageError,
     encode_frame,
 )
@@ -205,10 +206,11 @@ class H3Stream:
 
 @dataclass
 class Malformed(H3Event):
-    """A request stream `_Http3` found malformed, and why."""
+    """A request stream `_Http3` found malformed, and why; `status` is the answer."""
 
     stream_id: int
     reason: str
+    status: bytes = b"400"
 
 
 class _Http3(H3Connection):
@@ -221,12 +223,25 @@ class _Http3(H3Connection):
     is dropped, and the session answers `400` (`Malformed`). Only these message errors: their
     header block was decoded (or there was none), so QPACK's state is whole."""
 
+    #: Bytes a request's head may hold before it is whole: set by the session
+    #: (`limits.header-bytes`, times 4, as HTTP/2's HPACK bound).
+    head_bytes = 4 * 16384
+
     def _receive_request_or_push_data(self, stream: Any, data: bytes,
                                       stream_ended: bool) -> list[H3Event]:
         if getattr(stream, "malformed", False):
             if stream_ended:
                 stream.receiving_ended = True  # aioquic then forgets the stream
             return []
+        if stream.headers_recv_state == HeadersState.INITIAL \
+                and len(stream.buffer) + len(data) > self.head_bytes:
+            # aioquic keeps a frame's bytes until the whole frame is there: a HEADERS frame
+            # that announces a megabyte and comes a byte at a time (or never ends) would be
+            # held, stream after stream, with the windows QUIC widens as data comes
+            stream.malformed = True
+            stream.buffer = b""
+            stream.frame_size = stream.frame_type = None
+            return [Malformed(stream.stream_id, "request head too large", b"431")]
         try:
             events: list[H3Event] = super()._receive_request_or_push_data(stream, data,
                                                                           stream_ended)
@@ -252,6 +267,7 @@ class H3Session:
         self.routes = routes
         self.whole = whole
         self.h3 = _Http3(transport.quic)
+        self.h3.head_bytes = 4 * limits.header_bytes
         self.streams: dict[int, H3Stream] = {}
         #: Bytes queued since `unsent` was last counted exactly (counting walks every stream).
         self._queued = 0
@@ -385,9 +401,9 @@ class H3Session:
         stream = self.streams.get(event.stream_id)
         if stream is None:
             if event.stream_id % 4 == 0:
-                self.refuse(event.stream_id, b"400", ErrorCode.H3_MESSAGE_ERROR)
+                self.refuse(event.stream_id, event.status, ErrorCode.H3_MESSAGE_ERROR)
         elif not stream.received:
-            self._refuse_request(stream, b"400", ErrorCode.H3_MESSAGE_ERROR)
+            self._refuse_request(stream, event.status, ErrorCode.H3_MESSAGE_ERROR)
 
     def _complete(self, stream: H3Stream) -> None:
         if stream.received:

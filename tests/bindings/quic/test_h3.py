@@ -51,6 +51,29 @@ def test_a_head_with_too_many_headers_or_bytes_is_431() -> None:
     _no_errors(wire)
 
 
+def test_a_head_that_never_ends_is_refused_before_it_is_held_whole() -> None:
+    """A HEADERS frame that announces a megabyte and comes in pieces: aioquic would keep every
+    piece until the frame is whole; past 4 x `header-bytes` it is `431`, and the connection,
+    with its other requests, goes on."""
+    wire, client = _connect(GetOnly(), Limits(header_bytes=1000))
+    stream = client.quic.get_next_available_stream_id()
+    head = bytes([0x01]) + (1 << 20 | 0x80000000).to_bytes(4, "big")  # HEADERS, 1 MiB
+    client.quic.send_stream_data(stream, head, end_stream=False)
+    sent = 0
+    while client.status(stream) is None and sent < 20:
+        client.quic.send_stream_data(stream, b"\x00" * 600, end_stream=False)
+        sent += 1
+        wire.run(0.05)
+    assert client.status(stream) == b"431"
+    assert 600 * sent < 4000 + 2 * 600, "refused as the bound passed, not later"
+    session = next(iter(wire.server.peers)).session
+    kept = session.h3._stream.get(stream)  # noqa: SLF001 - what aioquic keeps of the stream
+    assert kept is None or len(kept.buffer) == 0
+    assert client.status(_ask(wire, client)) == b"200"
+    assert len(wire.server.peers) == 1
+    _no_errors(wire)
+
+
 def test_a_body_past_body_bytes_is_413() -> None:
     exit = Upload()
     wire, client = _connect(exit, Limits(body_bytes=100))
