@@ -25,7 +25,7 @@ from ssekd import __version__, sd_notify
 from ssekd.config import ConfigError
 from ssekd.config.model import DEFAULT_NAMESPACE
 from ssekd.engine import ENGINE, Engine
-from ssekd.spi.connection import ListenSpec
+from ssekd.spi.connection import DatagramSpec, ListenSpec
 from ssekd.telemetry.events import EventLog, stdout_stream
 from ssekd.telemetry.twistd_log import observer_for
 from ssekd.workers import siblings
@@ -363,7 +363,7 @@ def makeService(options: Options | dict[str, Any], reactor: Any = None,
     built = engine.built
     assert built is not None
     if worker is None and whole_process:
-        refuse_taken_ports(built.listen_specs(), engine.config_path)
+        refuse_taken_ports(built.listen_specs(), engine.config_path, built.datagram_specs())
     count = resolve_count(options.get("workers"), built.config.engine.workers)
     if worker is None and count > 1 and whole_process:
         supervisor = Supervisor(engine, count, worker_arguments(options))
@@ -397,13 +397,18 @@ def makeService(options: Options | dict[str, Any], reactor: Any = None,
     return top
 
 
-def refuse_taken_ports(specs: Iterable[ListenSpec], config: object) -> None:
+def refuse_taken_ports(specs: Iterable[ListenSpec], config: object,
+                       udp: Iterable[DatagramSpec] = ()) -> None:
     """A port another process holds (a second `make run`, a daemon already running) stops the
     daemon here, with one line, before twistd starts logging or daemonizes: the user sees why
-    in the terminal, and no traceback."""
+    in the terminal, and no traceback. A quic binding's UDP ports too."""
     for spec in specs:
         if spec.port and port_in_use(spec.host, spec.port):
             print(f"ssekd: {port_taken(spec.port, config)}", file=sys.stderr)
+            raise SystemExit(1)
+    for udp_spec in udp:
+        if udp_spec.port and port_in_use(udp_spec.host, udp_spec.port, udp=True):
+            print(f"ssekd: {port_taken(udp_spec.port, config, udp=True)}", file=sys.stderr)
             raise SystemExit(1)
 
 

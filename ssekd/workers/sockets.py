@@ -78,24 +78,27 @@ def family_of(fd: int) -> socket.AddressFamily:
         probe.close()
 
 
-def port_taken(port: int, config: object) -> str:
+def port_taken(port: int, config: object, udp: bool = False) -> str:
     """The one line every part of ssekd says when a port of `config` is held by another process
     (the daemon, its workers' parent, `make run`), after its own `ssekd:` or `ssekd.dev:`."""
-    return (f"port {port} is in use (another ssekd? a `make run` in another terminal?): stop "
-            f"it, or change the port in {config}")
+    return (f"{'UDP ' if udp else ''}port {port} is in use (another ssekd? a `make run` in "
+            f"another terminal?): stop it, or change the port in {config}")
 
 
-def port_in_use(host: str, port: int) -> bool:
+def port_in_use(host: str, port: int, udp: bool = False) -> bool:
     """Whether another socket holds (host, port), so listening there would fail: a bind as
     `listenTCP` makes it (SO_REUSEADDR, so a port left in TIME_WAIT is free), without
-    SO_REUSEPORT (which would share the port with another process that set it too)."""
+    SO_REUSEPORT (which would share the port with another process that set it too). `udp`: a
+    UDP port, as a quic binding binds it."""
     try:
         family, kind, proto, _, address = socket.getaddrinfo(
-            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+            host or None, port, type=socket.SOCK_DGRAM if udp else socket.SOCK_STREAM,
+            flags=socket.AI_PASSIVE)[0]
     except OSError:
         return False  # an address that does not resolve: the daemon says so itself
     with socket.socket(family, kind, proto) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if not udp:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind(address)
         except OSError as e:

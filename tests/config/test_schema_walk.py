@@ -111,6 +111,11 @@ WRITE_OPTIONS = "bindings/http_kafka/test_options.py::" \
                 "test_other_header_names_acks_window_and_patch_merge"
 WRITE_CONFIG = "bindings/http_kafka/test_config.py"
 PRODUCER = "bindings/kafka/test_producer.py"
+#: The quic binding (HTTP/3), on a memory reactor with real aioquic clients.
+QUIC_CONFIG = "bindings/quic/test_config.py"
+QUIC_OPTIONS = f"{QUIC_CONFIG}::test_the_options_reach_the_server"
+QUIC_LIMITS = "bindings/quic/test_limits.py"
+ALT_SVC = f"{QUIC_CONFIG}::test_alt_svc_is_sent_when_configured_and_only_then"
 
 COVERAGE: dict[str, str] = {
     "name": "telemetry/test_events.py::test_a_config_error_at_start_is_an_event",
@@ -195,6 +200,12 @@ COVERAGE: dict[str, str] = {
     "bindings.http/server.options.limits.process-unsent-bytes":
         "reliability/test_unread_answers.py::"
         "test_http11_clients_that_never_read_cost_at_most_the_process_bound",
+    "bindings.http/server.options.limits.h3-unsent-bytes":
+        "bindings/quic/test_h3.py::"
+        "test_a_client_that_acknowledges_nothing_gets_its_producers_paused_and_big_answers_503",
+    "bindings.http/server.options.alt-svc": ALT_SVC,
+    "bindings.http/server.options.alt-svc.h3": ALT_SVC,
+    "bindings.http/server.options.alt-svc.max-age": ALT_SVC,
     "bindings.http/server.routes[].when[].headers":
         "bindings/http/test_http_server.py::test_unmatched_authority_is_404",
     "bindings.tls/server.options.keys": f"{TLS}::test_sni_picks_the_key_unknown_names_get_the_first",
@@ -211,6 +222,26 @@ COVERAGE: dict[str, str] = {
     "bindings.tls/server.options.authorization": TLS_ECHO,
     "bindings.tls/server.options.authorization.<name>.credentials": TLS_ECHO,
     "bindings.tls/server.options.authorization.<name>.credentials.certificates": TLS_ECHO,
+    "bindings.quic/server.options.host": QUIC_OPTIONS,
+    "bindings.quic/server.options.port": QUIC_OPTIONS,
+    "bindings.quic/server.options.keys":
+        f"{QUIC_CONFIG}::test_the_server_name_picks_the_key_and_unknown_names_get_the_first",
+    "bindings.quic/server.options.sni": f"{QUIC_CONFIG}::test_the_sni_list_limits_the_names_that_choose",
+    "bindings.quic/server.options.alpn": f"{QUIC_CONFIG}::test_configs_refused_at_their_path[alpn-h2]",
+    "bindings.quic/server.options.retry": QUIC_OPTIONS,
+    "bindings.quic/server.options.limits": QUIC_OPTIONS,
+    "bindings.quic/server.options.limits.connections":
+        f"{QUIC_LIMITS}::test_connections_refuse_past_the_servers_limit_until_one_closes",
+    "bindings.quic/server.options.limits.connections-per-ip":
+        f"{QUIC_LIMITS}::test_connections_per_ip_refuse_until_one_closes",
+    "bindings.quic/server.options.limits.streams":
+        f"{QUIC_LIMITS}::test_a_connection_has_as_many_requests_open_as_streams_allows",
+    "bindings.quic/server.options.limits.idle-timeout":
+        f"{QUIC_LIMITS}::test_a_silent_connection_ends_after_the_idle_timeout",
+    "bindings.quic/server.options.limits.handshake-timeout":
+        f"{QUIC_LIMITS}::test_a_handshake_not_done_in_time_ends_at_the_deadline",
+    "bindings.quic/server.routes[].when[].authority":
+        f"{QUIC_CONFIG}::test_routes_by_authority_pick_the_exit",
     "bindings.echo/server.options": f"{ECHO_EXAMPLES}::test_tcp_echo_as_test_sh_does",
     "bindings.http-filesystem/proxy.options": f"{REFUSED}[http-filesystem-options]",
     "bindings.http-filesystem/proxy.routes[].when[].path": SITE,

@@ -23,6 +23,8 @@ from tests.support.broker import Kafka
 from tests.support.h3client import H3SseClient
 from tests.support.h3stack import H3Daemon, Producer, start_h3_daemon
 from tests.support.pki import Pki
+from tests.support.udp_relay import UdpRelay
+from tests.support.wait import wait_until
 
 pytestmark = [pytest.mark.daemon, pytest.mark.broker]
 
@@ -51,6 +53,14 @@ def _counts(client: H3SseClient, ids: list[int]) -> list[int]:
 def test_streams_survive_two_address_changes_on_the_same_connection(
         h3d: H3Daemon, kafka: Kafka) -> None:
     topic = kafka.topic(1)
+
+    def migrations() -> float:
+        return h3d.metric("quic_migrations_total")
+
+    def handshakes() -> float:
+        return h3d.metric("tls_handshakes_total", outcome="ok", protocol="h3")
+
+    migrations_before, handshakes_before = migrations(), handshakes()
     with h3d.client() as client:
         ids = client.open_many([f"/{topic}"] * STREAMS)
         assert client.wait(lambda: all(client.streams[i].status for i in ids), 10)
@@ -85,8 +95,18 @@ def test_streams_survive_two_address_changes_on_the_same_connection(
             (_counts(client, ids), len(produced))
         received_on = dict(client.stats.received_on)
         assert client.same_connection, (client.stats, client.terminated)
+        # the daemon saw both moves, as its metric and its events say
+        wait_until(lambda: migrations() - migrations_before >= 2, 5,
+                   what=lambda: f"quic_migrations_total from {migrations_before} to "
+                                f"{migrations()}")
+        assert migrations() - migrations_before == 2
+        assert handshakes() - handshakes_before == 1  # this client's, and no other
+        for old, new in moves:
+            h3d.daemon.wait_output(
+                f"BINDING_QUIC_MIGRATED {old[0]}:{old[1]} -> {new[0]}:{new[1]}")
 
     assert client.stats.handshakes == 1
+    assert client.stats.retries == 1  # the daemon's Retry (its default) came first
     assert client.stats.local_addresses == [first_address, moves[0][1], moves[1][1]]
     assert all(received_on.get(address, 0) > 0 for address in client.stats.local_addresses)
     assert len(client.streams) == STREAMS  # no request was made again
@@ -95,3 +115,42 @@ def test_streams_survive_two_address_changes_on_the_same_connection(
         assert stream.data == produced  # every record once, in order, on every stream
         assert len(set(stream.ids)) == len(produced)
         assert stream.reset is None and not stream.ended
+
+
+def test_streams_survive_a_nat_rebinding_the_client_does_not_see(
+        h3d: H3Daemon, kafka: Kafka) -> None:
+    """The client keeps its socket and connection id; a relay in front of it (a NAT) starts
+    sending its packets from another port, while what the daemon still sends to the old one
+    gets through for a while (the old mapping lingers): the client's next ACK comes from the
+    new address. The daemon must take that as a migration too, validate the address before it
+    sends more there than the anti-amplification limit allows, and carry on there once the old
+    mapping is gone."""
+    topic = kafka.topic(1)
+    migrations_before = h3d.metric("quic_migrations_total")
+    with UdpRelay(("127.0.0.1", h3d.quic_port)) as nat, h3d.client(port=nat.port) as client:
+        ids = client.open_many([f"/{topic}"] * 3)
+        assert client.wait(lambda: all(client.streams[i].status == 200 for i in ids), 10)
+        producer = Producer(kafka, topic).start()
+        try:
+            assert client.wait(_all_have(client, ids, AFTER_MOVE), 20), _counts(client, ids)
+            [before] = nat.upstream_addresses()
+            produced_before = producer.count()
+            nat.rebind()
+            [after] = nat.upstream_addresses()
+            assert client.wait(_all_have(client, ids, produced_before + AFTER_MOVE), 20), \
+                (_counts(client, ids), produced_before)
+            # the old mapping expires: what follows can only come by the new one
+            assert nat.expire_old() == 1
+            produced_before = producer.count()
+            assert client.wait(_all_have(client, ids, produced_before + AFTER_MOVE), 20), \
+                (_counts(client, ids), produced_before)
+        finally:
+            produced = producer.stop()
+        assert client.wait(_all_have(client, ids, len(produced)), 20)
+        assert client.same_connection and client.stats.migrations == 0
+        assert sum(client.stats.path_challenges.values()) >= 1  # the daemon's, relayed
+        wait_until(lambda: h3d.metric("quic_migrations_total") - migrations_before >= 1, 5)
+        h3d.daemon.wait_output(
+            f"BINDING_QUIC_MIGRATED {before[0]}:{before[1]} -> {after[0]}:{after[1]}")
+    for i in ids:
+        assert client.streams[i].data == produced

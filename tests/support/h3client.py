@@ -25,8 +25,9 @@ the lock: keep it short and do not call back into the client from it.
 What QUIC does on its own: Retry (the client answers with the token), loss recovery and
 retransmission, flow-control window updates as data is read, path validation (the client answers
 the server's PATH_CHALLENGE on whichever socket it arrived). Streams beyond the server's
-`initial_max_streams_bidi` wait in aioquic until the server raises the limit: for more long-lived
-streams than the server allows per connection, open more clients.
+`initial_max_streams_bidi` (the quic binding's `limits.streams`) wait in aioquic until the
+server raises the limit (`cancel()` one and the server hands its credit back): for more
+long-lived streams than the server allows per connection, open more clients.
 """
 
 from __future__ import annotations
@@ -51,6 +52,8 @@ from aioquic.quic import events as quic_events
 from aioquic.quic.configuration import QuicConfiguration
 from aioquic.quic.connection import QuicConnection
 from aioquic.quic.logger import QuicLogger, QuicLoggerTrace
+
+from ssekd.dev.broker import free_port
 
 Address = tuple[str, int]
 
@@ -247,6 +250,10 @@ class _WatchLogger(QuicLogger):
 
     def start_trace(self, is_client: bool, odcid: bytes) -> QuicLoggerTrace:
         return self._watch
+
+    def end_trace(self, trace: QuicLoggerTrace) -> None:
+        """The connection ended: the watch keeps what it saw (QuicLogger's own would raise, as
+        the watch is not among its traces, and kill the I/O thread before `terminated` is set)."""
 
 
 class H3SseClient:
@@ -619,8 +626,6 @@ class H3SseClient:
 def free_udp_port(host: str = "127.0.0.1") -> int:
     """A port free for both TCP and UDP now (the project's `free_port` checks TCP only; a QUIC
     listener needs the UDP one)."""
-    from ssekd.dev.broker import free_port
-
     for _ in range(50):
         port = free_port(host)
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:

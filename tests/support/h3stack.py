@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,21 +35,30 @@ class H3Daemon:
         """A connected HTTP/3 client of the daemon (the test's CA verifies its key)."""
         return H3SseClient(options.pop("port", self.quic_port), ca=self.ca, **options).connect()
 
-    def metrics(self) -> str:
-        import urllib.request
-
+    def metric(self, name: str, **labels: str) -> float:
+        """The sum of a metric's samples that carry `labels`, over their other labels (and over
+        the workers: the parent's scrape sums them), from the Prometheus endpoint; 0 if none."""
+        wanted = [f'{key}="{value}"' for key, value in labels.items()]
         with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics",
                                     timeout=10) as answer:
-            return str(answer.read().decode())
+            text = answer.read().decode()
+        total = 0.0
+        for line in text.splitlines():
+            sample, _, value = line.rpartition(" ")
+            if (sample == name or sample.startswith(name + "{")) and all(
+                    label in sample for label in wanted):
+                total += float(value)
+        return total
 
     def stop(self) -> None:
         self.daemon.stop()
 
 
 def h3_config(folder: Path, pki: Pki, bootstrap: str, *, quic: zc.Node | None = None,
-              ) -> tuple[Path, int, int, int]:
+              **stack: Any) -> tuple[Path, int, int, int]:
     """Write the config; returns (path, tls port, quic port, metrics port). `quic` adds to the
-    quic binding's options (`limits`, `retry` ...)."""
+    quic binding's options (`limits`, `retry` ...); `stack` goes to `zc.sse_stack` (`engine`,
+    `sse`, `http` ...)."""
     tls_port, quic_port, metrics_port = free_port(), free_udp_port(), free_port()
     quic_binding: zc.Node = {
         "type": "quic", "kind": "server", "vault": "server",
@@ -60,7 +70,7 @@ def h3_config(folder: Path, pki: Pki, bootstrap: str, *, quic: zc.Node | None = 
         tls=zc.tls_server("server", alpn=["h2", "http/1.1"]),
         vaults={"server": zc.keys_vault(pki.keys, "${{env.KEYSTORE_PASSWORD}}")},
         telemetry=zc.stdout_telemetry("out", prometheus_port=metrics_port),
-        extra={"quic": quic_binding})
+        extra={"quic": quic_binding}, **stack)
     return zc.write(folder / f"h3-{quic_port}.yaml", config), tls_port, quic_port, metrics_port
 
 

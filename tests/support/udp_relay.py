@@ -4,7 +4,7 @@ Each datagram, in either direction, is dropped with probability `drop`, or held 
 probability `reorder` and sent after the next datagram of the same direction (or after
 `hold` seconds if none follows), so it arrives out of order. The draws come from one RNG seeded
 with `seed`, so a failing run can be replayed. Each client address gets its own upstream
-socket, as a NAT gives each its own mapping; `rebind()` swaps those for new ones (a NAT
+socket, as a NAT gives each its own mapping; `rebind()` gives each a new one (a NAT
 rebinding: the server sees the client move, the client does not know).
 
 Datagrams pass in a background thread; `dropped`, `reordered` and `forwarded` count per
@@ -84,15 +84,31 @@ class UdpRelay:
         with self._lock:
             self.drop, self.reorder = drop, reorder
 
-    def rebind(self) -> None:
-        """Give every client a new upstream socket: the server sees each client's packets come
-        from a new address (a NAT rebinding). The old sockets are closed."""
+    def rebind(self, keep_old: bool = True) -> None:
+        """Give every client a new upstream socket: the server sees each client's next packets
+        come from a new address (a NAT rebinding). With `keep_old`, what the server still sends
+        to the old address reaches the client (the old mapping lingers), so the client's next
+        ACK tells the server where it went. Without, the old socket closes at once: a client
+        that only receives then sends nothing the server could learn its new address from, until
+        it has something to say (a PING, a request) -- no server can help that."""
         with self._lock:
             for client, old in list(self._up.items()):
-                del self._client_of[old]
-                old.close()
+                if not keep_old:
+                    del self._client_of[old]
+                    old.close()
                 self._up[client] = self._upstream_socket(client)
             self.rebinds += 1
+
+    def expire_old(self) -> int:
+        """Close the old mappings `rebind(keep_old=True)` left: from now on only the current
+        upstream sockets carry anything. Returns how many closed."""
+        with self._lock:
+            current = set(self._up.values())
+            old = [s for s in self._client_of if s not in current]
+            for sock in old:
+                del self._client_of[sock]
+                sock.close()
+            return len(old)
 
     def upstream_addresses(self) -> list[Address]:
         """The addresses the server sees the relayed clients at, now."""
@@ -104,7 +120,7 @@ class UdpRelay:
         if self._thread is not None:
             self._thread.join(2)
         with self._lock:
-            for s in [*self._up.values(), *([self._listener] if self._listener else [])]:
+            for s in [*self._client_of, *([self._listener] if self._listener else [])]:
                 s.close()
             self._up.clear()
             self._client_of.clear()
@@ -133,7 +149,7 @@ class UdpRelay:
         assert self._listener is not None
         while not self._stopping:
             with self._lock:
-                sockets = [self._listener, *self._up.values()]
+                sockets = [self._listener, *self._client_of]
             try:
                 readable = select.select(sockets, [], [], self.hold / 2)[0]
             except (OSError, ValueError):

@@ -11,7 +11,9 @@ connection to the http binding's `limits` as HTTP/2 is held to them:
   credit (MAX_STREAMS), which a client cannot pass without breaking the protocol;
 * a request head of more than `header-count` headers is `431`, of more than `header-bytes`
   bytes `431` too; a body past `body-bytes` is `413`; a route that takes no body answers at
-  once without reading one (the rest of it is refused with STOP_SENDING);
+  once without reading one (the rest of it is refused with STOP_SENDING); a malformed request
+  (RFC 9114 §4.1.2: a bad content-length, a header name in capitals) is `400`, an error of its
+  stream alone (`_Http3`);
 * response bytes the client has not acknowledged: past `h3-unsent-bytes` on the connection
   every producer of it (SSE streams, files) is paused until half have gone; a response written
   whole that would pass that bound, or the process's `process-unsent-bytes`, becomes a `503`
@@ -26,11 +28,19 @@ the quic binding's, which owns the socket and hands each connection's events her
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from aioquic.buffer import encode_uint_var
-from aioquic.h3.connection import ErrorCode, FrameType, H3Connection, encode_frame
-from aioquic.h3.events import DataReceived, HeadersReceived
+from aioquic.h3.connection import (
+    ErrorCode,
+    FrameType,
+    H3Connection,
+    HeadersState,
+    MessageError,
+    encode_frame,
+)
+from aioquic.h3.events import DataReceived, H3Event, HeadersReceived
 from aioquic.h3.exceptions import H3Error
 from aioquic.quic.events import StopSendingReceived, StreamReset
 from twisted.internet.address import IPv4Address, IPv6Address
@@ -74,6 +84,9 @@ class H3Stream:
         self.paused = False
         #: The response went out as a `503` instead (module docstring): writes are dropped.
         self.refused = False
+        #: Bytes of an announced length `writeHeaders` let through: no bound cuts them
+        #: (`room_for` would count the response's own headers, queued just before).
+        self.admitted = 0
         self.ended = False
         #: Body bytes may still come, and are read (a route that takes a body).
         self.body_left: int | None = None
@@ -103,16 +116,24 @@ class H3Stream:
                 self.refused = True
                 code, pairs = b"503", refusal_headers(pairs)
                 replaced_by_refusal(self.request)
+            else:
+                self.admitted = size
         self.session.send_headers(self.stream_id, [(b":status", code[:3]), *pairs])
 
     def write(self, data: bytes) -> None:
         if self.refused or self.ended or not data:
             return
         session = self.session
-        if self.producer is None and not session.room_for(len(data)):
-            # a response written whole, of no announced length, past a bound: cut it
-            self.abortConnection()
-            return
+        if self.producer is None:
+            if len(data) <= self.admitted:
+                self.admitted -= len(data)
+            elif not session.room_for(len(data)):
+                # a response written whole, of no announced length, past a bound: cut it.
+                # Its writer is mid-write and finishes it as usual, so the request is not
+                # told its connection was lost (`finish` would raise): the rest is dropped.
+                self.ended = True
+                session.reset_stream(self, ErrorCode.H3_REQUEST_CANCELLED)
+                return
         session.send_data(self.stream_id, data, whole=self.producer is None)
 
     def writeSequence(self, data: Iterable[bytes]) -> None:  # noqa: N802
@@ -183,6 +204,55 @@ class H3Stream:
         self.request.connectionLost(Failure(ConnectionLost(why)))
 
 
+@dataclass
+class Malformed(H3Event):
+    """A request stream `_Http3` found malformed, and why; `status` is the answer."""
+
+    stream_id: int
+    reason: str
+    status: bytes = b"400"
+
+
+class _Http3(H3Connection):
+    """aioquic's HTTP/3 connection, with a malformed request an error of its stream only.
+
+    RFC 9114 §4.1.2 makes a malformed request (a content-length that is no number, or is not
+    the size of the body; a header name in capitals; pseudo-headers missing) a stream error;
+    aioquic closes the whole connection for it, and with it every other request of the client
+    (a browser's SSE streams all share it). Here the stream is marked, what else comes on it
+    is dropped, and the session answers `400` (`Malformed`). Only these message errors: their
+    header block was decoded (or there was none), so QPACK's state is whole."""
+
+    #: Bytes a request's head may hold before it is whole: set by the session
+    #: (`limits.header-bytes`, times 4, as HTTP/2's HPACK bound).
+    head_bytes = 4 * 16384
+
+    def _receive_request_or_push_data(self, stream: Any, data: bytes,
+                                      stream_ended: bool) -> list[H3Event]:
+        if getattr(stream, "malformed", False):
+            if stream_ended:
+                stream.receiving_ended = True  # aioquic then forgets the stream
+            return []
+        if stream.headers_recv_state == HeadersState.INITIAL \
+                and len(stream.buffer) + len(data) > self.head_bytes:
+            # aioquic keeps a frame's bytes until the whole frame is there: a HEADERS frame
+            # that announces a megabyte and comes a byte at a time (or never ends) would be
+            # held, stream after stream, with the windows QUIC widens as data comes
+            stream.malformed = True
+            stream.buffer = b""
+            stream.frame_size = stream.frame_type = None
+            return [Malformed(stream.stream_id, "request head too large", b"431")]
+        try:
+            events: list[H3Event] = super()._receive_request_or_push_data(stream, data,
+                                                                          stream_ended)
+        except MessageError as e:
+            stream.malformed = True
+            stream.buffer = b""
+            stream.frame_size = stream.frame_type = None
+            return [Malformed(stream.stream_id, e.reason_phrase)]
+        return events
+
+
 class H3Session:
     """HTTP/3 over one QUIC connection (module docstring)."""
 
@@ -196,7 +266,8 @@ class H3Session:
         #: Says which requests may carry a body (`HttpRoot.takes_body`); None: all may.
         self.routes = routes
         self.whole = whole
-        self.h3 = H3Connection(transport.quic)
+        self.h3 = _Http3(transport.quic)
+        self.h3.head_bytes = 4 * limits.header_bytes
         self.streams: dict[int, H3Stream] = {}
         #: Bytes queued since `unsent` was last counted exactly (counting walks every stream).
         self._queued = 0
@@ -215,11 +286,17 @@ class H3Session:
         if isinstance(event, StreamReset | StopSendingReceived):
             stream = self.streams.get(event.stream_id)
             if stream is not None:
+                # the client gave up on the request (a closed EventSource): our side of the
+                # stream is reset too, so the stream ends and its credit goes back to the client
                 self.forget(stream)
+                if not stream.ended:
+                    try:
+                        self.transport.quic.reset_stream(event.stream_id,
+                                                         ErrorCode.H3_REQUEST_CANCELLED)
+                    except (ValueError, AssertionError):
+                        pass  # already reset
+                    self.transport.transmit()
                 stream.lost("stream reset by the client")
-                if isinstance(event, StopSendingReceived) and not stream.ended:
-                    self.transport.quic.reset_stream(event.stream_id,
-                                                     ErrorCode.H3_REQUEST_CANCELLED)
         try:
             h3_events = self.h3.handle_event(event)
         except H3Error as e:
@@ -231,6 +308,8 @@ class H3Session:
                 self._headers(h3_event)
             elif isinstance(h3_event, DataReceived):
                 self._data(h3_event)
+            elif isinstance(h3_event, Malformed):
+                self._malformed(h3_event)
 
     def _headers(self, event: HeadersReceived) -> None:
         stream_id = event.stream_id
@@ -316,6 +395,16 @@ class H3Session:
         if event.stream_ended:
             self._complete(stream)
 
+    def _malformed(self, event: Malformed) -> None:
+        """`400` for a malformed request not handed on yet; one handed on (its route reads
+        no body) is being answered, and what else came on it is dropped."""
+        stream = self.streams.get(event.stream_id)
+        if stream is None:
+            if event.stream_id % 4 == 0:
+                self.refuse(event.stream_id, event.status, ErrorCode.H3_MESSAGE_ERROR)
+        elif not stream.received:
+            self._refuse_request(stream, event.status, ErrorCode.H3_MESSAGE_ERROR)
+
     def _complete(self, stream: H3Stream) -> None:
         if stream.received:
             return
@@ -323,9 +412,10 @@ class H3Session:
         stream.request.requestReceived(stream.method, stream.path,  # type: ignore[attr-defined]
                                        VERSION)
 
-    def _refuse_request(self, stream: H3Stream, status: bytes) -> None:
+    def _refuse_request(self, stream: H3Stream, status: bytes,
+                        stop: int = ErrorCode.H3_NO_ERROR) -> None:
         """`refuse` for a request made but not handed on (its answered event too)."""
-        self.refuse(stream.stream_id, status)
+        self.refuse(stream.stream_id, status, stop)
         if self.routes is not None:
             self.routes.refused(stream.request, int(status[:3]),
                                 stream.method, stream.path, VERSION)  # type: ignore[attr-defined]
@@ -335,9 +425,9 @@ class H3Session:
 
     # -- answers out -------------------------------------------------------------------------
 
-    def refuse(self, stream_id: int, status: bytes) -> None:
+    def refuse(self, stream_id: int, status: bytes, stop: int = ErrorCode.H3_NO_ERROR) -> None:
         """Answer `status` with no body on a stream no request answers, and ask the client to
-        stop sending on it."""
+        stop sending on it (with `stop`, the error code)."""
         try:
             self.h3.send_headers(stream_id, [(b":status", status), (b"content-length", b"0")],
                                  end_stream=True)
@@ -345,7 +435,7 @@ class H3Session:
             pass  # the stream is in no state for it: the reset says enough
         quic = self.transport.quic
         try:
-            quic.stop_stream(stream_id, ErrorCode.H3_NO_ERROR)
+            quic.stop_stream(stream_id, stop)
         except ValueError:
             pass  # already ended by the client
         self.transport.transmit()

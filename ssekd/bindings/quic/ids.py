@@ -101,7 +101,8 @@ class SteeredConnection(QuicConnection):
         self._local_initial_source_connection_id = first.cid
         # QUIC's stream credit: at most `streams` request streams open at once (aioquic hands
         # one more credit back as each closes)
-        self._local_max_streams_bidi.value = streams
+        credit = self._local_max_streams_bidi
+        credit.value = credit.sent = streams  # `sent`: what the handshake announces
 
     def _initialize(self, peer_cid: bytes) -> None:
         super()._initialize(peer_cid)

@@ -111,7 +111,7 @@ class QuicServer(Service):
         self.binding = name
         self.host = host
         self.port = port
-        self.choose = choose
+        self._keys = choose
         self.sni = None if sni is None else {s.lower() for s in sni}
         self.alpn = list(alpn)
         self.routes = list(routes)
@@ -280,9 +280,20 @@ class QuicServer(Service):
 
     # -- what a connection asks of its server --------------------------------------------------
 
+    def authority(self, requested: str | None) -> str | None:
+        """The server name the client asked for when `sni` accepts it (no `sni`: any name),
+        else None: a name not accepted counts as none, for the key and the routes alike (as
+        the tls binding)."""
+        if requested is not None and self.sni is not None and requested not in self.sni:
+            return None
+        return requested
+
+    def choose(self, requested: str | None) -> tuple[Any, list[Any], Any]:
+        """The key for the server name the client asked for (`KeyChooser`)."""
+        return self._keys(self.authority(requested))
+
     def route(self, authority: str | None) -> QuicSessionBinding | None:
-        if authority is not None and self.sni is not None and authority not in self.sni:
-            authority = None  # a name not accepted counts as none (as the tls binding)
+        """The exit for an accepted server name (`authority`)."""
         for route in self.routes:
             if route.matches(authority):
                 return route.exit
@@ -330,11 +341,15 @@ class QuicPeer:
 
     def unsent(self) -> int:
         """Bytes queued on the request streams and not yet acknowledged: what each stream's
-        sender still holds (aioquic keeps a stream's data until the peer acknowledges it)."""
+        sender still holds (aioquic keeps a stream's data until the peer acknowledges it).
+        Only the request streams (client-initiated, bidirectional): the HTTP/3 control and
+        QPACK streams carry no response, and their few bytes queued after each request head
+        would make a connection that holds no answer look as if it held one."""
         total = 0
-        for stream in self._quic._streams.values():  # noqa: SLF001 - ids.py says why
-            sender = stream.sender
-            total += sender._buffer_stop - sender._buffer_start  # noqa: SLF001
+        for stream_id, stream in self._quic._streams.items():  # noqa: SLF001 - ids.py says why
+            if stream_id % 4 == 0:
+                sender = stream.sender
+                total += sender._buffer_stop - sender._buffer_start  # noqa: SLF001
         return total
 
     def close(self, error_code: int, reason: str) -> None:
@@ -443,12 +458,13 @@ class QuicPeer:
 
     def _negotiated(self, alpn: str | None) -> None:
         server = self.server
-        name = self._quic.server_name
+        requested = self._quic.server_name
+        name = server.authority(requested)
         target = server.route(name)
         if target is None:
             server.events.emit(server.binding, "BINDING_QUIC_NO_ROUTE",
-                               f"{self.peer[0]}: server name {name or '(none)'}: no route takes "
-                               f"it, closed")
+                               f"{self.peer[0]}: server name {requested or '(none)'}: no route "
+                               f"takes it, closed")
             self._quic.close(error_code=ErrorCode.H3_NO_ERROR, reason_phrase="no route")
             return
         conn = ConnectionInfo(local=server.local(), peer=_address(self.peer), secure=True,
@@ -459,6 +475,9 @@ class QuicPeer:
 
     def _handshake_too_slow(self) -> None:
         if not self._quic._handshake_complete and not self._closed:  # noqa: SLF001
+            # counted as the tls binding counts its handshakes that time out
+            self.server.metrics.counter("tls.handshakes", self.server.binding,
+                                        outcome="failed", protocol="none").inc()
             self.server.events.emit(self.server.binding, "BINDING_QUIC_HANDSHAKE_FAILED",
                                     f"{self.peer[0]}: no handshake within "
                                     f"{self.server.limits.handshake_timeout:g} s")
