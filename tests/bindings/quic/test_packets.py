@@ -1,5 +1,6 @@
-"""The quic server's connection skips streams once a packet is full (`ssekd.bindings.quic.ids`,
-"A full packet"): the same packets as aioquic's own connection, every byte delivered.
+"""The quic server's connection offers a full packet to no more streams
+(`ssekd.bindings.quic.ids`, "A full packet"): the same packets as aioquic's own method makes,
+every byte delivered.
 
 A server connection and aioquic's client talk in memory, on a clock the test moves; the same
 fan-out (a write to each of 100 streams, several rounds) goes through `SteeredConnection` and
@@ -17,7 +18,7 @@ from aioquic.quic.connection import QuicConnection
 from aioquic.quic.events import StreamDataReceived
 
 from ssekd.bindings.quic.ids import Shard, SteeredConnection
-from ssekd.dev.certs import issue, make_ca
+from tests.bindings.quic.wire import START, keys
 
 CLIENT = ("127.0.0.1", 40000)
 SERVER = ("127.0.0.1", 4433)
@@ -26,9 +27,6 @@ ROUNDS = 5
 #: aioquic's datagram size (QUIC's smallest maximum), which a full packet fills.
 FULL = 1200
 EVENT = b"id:x\ndata:" + b"y" * 140 + b"\n\n"
-
-_CA = make_ca("packets test CA")
-_LEAF = issue(_CA, ["localhost"])
 
 
 class Unskipped(SteeredConnection):
@@ -41,17 +39,18 @@ class Link:
     """A client and a server connection, and a clock: datagrams move when `settle` says."""
 
     def __init__(self, steered: bool) -> None:
-        self.now = 1000.0
+        self.now = START
         client_config = QuicConfiguration(is_client=True, alpn_protocols=["h3"],
                                           server_name="localhost", max_data=1 << 30,
                                           max_stream_data=1 << 26)
         client_config.verify_mode = ssl.CERT_NONE
         self.client = QuicConnection(configuration=client_config)
         server_config = QuicConfiguration(is_client=False, alpn_protocols=["h3"])
-        server_config.certificate, server_config.private_key = _LEAF.cert, _LEAF.key
+        chosen = keys()
+        server_config.certificate, _, server_config.private_key = chosen.choose(None)
         odcid = self.client.original_destination_connection_id
         self.server = (SteeredConnection if steered else Unskipped)(
-            shard=Shard(), choose=lambda name: (_LEAF.cert, [], _LEAF.key),
+            shard=Shard(), choose=chosen.choose,
             streams=STREAMS, configuration=server_config,
             original_destination_connection_id=odcid)
         self.received: dict[int, bytes] = {}
