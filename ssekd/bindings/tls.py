@@ -121,12 +121,25 @@ class ServerKey:
     context: SSL.Context
 
     def covers(self, host: str) -> bool:
-        for name in self.names:
-            if name == host:
-                return True
-            if name.startswith("*.") and "." in host and host.split(".", 1)[1] == name[2:]:
-                return True
-        return False
+        return covers(self.names, host)
+
+
+def covers(names: Sequence[str], host: str) -> bool:
+    """Whether a certificate naming `names` (`certificate_names`) serves `host`: the same
+    name, or a wildcard one label deep (`*.example.com` serves `a.example.com`)."""
+    for name in names:
+        if name == host:
+            return True
+        if name.startswith("*.") and "." in host and host.split(".", 1)[1] == name[2:]:
+            return True
+    return False
+
+
+def every_key(vault: FilesystemVault) -> list[StoreEntry]:
+    """The keys of a vault's `keys` store that hold a private key: what a server serves with
+    when its options name none (Zilla's default)."""
+    store = vault.stores.get("keys")
+    return [e for e in store.entries.values() if e.key is not None] if store else []
 
 
 def certificate_names(cert: x509.Certificate) -> tuple[str, ...]:
@@ -393,8 +406,10 @@ def build_context(binding: str, entry: StoreEntry, trust: Sequence[x509.Certific
     return ctx
 
 
-def _aliases(binding: Binding, ctx: BuildContext, vault: FilesystemVault, option: str, role: str,
-             issues: list[ConfigIssue]) -> list[StoreEntry]:
+def aliases(binding: Binding, ctx: BuildContext, vault: FilesystemVault, option: str, role: str,
+            issues: list[ConfigIssue]) -> list[StoreEntry]:
+    """The entries of the vault's `role` store that `options.<option>` names; each alias it
+    lacks is added to `issues`, with its path."""
     found = []
     for i, alias in enumerate(binding.options.get(option) or ()):
         entry = vault.entry(role, alias)
@@ -430,17 +445,15 @@ def _build(ctx: BuildContext, binding: Binding) -> TlsServer:
                                      "put the CA certificates you trust there")])
     vault = open_vault(ctx.config, binding.vault)
     issues: list[ConfigIssue] = []
-    keys = _aliases(binding, ctx, vault, "keys", "keys", issues)
-    trust = _aliases(binding, ctx, vault, "trust", "trust", issues)
-    signers = _aliases(binding, ctx, vault, "signers", "signers", issues)
+    keys = aliases(binding, ctx, vault, "keys", "keys", issues)
+    trust = aliases(binding, ctx, vault, "trust", "trust", issues)
+    signers = aliases(binding, ctx, vault, "signers", "signers", issues)
     if issues:
         raise ConfigError(issues)
     if signers:
         keys += [k for k in _signed_keys(vault, signers) if k not in keys]
     if not options.get("keys") and not signers:
-        # Zilla's default when nothing is named: every key of the vault.
-        store = vault.stores.get("keys")
-        keys = [e for e in store.entries.values() if e.key is not None] if store else []
+        keys = every_key(vault)
     if not keys:
         raise ConfigError([ctx.issue(base + ("options",), f"tls server {binding.name!r} has no "
                                      f"key to serve with: vault {binding.vault!r} keys store "
@@ -577,4 +590,5 @@ BINDING = BindingType("tls", {
     "client": tls_client.KIND,
 })
 
-__all__ = ["BINDING", "TlsServer", "build_context", "certificate_names"]
+__all__ = ["BINDING", "TlsServer", "aliases", "build_context", "certificate_names", "covers",
+           "every_key"]

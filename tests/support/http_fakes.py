@@ -9,8 +9,10 @@ import h2.config
 import h2.connection
 import h2.events
 from twisted.internet.address import IPv4Address
+from twisted.internet.interfaces import IPushProducer
 from twisted.internet.testing import MemoryReactorClock, StringTransport
 from twisted.web.server import Request
+from zope.interface import implementer
 
 from ssekd.bindings.http.channel import Limits
 from ssekd.bindings.http.cors import AccessControl
@@ -118,3 +120,25 @@ class H2Peer(ReceivedH2Events):
     def goaway(self) -> h2.events.ConnectionTerminated | None:
         found = self.of(h2.events.ConnectionTerminated)
         return found[0] if found else None
+
+
+@implementer(IPushProducer)
+class CountingProducer:
+    """A streaming response's producer (as an SSE stream is): whether it may produce, and how
+    often it was paused and resumed."""
+
+    def __init__(self) -> None:
+        self.paused = False
+        self.pauses = 0
+        self.resumes = 0
+
+    def pauseProducing(self) -> None:  # noqa: N802 - Twisted's names
+        self.paused = True
+        self.pauses += 1
+
+    def resumeProducing(self) -> None:  # noqa: N802
+        self.paused = False
+        self.resumes += 1
+
+    def stopProducing(self) -> None:  # noqa: N802
+        pass

@@ -15,7 +15,7 @@ from ssekd.bindings.connection_limits import (
     ConnectionLimits,
     OpenConnections,
 )
-from ssekd.bindings.tls import certificate_names
+from ssekd.bindings.tls import aliases, certificate_names, covers, every_key
 from ssekd.config import ConfigError
 from ssekd.config.errors import ConfigIssue
 from ssekd.config.model import Binding
@@ -52,18 +52,11 @@ def _build(ctx: BuildContext, binding: Binding) -> Any:
                                            f"holding its keys (QUIC is always TLS 1.3)")])
     vault = open_vault(ctx.config, binding.vault)
     issues: list[ConfigIssue] = []
-    keys = []
-    for i, alias in enumerate(options.get("keys") or ()):
-        entry = vault.entry("keys", alias)
-        if entry is None or entry.key is None:
-            issues.append(ctx.issue(base + ("options", "keys", i), vault.missing("keys", alias)))
-        else:
-            keys.append(entry)
+    keys = aliases(binding, ctx, vault, "keys", "keys", issues)
     if issues:
         raise ConfigError(issues)
     if not options.get("keys"):
-        store = vault.stores.get("keys")
-        keys = [e for e in store.entries.values() if e.key is not None] if store else []
+        keys = every_key(vault)
     if not keys:
         raise ConfigError([ctx.issue(base + ("options",), f"quic server {binding.name!r} has no "
                                      f"key to serve with: vault {binding.vault!r} keys store "
@@ -72,12 +65,11 @@ def _build(ctx: BuildContext, binding: Binding) -> Any:
               for e in keys]
 
     def choose(name: str | None) -> tuple[Any, list[Any], Any]:
+        """The key whose certificate names `name` (as the tls binding chooses), else the first."""
         if name is not None:
             for names, key in served:
-                for n in names:
-                    if n == name or (n.startswith("*.") and "." in name
-                                     and name.split(".", 1)[1] == n[2:]):
-                        return key
+                if covers(names, name):
+                    return key
         return served[0][1]
 
     routes = []

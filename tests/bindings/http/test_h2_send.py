@@ -12,11 +12,9 @@ import h2.config
 import h2.connection
 import h2.events
 import h2.settings
-from twisted.internet.interfaces import IPushProducer
 from twisted.internet.testing import MemoryReactorClock, StringTransport
 from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET, Request, Site
-from zope.interface import implementer
 
 from ssekd.bindings.http.channel import Limits
 from ssekd.bindings.http.cors import AccessControl
@@ -24,6 +22,7 @@ from ssekd.bindings.http.h2_sending import BatchingH2Connection
 from ssekd.bindings.http.h2c import PREFACE, h2_connection
 from ssekd.bindings.http.server import HttpRoot, HttpSite
 from ssekd.telemetry.events import EventLog
+from tests.support.http_fakes import CountingProducer
 
 
 class CountingTransport(StringTransport):
@@ -50,27 +49,6 @@ class Held(Resource):
     def render_GET(self, request: Request) -> Any:
         self.requests.append(request)
         return NOT_DONE_YET
-
-
-@implementer(IPushProducer)
-class Producer:
-    """A stream's producer (as `SseStream` is): records whether it may produce."""
-
-    def __init__(self) -> None:
-        self.paused = False
-        self.pauses = 0
-        self.resumes = 0
-
-    def pauseProducing(self) -> None:
-        self.paused = True
-        self.pauses += 1
-
-    def resumeProducing(self) -> None:
-        self.paused = False
-        self.resumes += 1
-
-    def stopProducing(self) -> None:
-        pass
 
 
 class Peer:
@@ -216,7 +194,7 @@ def test_exhausted_stream_window_waits_while_others_proceed() -> None:
     peer = Peer(initial_window=100, streams=2)
     peer.start_responses()
     slow, other = peer.requests
-    producer = Producer()
+    producer = CountingProducer()
     slow.registerProducer(producer, True)
     slow.write(b"s" * 300)
     assert producer.paused  # what is queued exceeds the window
@@ -277,7 +255,7 @@ def test_stream_producer_paused_by_its_buffer_and_resumed_when_drained() -> None
     peer = Peer(initial_window=1 << 30, streams=2)
     peer.start_responses()
     peer.server.stream_buffer_limit = 1000
-    producers = [Producer(), Producer()]
+    producers = [CountingProducer(), CountingProducer()]
     for request, producer in zip(peer.requests, producers, strict=True):
         request.registerProducer(producer, True)
     peer.server.pauseProducing()

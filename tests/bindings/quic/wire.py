@@ -20,10 +20,8 @@ from aioquic.quic.configuration import QuicConfiguration
 from aioquic.quic.connection import QuicConnection
 from aioquic.quic.events import ProtocolNegotiated, QuicEvent, StreamReset
 from cryptography.hazmat.primitives.serialization import Encoding
-from twisted.internet.interfaces import IPushProducer
 from twisted.internet.testing import MemoryReactorClock
 from twisted.web.server import NOT_DONE_YET, Request
-from zope.interface import implementer
 
 from ssekd.bindings.connection_limits import ConnectionLimits, OpenConnections
 from ssekd.bindings.http.channel import Limits
@@ -35,6 +33,7 @@ from ssekd.dev.certs import Issued, issue, make_ca
 from ssekd.spi.connection import Peer, QuicSessionBinding
 from ssekd.telemetry.events import EventLog
 from ssekd.telemetry.metrics import Metrics
+from tests.support.http_fakes import CountingProducer
 
 SERVER: Peer = ("127.0.0.1", 7443)
 #: Where the clock starts: a retry token carries its time, and 0 is no time to start at.
@@ -66,27 +65,6 @@ def keys() -> Keys:
     return Keys(ca, issue(ca, ["a.example", "localhost"]), issue(ca, ["b.example"]))
 
 
-@implementer(IPushProducer)
-class Producer:
-    """A streaming response's producer (as an SSE stream's is): counts pauses and resumes."""
-
-    def __init__(self) -> None:
-        self.paused = False
-        self.pauses = 0
-        self.resumes = 0
-
-    def pauseProducing(self) -> None:  # noqa: N802 - Twisted's names
-        self.paused = True
-        self.pauses += 1
-
-    def resumeProducing(self) -> None:  # noqa: N802
-        self.paused = False
-        self.resumes += 1
-
-    def stopProducing(self) -> None:  # noqa: N802
-        pass
-
-
 class Held:
     """An exit that keeps each GET open with a streaming producer (as the sse binding does) and
     hands it to the test; `/whole/N` answers N bytes written whole instead (an http-kafka
@@ -96,7 +74,7 @@ class Held:
     takes_body = False
 
     def __init__(self) -> None:
-        self.held: list[tuple[Any, Producer]] = []
+        self.held: list[tuple[Any, CountingProducer]] = []
         self.lost: list[Any] = []
         #: Requests of /parts/ the exit finished.
         self.finished = 0
@@ -112,7 +90,7 @@ class Held:
             req.finish()
             self.finished += 1
             return NOT_DONE_YET
-        producer = Producer()
+        producer = CountingProducer()
         req.registerProducer(producer, True)
         req.setHeader(b"content-type", b"text/event-stream")
         req.write(b": hello\n\n")
