@@ -256,9 +256,9 @@ class QuicServer(Service):
         connection = QuicPeer(self, quic, peer)
         self.peers.add(connection)
         self.open.value += 1
-        self.by_id[header.destination_cid] = connection
+        self.index(header.destination_cid, connection)
         for cid in quic._host_cids:  # noqa: SLF001 - aioquic's own list (ids.py)
-            self.by_id[cid.cid] = connection
+            self.index(cid.cid, connection)
         connection.receive(data, peer)
 
     def _configuration(self) -> QuicConfiguration:
@@ -299,13 +299,20 @@ class QuicServer(Service):
                 return route.exit
         return self.default
 
+    def index(self, cid: bytes, connection: QuicPeer) -> None:
+        """Datagrams to `cid` go to `connection` from now on."""
+        self.by_id[cid] = connection
+        connection.ids.add(cid)
+
     def forget(self, connection: QuicPeer) -> None:
         if connection in self.peers:
             self.peers.discard(connection)
             self.open.value -= 1
             self.table.release(self.binding, connection.address)
-        for cid in [c for c, p in self.by_id.items() if p is connection]:
-            del self.by_id[cid]
+        for cid in connection.ids:  # its own list: a mass disconnect stays linear
+            if self.by_id.get(cid) is connection:
+                del self.by_id[cid]
+        connection.ids.clear()
 
     def local(self) -> IPv4Address | IPv6Address:
         return (IPv6Address if ":" in self.host else IPv4Address)("UDP", self.host, self.port)
@@ -322,6 +329,8 @@ class QuicPeer:
         #: The address it is counted under in the connection limits: the first one.
         self.address = peer[0]
         self.session: QuicSession | None = None
+        #: The connection ids datagrams reach it by (`QuicServer.by_id`'s keys for it).
+        self.ids: set[bytes] = set()
         self._timer: Any = None
         self._flush_call: Any = None
         self._closed = False
@@ -434,8 +443,9 @@ class QuicPeer:
             if event is None:
                 return
             if isinstance(event, ConnectionIdIssued):
-                server.by_id[event.connection_id] = self
+                server.index(event.connection_id, self)
             elif isinstance(event, ConnectionIdRetired):
+                self.ids.discard(event.connection_id)
                 if server.by_id.get(event.connection_id) is self:
                     del server.by_id[event.connection_id]
             elif isinstance(event, ProtocolNegotiated):
