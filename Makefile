@@ -164,14 +164,17 @@ run: $(RUN_STAMP) $(HOTPATH)
 
 # Two processes: most tests wait on sockets, brokers and subprocesses, so two share the machine's
 # cores well (the suite takes about half as long). Each test file stays in one process
-# (--dist loadfile): its module fixtures (a daemon, a topic) are made once. PYTEST_PROCS=0 runs
-# it in this process alone.
+# (--dist loadfile): its module fixtures (a daemon, a topic) are made once. Files are handed out
+# in the order collected (--no-loadscope-reorder; xdist would hand out the files with the most
+# tests first), which puts the few that take minutes first (tests/conftest.py, LONG_FIRST), so
+# the two processes end together. PYTEST_PROCS=0 runs it in this process alone.
 PYTEST_PROCS ?= 2
 
 test: setup system-deps asyncapi-specs
 	@started=$$(date +%s); \
 	SPARK_LOCAL_IP=127.0.0.1 $(BIN)/python -m pytest -q \
-	  $(if $(filter 0,$(PYTEST_PROCS)),,-n $(PYTEST_PROCS) --dist loadfile) $(PYTEST_ARGS); \
+	  $(if $(filter 0,$(PYTEST_PROCS)),,-n $(PYTEST_PROCS) --dist loadfile --no-loadscope-reorder) \
+	  $(PYTEST_ARGS); \
 	status=$$?; echo "make test: $$(( $$(date +%s) - started )) s"; exit $$status
 
 $(COMPAT)/bin/python:

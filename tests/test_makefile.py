@@ -86,3 +86,12 @@ def test_make_image_asks_for_podman_runc_and_debootstrap_only(tmp_path: Path) ->
     assert lines[-1].endswith("deploy/container/build-image.sh localhost/ssekd:latest")
     # the test programs are still what `make test` installs
     assert any("chromium" in line for line in planned(tmp_path, "system-deps"))
+
+
+def test_the_files_run_first_exist() -> None:
+    """`make test` begins with the long files (tests/conftest.py, LONG_FIRST): a name left there
+    after its file moved would quietly leave it last again."""
+    from tests.conftest import LONG_FIRST
+
+    missing = [p for p in LONG_FIRST if not (ROOT / p).is_file()]
+    assert missing == []
