@@ -13,7 +13,7 @@ real broker, while (where it matters) an honest HTTP/3 client keeps streaming be
   them back until streams end;
 * a client that stops acknowledging (its process frozen) while its streams have events to send:
   what the daemon holds for it stays within `h3-unsent-bytes`, its streams are cut at `max-lag`,
-  and the honest client beside it misses nothing;
+  its connection is dropped at the idle timeout, and the honest client beside it misses nothing;
 * SIGTERM with `engine.drain`: the connection is told GOAWAY (a new request is refused, the open
   streams go on), then closed at once when the daemon stops, not left to its idle timeout.
 """
@@ -49,6 +49,9 @@ PER_IP = 4
 STREAMS = 8
 UNSENT = 1 << 20
 MAX_LAG = 3
+#: QUIC's idle timeout: a client that sends nothing that long is dropped (streams keep an honest
+#: client's connection busy far more often).
+IDLE = 8
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +60,7 @@ def h3d(kafka_broker: Broker, pki: Pki, tmp_path_factory: pytest.TempPathFactory
     daemon = start_h3_daemon(
         tmp_path_factory.mktemp("quicabuse"), pki, kafka_broker.bootstrap,
         quic={"limits": {"connections-per-ip": PER_IP, "streams": STREAMS,
-                         "handshake-timeout": 3}},
+                         "handshake-timeout": 3, "idle-timeout": IDLE}},
         http=zc.http_server(limits={"h3-unsent-bytes": UNSENT}),
         sse=zc.sse_server(options={"limits": {"max-lag": MAX_LAG}}))
     yield daemon
@@ -201,6 +204,11 @@ def test_a_frozen_client_costs_a_bound_and_nobody_else_a_message(
             assert grown < 4 * UNSENT + (16 << 20), grown
             output = h3d.daemon.output()
             assert "why=max-lag" in output or "max-lag" in output, output[-3000:]
+            # and the connection itself, silent, is dropped at the idle timeout: only the
+            # honest client's is left
+            wait_until(lambda: _open_connections(h3d) == 1, IDLE + 10,
+                       what="the frozen client's connection to time out")
+            assert honest.stats.handshakes == 1 and honest.terminated is None
         finally:
             frozen._lock.release()  # noqa: SLF001
     _clean(h3d)
