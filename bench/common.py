@@ -120,3 +120,33 @@ class PeakRss:
                  tb: TracebackType | None) -> None:
         self._done.set()
         self._thread.join()
+
+
+def commit_of(root: Path) -> str:
+    """The short commit id of the checkout at `root` (what a row measured), or "unknown"."""
+    try:
+        return subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def sent_ages(pending: bytes, data: bytes, now: float, into: list[float]) -> bytes:
+    """Read the send times the load's events carry (`data:<time> ...`) from a stream's bytes:
+    `now` minus each goes to `into`. `pending` is the unread end of the stream's previous bytes;
+    returns this one's (an event cut between two reads is read with the next)."""
+    text = pending + data
+    pos = 0
+    while True:
+        a = text.find(b"data:", pos)
+        if a < 0:
+            break
+        b = text.find(b" ", a)
+        if b < 0:
+            break
+        try:
+            into.append(now - float(text[a + 5:b]))
+        except ValueError:
+            pass
+        pos = b
+    return text[pos:][-64:]

@@ -56,7 +56,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 from cryptography.hazmat.primitives.serialization import Encoding
 
-from bench.common import ROOT, free_port, table, write_result
+from bench.common import ROOT, commit_of, free_port, sent_ages, table, write_result
 from bench.fanout.rig import TWISTD, Rig, Server, percentile
 from bench.fanout.scenarios import _profile, top_costs
 from ssekd.dev.broker import start_broker
@@ -287,21 +287,7 @@ class H2Counter:
             self.sock.setblocking(False)
 
     def _times(self, stream_id: int, data: bytes, now: float) -> None:
-        text = self._text[stream_id] + data
-        pos = 0
-        while True:
-            a = text.find(b"data:", pos)
-            if a < 0:
-                break
-            b = text.find(b" ", a)
-            if b < 0:
-                break
-            try:
-                self.latencies.append(now - float(text[a + 5:b]))
-            except ValueError:
-                pass
-            pos = b
-        self._text[stream_id] = text[pos:][-64:]
+        self._text[stream_id] = sent_ages(self._text[stream_id], data, now, self.latencies)
 
     def close(self) -> None:
         self.sock.close()
@@ -620,20 +606,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         rig.close()
     result = {"mode": "quick" if args.quick else "full", "cpus": os.cpu_count(),
               "pinned": daemon_cpu is not None,
-              "daemon": _commit(args.daemon_root or ROOT), "rows": rows}
+              "daemon": commit_of(args.daemon_root or ROOT), "rows": rows}
     print()
     print_table(result)
     path = write_result("h3", result)
     print(f"\nwritten {path}")
     return result
 
-
-def _commit(root: Path) -> str:
-    try:
-        return subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
-                              capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def _client_main(argv: list[str]) -> None:

@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import RESULTS
+from bench.common import RESULTS, commit_of
 from bench.fanout.rig import Rig, Server
 from bench.fanout.scenarios import fanout
 from ssekd.dev.broker import free_port
@@ -214,7 +214,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     try:
         bare = start_bare(rig)
-        daemon_commit = _commit(args.daemon_root or Path(__file__).resolve().parents[1])
+        daemon_commit = commit_of(args.daemon_root or Path(__file__).resolve().parents[1])
         i = 0
         for _ in range(args.rounds):
             for clients, rate in scenarios:
@@ -235,13 +235,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     (RESULTS / "send_floor.json").write_text(json.dumps(result, indent=2) + "\n")
     return result
 
-
-def _commit(root: Path) -> str:
-    try:
-        return subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
-                              capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def _ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

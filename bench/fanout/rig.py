@@ -17,6 +17,7 @@ import psutil
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from bench.common import sent_ages
 from ssekd.dev.broker import free_port, port_open, start_broker
 from tests.support import zilla_config as zc
 
@@ -98,22 +99,7 @@ class Reader:
                     self._times(i, bytes(view[:n]))
 
     def _times(self, i: int, data: bytes) -> None:
-        now = time.time()
-        text = self._text[i] + data
-        pos = 0
-        while True:
-            a = text.find(b"data:", pos)
-            if a < 0:
-                break
-            b = text.find(b" ", a)
-            if b < 0:
-                break
-            try:
-                self.latencies.append(now - float(text[a + 5:b]))
-            except ValueError:
-                pass
-            pos = b
-        self._text[i] = text[pos:][-64:]
+        self._text[i] = sent_ages(self._text[i], data, time.time(), self.latencies)
 
 
 def run_clients(port: int, path: str, n: int, sample: int, ready: Any, go: Any, expected: Any,
