@@ -119,7 +119,15 @@ def test_make_run_starts_its_broker_again_when_it_dies(tmp_path: Path) -> None:
         said = f"ssekd.dev: the development broker on 127.0.0.1:{ports[9092]} stopped " \
                f"(killed by signal 9); starting it again"
         run.wait_output(said, timeout=20)
-        assert tansu_of(run.process.pid, ports[9092]) != tansu
+
+        def restarted() -> bool:
+            # the line comes as the new broker is being started: it may not be there yet
+            try:
+                return tansu_of(run.process.pid, ports[9092]) != tansu
+            except AssertionError:
+                return False
+
+        wait_until(restarted, 20, interval=0.2, what="a new tansu under make run")
 
         def streams() -> bool:
             out = subprocess.run(["curl", "-s", "-N", "--max-time", "3",
