@@ -25,6 +25,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+#: What Chromium answers an evaluation that meets the page's navigation (a reload under way).
+NAVIGATED = "Inspected target navigated or closed"
 
 
 class Browser:
@@ -105,8 +107,13 @@ class Browser:
         else:
             session = self._sessions.get(tab) or self._attach(tab)
             self._sessions[tab] = session
-        result = self.send("Runtime.evaluate", {"expression": expression,
-                                                "returnByValue": True}, session)
+        try:
+            result = self.send("Runtime.evaluate", {"expression": expression,
+                                                    "returnByValue": True}, session)
+        except AssertionError as e:
+            if NAVIGATED in str(e):
+                return None  # the page was being replaced (a reload): no value yet
+            raise
         return result.get("result", {}).get("value")
 
     def _attach(self, tab: str) -> str:
