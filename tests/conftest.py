@@ -27,9 +27,9 @@ NEEDS_MARK = {"run_daemon": "daemon", "site": "daemon", "streamd": "daemon", "tl
               "kafka_broker": "broker"}
 
 
-#: Test files that take minutes, longest first: `make test` runs them first. Its two processes
+#: Test files that take minutes, longest first: `make test` runs them first. Its processes
 #: take whole files in the order collected, so a long file collected last ran alone at the end
-#: while the other process had finished (the Spark cluster's 3 to 4 minutes, the image build's
+#: while the others had finished (the Spark cluster's 3 to 4 minutes, the image build's
 #: 2 on a clean machine, the README's commands' 1.5): begun first, the short files fill in
 #: beside them.
 LONG_FIRST = ("tests/spark/test_cluster.py", "tests/deploy/test_image.py",
