@@ -398,8 +398,8 @@ def test_streams_dropped_at_once_come_back_spread(kafka: Kafka, kafka_broker: Br
         time.sleep(0.5)
         daemon = start_daemon(config, wait_ports=[port])
         back = time.time() * 1000
-        # ">= 2": a stream that reached the new daemon before its Kafka side was ready got the
-        # "try later" answer (a 200 that ends with retry:) and opened once more after it
+        # ">= 2": a stream may open a third time (reconnected while the old daemon was still
+        # going away, then cut by its exit); what counts here is that every stream came back
         wait_until(lambda: browser.evaluate(REOPENED) == n, 60, interval=0.1,
                    what=lambda: f"not reopened: {browser.evaluate(LAGGARDS)}")
         streams = browser.evaluate("window.streams")
