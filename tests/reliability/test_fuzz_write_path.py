@@ -156,8 +156,10 @@ class Case:
     body: bytes
 
     def header(self, name: str) -> str | None:
+        """The value the daemon reads: without the spaces and tabs around it (RFC 9110 §5.5),
+        so a key of one space is an empty key, which is no key."""
         found = [v for n, v in self.headers if n.lower() == name]
-        return found[-1] if found else None
+        return found[-1].strip(" \t") if found else None
 
     def describe(self) -> str:
         return f"{self.method} {self.path[:80]} {[(n, v[:40]) for n, v in self.headers]}"
