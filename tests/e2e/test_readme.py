@@ -212,7 +212,7 @@ class Session:
     def wait_printed(self, run: Launched, expected: list[str], timeout: float) -> list[str]:
         wanted = [self.ports.mapped(line) for line in expected]
         deadline = time.monotonic() + timeout
-        while printed(wanted, run.output()) and run.running() and time.monotonic() < deadline:
+        while printed(wanted, run.output()) and run.printing() and time.monotonic() < deadline:
             time.sleep(0.2)
         return printed(wanted, run.output())
 

@@ -23,6 +23,8 @@ class Launched:
     process: subprocess.Popen[bytes]
     log: Path
     command: str
+    #: the thread copying a terminal's output to `log` (`launch(terminal=True)`)
+    copier: threading.Thread | None = None
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")
@@ -30,9 +32,15 @@ class Launched:
     def running(self) -> bool:
         return self.process.poll() is None
 
+    def printing(self) -> bool:
+        """Whether more output may come: the process runs, or what it printed to its terminal
+        is not all in `log` yet (the copy ends when the terminal's last writer has gone, a
+        moment after the process: a command that printed and exited may not be in `log` yet)."""
+        return self.running() or (self.copier is not None and self.copier.is_alive())
+
     def wait_output(self, text: str, timeout: float = 30.0) -> str:
         """Wait until `text` is in the output; return the output."""
-        wait_until(lambda: text in self.output() or not self.running(), timeout,
+        wait_until(lambda: text in self.output() or not self.printing(), timeout,
                    what=lambda: f"{text!r} not in the output of {self.command}:\n"
                                 f"{self.output()[-4000:]}")
         assert text in self.output(), f"{self.command} exited " \
@@ -92,5 +100,6 @@ def launch(command: str, cwd: Path, env: Mapping[str, str] | None = None,
         os.close(main)
 
     open(log, "wb").close()
-    threading.Thread(target=copy, daemon=True).start()
-    return Launched(process, log, command)
+    copier = threading.Thread(target=copy, daemon=True)
+    copier.start()
+    return Launched(process, log, command, copier)
