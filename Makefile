@@ -168,8 +168,9 @@ run: $(RUN_STAMP) $(HOTPATH)
 # test file stays in one process (--dist loadfile): its module fixtures (a daemon, a topic) are
 # made once. Files are handed out in the order collected (--no-loadscope-reorder; xdist would
 # hand out the files with the most tests first), which puts the few that take minutes first
-# (tests/conftest.py, LONG_FIRST), so the processes end together. PYTEST_PROCS=0 runs it in this
-# process alone.
+# (tests/conftest.py, LONG_FIRST), so the processes end together. The files of tests/spark/ are
+# one unit, so one process starts a local Spark session, not each (tests/support/scheduling.py).
+# PYTEST_PROCS=0 runs it in this process alone.
 PYTEST_PROCS ?= 3
 
 test: setup system-deps asyncapi-specs

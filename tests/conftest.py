@@ -1,5 +1,5 @@
 """Fixtures shared by every test folder: the real daemon on loopback ports, the session's broker,
-the throwaway PKI. Only fixtures (and two hooks) live here; the helpers they use are in
+the throwaway PKI. Only fixtures (and three hooks) live here; the helpers they use are in
 `tests/support/`.
 
 Tests that start a daemon are marked `daemon`, tests that need the broker `broker` (see
@@ -19,6 +19,7 @@ from tests.support.broker import Kafka
 from tests.support.daemon import Daemon, start_daemon
 from tests.support.hotpath import hot_path  # noqa: F401 - a fixture
 from tests.support.pki import ENV, Pki, make_pki, tls_config
+from tests.support.scheduling import SparkInOneProcess
 from tests.support.static_site import write_site
 from tests.support.streamd import Streamd, run_streamd
 
@@ -50,6 +51,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             if fixture in fixtures and item.get_closest_marker(mark) is None:
                 raise pytest.UsageError(f"{item.nodeid} uses `{fixture}` and must be marked "
                                         f"`{mark}`")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`--dist loadfile` (as `make test` runs) with the Spark files in one process
+    (tests/support/scheduling.py says why); any other `--dist` as pytest-xdist has it."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    return SparkInOneProcess(config, log)
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
